@@ -1,0 +1,22 @@
+import { loadPipeline, planPipeline } from '../../index.js';
+import { print, toJson } from '../output.js';
+import { describeWatermark } from './run.js';
+
+export async function planCommand(file: string, options: { full?: boolean; stream?: readonly string[]; json?: boolean }): Promise<number> {
+  const pipeline = await loadPipeline(file);
+  const reports = await planPipeline(pipeline, { ...(options.full ? { full: true } : {}), ...(options.stream?.length ? { streams: options.stream } : {}) });
+  if (options.json) {
+    print(toJson(reports));
+    return 0;
+  }
+  for (const r of reports) {
+    print(`${pipeline.name}.${r.stream}: ${r.strategy}, write ${r.write}${r.mode === 'build' ? `, builds a new generation${r.resumesBuild ? ' (resuming)' : ''}` : ''}`);
+    print(`  watermark: ${describeWatermark(r.watermark)}`);
+    if (r.from) print(`  lookback from: ${r.from.value}`);
+    print(`  until: ${r.until?.value ?? '(none: nothing to read)'}`);
+    print(`  predicate: ${r.predicate}`);
+    print(`  bindings: ${JSON.stringify(r.bindings)}`);
+    if (r.nullCursorRows > 0) print(`  rows with a NULL cursor: ${r.nullCursorRows}`);
+  }
+  return 0;
+}

@@ -1,0 +1,24 @@
+import { UsageError, loadPipeline, openStateStore } from '../../index.js';
+import { formatCount, print, toJson } from '../output.js';
+
+export async function runsCommand(options: { config?: string; json?: boolean; limit?: string }): Promise<number> {
+  if (!options.config) throw new UsageError('runs needs --config <pipeline.yaml>');
+  const pipeline = await loadPipeline(options.config);
+  const opened = await openStateStore(pipeline);
+  try {
+    const runs = await opened.store.runs(pipeline.name, Number(options.limit ?? 50));
+    if (options.json) {
+      print(toJson(runs));
+      return 0;
+    }
+    for (const r of runs) {
+      print(
+        `${r.runId}  ${r.stream}  ${r.outcome}  read ${formatCount(r.rowsRead)}  loaded ${formatCount(r.rowsLoaded)}  rejected ${formatCount(r.rowsRejected)}` +
+          `  commits ${r.commits}${r.full ? '  full' : ''}  ${r.worker}${r.error ? `  error: ${r.error}` : ''}`,
+      );
+    }
+    return 0;
+  } finally {
+    await opened.close();
+  }
+}

@@ -1,0 +1,76 @@
+import { readFile } from 'node:fs/promises';
+import { UsageError, loadPipeline, stateCommands, type PipelineState } from '../../index.js';
+import { print, toJson } from '../output.js';
+import { describeWatermark } from './run.js';
+
+function showState(state: PipelineState): void {
+  print(`pipeline ${state.pipeline}, state version ${state.version}`);
+  for (const [name, s] of Object.entries(state.streams)) {
+    const build = s.build ? `, building generation ${s.build.generation} (${s.build.rows} rows so far)` : '';
+    print(`  ${name}: ${s.strategy}, watermark ${describeWatermark(s.watermark)}${s.generation ? `, generation ${s.generation}` : ''}${build}`);
+  }
+}
+
+export async function stateCommand(action: string, args: readonly string[], options: { config?: string; json?: boolean; cursor?: string; pk?: string[] }): Promise<number> {
+  if (!options.config) throw new UsageError(`state ${action} needs --config <pipeline.yaml>`);
+  const commands = stateCommands(await loadPipeline(options.config));
+  switch (action) {
+    case 'show':
+    case 'list': {
+      const state = await commands.show();
+      if (options.json) print(toJson(state));
+      else showState(state);
+      return 0;
+    }
+    case 'set': {
+      const [stream] = args;
+      if (!stream || options.cursor === undefined) throw new UsageError('usage: tidemark state set <stream> --cursor VALUE [--pk VALUE…] --config <pipeline.yaml>');
+      const next = await commands.set(stream, options.cursor, options.pk ?? []);
+      options.json ? print(toJson(next)) : showState(next);
+      return 0;
+    }
+    case 'reset': {
+      const next = await commands.reset(args[0]);
+      options.json ? print(toJson(next)) : showState(next);
+      return 0;
+    }
+    case 'history': {
+      const versions = await commands.history();
+      if (options.json) print(toJson(versions));
+      else for (const v of versions) print(`${v.version}\t${v.savedAt}\t${v.reason}\t${v.runId ?? '-'}`);
+      return 0;
+    }
+    case 'rollback': {
+      const version = Number(args[0]);
+      if (!Number.isInteger(version) || version < 1) throw new UsageError('usage: tidemark state rollback <version> --config <pipeline.yaml>');
+      const next = await commands.rollback(version);
+      options.json ? print(toJson(next)) : showState(next);
+      return 0;
+    }
+    case 'export':
+      print(JSON.stringify(await commands.exportSinger(), null, 2));
+      return 0;
+    case 'import': {
+      const from = args[0];
+      if (!from) throw new UsageError('usage: tidemark state import <file.json | -> --config <pipeline.yaml>');
+      const text = from === '-' ? await readStdin() : await readFile(from, 'utf8');
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch (cause) {
+        throw new UsageError(`${from}: not valid JSON: ${(cause as Error).message}`);
+      }
+      const next = await commands.importSinger(parsed);
+      options.json ? print(toJson(next)) : showState(next);
+      return 0;
+    }
+    default:
+      throw new UsageError(`unknown state action ${action} (list, show, set, reset, history, rollback, export, import)`);
+  }
+}
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}

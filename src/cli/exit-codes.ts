@@ -1,0 +1,17 @@
+/** Exit codes, decided here and nowhere else. */
+import { TidemarkError } from '../core/errors.js';
+
+export const EXIT = {
+  ok: 0,
+  failed: 1,
+  usage: 2,
+  locked: 3,
+} as const;
+
+export function exitCodeFor(error: unknown): number {
+  if (error instanceof TidemarkError) {
+    if (error.kind === 'config' || error.kind === 'usage') return EXIT.usage;
+    if (error.kind === 'conflict') return EXIT.locked;
+  }
+  return EXIT.failed;
+}

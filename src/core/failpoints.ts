@@ -1,0 +1,55 @@
+/**
+ * Failpoints for crash tests: `TIDEMARK_FAILPOINTS="load.before_commit=3:kill,extract.after_batch=1:throw"` fires
+ * the action on the Nth time the point is reached. When the variable is unset, `failpoint()` is a constant no-op.
+ */
+export type FailpointName =
+  | 'extract.after_batch'
+  | 'load.after_write'
+  | 'load.before_commit'
+  | 'load.after_commit'
+  | 'lock.after_acquire';
+
+type Action = 'kill' | 'throw' | 'hang';
+
+interface Armed {
+  readonly at: number;
+  readonly action: Action;
+  hits: number;
+}
+
+export class FailpointError extends Error {}
+
+function parse(spec: string | undefined): Map<string, Armed> {
+  const armed = new Map<string, Armed>();
+  for (const part of (spec ?? '').split(',').map((p) => p.trim()).filter(Boolean)) {
+    const m = /^([a-z_.]+)=(\d+):(kill|throw|hang)$/.exec(part);
+    if (!m) throw new Error(`TIDEMARK_FAILPOINTS: cannot parse "${part}" (expected name=N:kill|throw|hang)`);
+    armed.set(m[1]!, { at: Number(m[2]), action: m[3] as Action, hits: 0 });
+  }
+  return armed;
+}
+
+let armed: Map<string, Armed> | undefined;
+
+export function resetFailpoints(spec: string | undefined = process.env.TIDEMARK_FAILPOINTS): void {
+  armed = parse(spec);
+}
+
+export async function failpoint(name: FailpointName): Promise<void> {
+  if (armed === undefined) resetFailpoints();
+  if (armed!.size === 0) return;
+  const point = armed!.get(name);
+  if (!point) return;
+  point.hits += 1;
+  if (point.hits !== point.at) return;
+  switch (point.action) {
+    case 'kill':
+      process.kill(process.pid, 'SIGKILL');
+      await new Promise(() => undefined);
+      return;
+    case 'throw':
+      throw new FailpointError(`failpoint ${name} fired (hit ${point.hits})`);
+    case 'hang':
+      await new Promise(() => undefined);
+  }
+}

@@ -1,0 +1,164 @@
+/**
+ * The shared vocabulary of tidemark: column types, rows, stream schemas, state and run results.
+ * Nothing here does I/O.
+ */
+
+/** Logical column types. Every source maps its native types onto these; every destination maps these onto its own. */
+export type ColumnType =
+  | { readonly kind: 'boolean' }
+  | { readonly kind: 'int16' }
+  | { readonly kind: 'int32' }
+  | { readonly kind: 'int64' }
+  /** Unsigned 64-bit (MySQL BIGINT UNSIGNED): 0 … 2^64-1. */
+  | { readonly kind: 'uint64' }
+  /** Exact decimal; `precision` absent means unbounded (Postgres `numeric`). */
+  | { readonly kind: 'decimal'; readonly precision?: number; readonly scale?: number }
+  | { readonly kind: 'float32' }
+  | { readonly kind: 'float64' }
+  | { readonly kind: 'text' }
+  | { readonly kind: 'bytes' }
+  | { readonly kind: 'uuid' }
+  | { readonly kind: 'json' }
+  | { readonly kind: 'date' }
+  | { readonly kind: 'time' }
+  /** Wall-clock time without a zone ("naive"). */
+  | { readonly kind: 'timestamp' }
+  /** An instant; canonical form is UTC. */
+  | { readonly kind: 'timestamptz' }
+  | { readonly kind: 'interval' };
+
+export type ColumnKind = ColumnType['kind'];
+
+/**
+ * In-memory value of a column. Lossless by construction:
+ * - int16/int32 → number; int64/uint64 → bigint; decimal → canonical string
+ * - float32/float64 → number (NaN, ±Infinity and -0 included)
+ * - bytes → Uint8Array; json → the JSON text
+ * - date 'YYYY-MM-DD', time 'HH:MM:SS.ffffff', timestamp 'YYYY-MM-DD HH:MM:SS.ffffff',
+ *   timestamptz 'YYYY-MM-DDTHH:MM:SS.ffffffZ' (UTC), interval and uuid as canonical strings
+ */
+export type Value = null | boolean | number | bigint | string | Uint8Array;
+export type Row = Value[];
+
+export interface Column {
+  readonly name: string;
+  readonly type: ColumnType;
+  readonly nullable: boolean;
+}
+
+/** What a source knows about one stream. */
+export interface StreamSchema {
+  /** Stream name; also the destination table name. */
+  readonly name: string;
+  readonly columns: readonly Column[];
+  readonly primaryKey: readonly string[];
+  /** Cursor column for incremental streams. */
+  readonly cursor?: string;
+}
+
+export type Strategy = 'incremental' | 'full';
+export type WriteMode = 'append' | 'merge' | 'replace';
+export type NullCursorPolicy = 'error' | 'include' | 'exclude';
+
+/** A typed, canonical scalar as stored in state. */
+export interface TypedValue {
+  readonly type: ColumnKind;
+  readonly value: string;
+}
+
+/** The tuple watermark `(cursor, pk)` of the last committed row. */
+export interface Watermark {
+  readonly cursor: TypedValue;
+  readonly pk: readonly TypedValue[];
+}
+
+/** Progress of a generation being built beside the live table (`full` streams and `--full` runs). */
+export interface BuildProgress {
+  readonly generation: string;
+  /** Keyset position of the last committed row of the build (by primary key), when the stream has one. */
+  readonly afterPk?: readonly TypedValue[];
+  /** The watermark the build will publish when it is swapped in. */
+  readonly watermark?: Watermark;
+  readonly rows: number;
+}
+
+export interface StreamState {
+  readonly strategy: Strategy;
+  readonly cursorColumn?: string;
+  readonly primaryKey?: readonly string[];
+  /** Highest committed `(cursor, pk)`. */
+  readonly watermark?: Watermark;
+  /** A live generation counter; bumped by every swap. */
+  readonly generation?: number;
+  readonly build?: BuildProgress;
+  readonly updatedAt?: string;
+  readonly lastRunId?: string;
+}
+
+/** The state document of one pipeline. `version` grows by one with every commit. */
+export interface PipelineState {
+  readonly pipeline: string;
+  readonly version: number;
+  readonly streams: Readonly<Record<string, StreamState>>;
+}
+
+export interface PipelineStateVersion {
+  readonly version: number;
+  readonly savedAt: string;
+  readonly runId: string | null;
+  readonly reason: string;
+  readonly state: PipelineState;
+}
+
+export type RunOutcome = 'committed' | 'failed' | 'skipped' | 'partial';
+
+export interface StreamResult {
+  readonly stream: string;
+  readonly outcome: RunOutcome;
+  readonly rows_read: number;
+  readonly rows_loaded: number;
+  readonly rows_rejected: number;
+  readonly commits: number;
+  readonly cursor_min: string | null;
+  readonly cursor_max: string | null;
+  readonly watermark: Watermark | null;
+  readonly duration_ms: number;
+  readonly full: boolean;
+  readonly error?: string;
+}
+
+export interface RunResult {
+  readonly pipeline: string;
+  readonly run_id: string;
+  readonly started_at: string;
+  readonly finished_at: string;
+  readonly ok: boolean;
+  readonly streams: readonly StreamResult[];
+}
+
+/** One row of `_tidemark_runs`. */
+export interface RunRecord {
+  readonly runId: string;
+  readonly pipeline: string;
+  readonly stream: string;
+  readonly startedAt: string;
+  readonly finishedAt: string;
+  readonly outcome: RunOutcome | 'running';
+  readonly rowsRead: number;
+  readonly rowsLoaded: number;
+  readonly rowsRejected: number;
+  readonly commits: number;
+  readonly cursorMin: string | null;
+  readonly cursorMax: string | null;
+  readonly full: boolean;
+  readonly worker: string;
+  readonly error: string | null;
+}
+
+/** A row the destination will not hold, with why. */
+export interface Reject {
+  readonly column: string | null;
+  readonly reason: string;
+  /** The row as canonical JSON (bigints and bytes encoded losslessly). */
+  readonly row: string;
+}

@@ -1,0 +1,176 @@
+/**
+ * DuckDB, the embedded default destination. Rows reach a temp staging table through DuckDB's appender; one
+ * transaction moves them into the target together with state, runs and rejects.
+ */
+import { mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { DuckDBInstance, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api';
+import { ConflictError, DestinationError } from '../../core/errors.js';
+import type { Column, ColumnType, Row, Value } from '../../core/types.js';
+import { quoteIdent } from '../../shared/sql.js';
+import { SqlDestination } from '../sql/sql-destination.js';
+import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
+
+export interface DuckDbDestinationOptions {
+  readonly path: string;
+  readonly schema?: string;
+  /** How long to wait for another process to release the database file. */
+  readonly openTimeoutMs?: number;
+}
+
+export function duckdbColumnType(type: ColumnType): string {
+  switch (type.kind) {
+    case 'boolean': return 'BOOLEAN';
+    case 'int16': return 'SMALLINT';
+    case 'int32': return 'INTEGER';
+    case 'int64': return 'BIGINT';
+    case 'uint64': return 'UBIGINT';
+    case 'decimal':
+      // DuckDB's DECIMAL stops at 38 digits; wider or unbounded numerics stay exact as text.
+      return type.precision !== undefined && type.precision <= 38 ? `DECIMAL(${type.precision},${type.scale ?? 0})` : 'VARCHAR';
+    case 'float32': return 'FLOAT';
+    case 'float64': return 'DOUBLE';
+    case 'text': return 'VARCHAR';
+    case 'bytes': return 'BLOB';
+    case 'uuid': return 'UUID';
+    case 'json': return 'JSON';
+    case 'date': return 'DATE';
+    case 'time': return 'TIME';
+    case 'timestamp': return 'TIMESTAMP';
+    case 'timestamptz': return 'TIMESTAMPTZ';
+    case 'interval': return 'VARCHAR';
+  }
+}
+
+function stageType(type: ColumnType): string {
+  switch (type.kind) {
+    case 'boolean': return 'BOOLEAN';
+    case 'int16':
+    case 'int32': return 'INTEGER';
+    case 'int64': return 'BIGINT';
+    case 'uint64': return 'UBIGINT';
+    case 'float32':
+    case 'float64': return 'DOUBLE';
+    case 'bytes': return 'BLOB';
+    default: return 'VARCHAR';
+  }
+}
+
+function appendValue(appender: DuckDBAppender, type: ColumnType, value: Value): void {
+  if (value === null) return appender.appendNull();
+  switch (type.kind) {
+    case 'boolean': return appender.appendBoolean(value as boolean);
+    case 'int16':
+    case 'int32': return appender.appendInteger(value as number);
+    case 'int64': return appender.appendBigInt(value as bigint);
+    case 'uint64': return appender.appendUBigInt(value as bigint);
+    case 'float32':
+    case 'float64': return appender.appendDouble(value as number);
+    case 'bytes': return appender.appendBlob(value as Uint8Array);
+    default: return appender.appendVarchar(value as string);
+  }
+}
+
+class DuckDbExecutor implements SqlExecutor {
+  constructor(readonly connection: DuckDBConnection) {}
+
+  async query(sql: string, params: readonly SqlParam[] = []): Promise<SqlRow[]> {
+    const reader = await this.connection.runAndReadAll(sql, params as SqlParam[]);
+    return reader.getRowObjectsJS() as SqlRow[];
+  }
+
+  async run(sql: string, params: readonly SqlParam[] = []): Promise<void> {
+    await this.connection.run(sql, params as SqlParam[]);
+  }
+}
+
+function duckDbDialect(connection: DuckDBConnection, schema: string): SqlDialect {
+  return {
+    name: 'duckdb',
+    beginStatement: 'BEGIN TRANSACTION',
+    table: (name) => `${quoteIdent(schema)}.${quoteIdent(name)}`,
+    columnType: duckdbColumnType,
+    stageType,
+    castFromStage: (expression, type) => {
+      const target = duckdbColumnType(type);
+      return target === stageType(type) ? expression : `CAST(${expression} AS ${target})`;
+    },
+    async tableColumns(exec, name) {
+      const rows = await exec.query(
+        `SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = ? AND table_name = ? ORDER BY column_index`,
+        [schema, name],
+      );
+      return rows.length ? rows.map((r) => String(r.column_name)) : undefined;
+    },
+    async createStage(exec, stage, columnsDdl) {
+      await exec.run(`CREATE OR REPLACE TEMP TABLE ${quoteIdent(stage)} (${columnsDdl})`);
+    },
+    async appendToStage(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number) {
+      const appender = await connection.createAppender(stage, 'main', 'temp');
+      try {
+        let seq = BigInt(firstSeq);
+        for (const row of rows) {
+          for (let i = 0; i < columns.length; i += 1) appendValue(appender, columns[i]!.type, row[i] ?? null);
+          appender.appendBigInt(seq);
+          seq += 1n;
+          appender.endRow();
+        }
+        appender.flushSync();
+      } finally {
+        appender.closeSync();
+      }
+    },
+    renameTable: (from, to) => `ALTER TABLE ${quoteIdent(schema)}.${quoteIdent(from)} RENAME TO ${quoteIdent(to)}`,
+  };
+}
+
+export class DuckDbDestination extends SqlDestination {
+  private constructor(
+    private readonly instance: DuckDBInstance,
+    private readonly connection: DuckDBConnection,
+    schema: string,
+  ) {
+    super(new DuckDbExecutor(connection), duckDbDialect(connection, schema));
+  }
+
+  static async open(options: DuckDbDestinationOptions): Promise<DuckDbDestination> {
+    await mkdir(dirname(options.path), { recursive: true });
+    const instance = await openInstance(options.path, options.openTimeoutMs ?? 30_000);
+    const connection = await instance.connect();
+    await connection.run(`SET TimeZone = 'UTC'`);
+    const schema = options.schema ?? 'main';
+    if (schema !== 'main') await connection.run(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`);
+    return new DuckDbDestination(instance, connection, schema);
+  }
+
+  rejectReason(): string | undefined {
+    return undefined;
+  }
+
+  /** Read-only SQL for tests, `ledger verify` and the UI. */
+  query(sql: string, params: readonly SqlParam[] = []): Promise<SqlRow[]> {
+    return this.exec.query(sql, params);
+  }
+
+  async close(): Promise<void> {
+    this.connection.closeSync();
+    this.instance.closeSync();
+  }
+}
+
+/** DuckDB lets one process open a file read-write; another pipeline on the same file waits its turn. */
+async function openInstance(path: string, timeoutMs: number): Promise<DuckDBInstance> {
+  const deadline = Date.now() + timeoutMs;
+  for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
+    try {
+      return await DuckDBInstance.create(path);
+    } catch (error) {
+      const message = (error as Error).message;
+      if (!/lock/i.test(message)) throw new DestinationError(`cannot open DuckDB file ${path}: ${message}`, { cause: error });
+      if (Date.now() + delay > deadline) {
+        throw new ConflictError(`DuckDB file ${path} is in use by another process`, { cause: error });
+      }
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
+}

@@ -1,0 +1,35 @@
+/**
+ * What a SQL destination must supply so that the shared load/commit code (sql-destination.ts) can drive it:
+ * statement execution, type names, and a bulk path into a connection-local staging table.
+ */
+import type { Column, ColumnType, Row } from '../../core/types.js';
+
+export type SqlParam = string | number | bigint | null;
+export type SqlRow = Record<string, unknown>;
+
+export interface SqlExecutor {
+  query(sql: string, params?: readonly SqlParam[]): Promise<SqlRow[]>;
+  run(sql: string, params?: readonly SqlParam[]): Promise<void>;
+}
+
+export interface SqlDialect {
+  readonly name: string;
+  /** Statement that opens the commit transaction (`BEGIN`, `BEGIN IMMEDIATE`). */
+  readonly beginStatement: string;
+  /** Fully quoted name of a table in the destination's schema. */
+  table(name: string): string;
+  /** DDL type of a target column. */
+  columnType(type: ColumnType): string;
+  /** DDL type of the column in the staging table (what the bulk path writes). */
+  stageType(type: ColumnType): string;
+  /** Expression turning a staged value into the target type. */
+  castFromStage(expression: string, type: ColumnType): string;
+  /** Column names of an existing table, or undefined when it does not exist. */
+  tableColumns(exec: SqlExecutor, name: string): Promise<string[] | undefined>;
+  /** Creates (or empties) the connection-local staging table. */
+  createStage(exec: SqlExecutor, stage: string, columnsDdl: string): Promise<void>;
+  /** The bulk path: appends rows to the staging table with sequence numbers from `firstSeq`. */
+  appendToStage(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number): Promise<void>;
+  /** Renames a table inside the current transaction. */
+  renameTable(from: string, to: string): string;
+}

@@ -1,0 +1,270 @@
+/**
+ * tidemark's own tables inside a SQL destination: state, its history, runs, rejects, ledger, locks and loads.
+ * They live beside the data so that one transaction commits both (DESIGN.md §1, promise 2).
+ */
+import type { PipelineState, PipelineStateVersion, Reject, RunRecord } from '../../core/types.js';
+import { ConflictError, StateError } from '../../core/errors.js';
+import type { SaveMeta, StateStore } from '../../core/connector.js';
+import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from './sql-dialect.js';
+
+export const META_TABLES = {
+  state: '_tidemark_state',
+  history: '_tidemark_state_history',
+  runs: '_tidemark_runs',
+  rejects: '_tidemark_rejects',
+  ledger: '_tidemark_ledger',
+  locks: '_tidemark_locks',
+  loads: '_tidemark_loads',
+} as const;
+
+const DDL: Record<keyof typeof META_TABLES, string> = {
+  state: `(pipeline TEXT PRIMARY KEY, version BIGINT NOT NULL, state TEXT NOT NULL, updated_at TEXT NOT NULL, run_id TEXT)`,
+  history: `(pipeline TEXT NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL, saved_at TEXT NOT NULL, run_id TEXT, reason TEXT NOT NULL, PRIMARY KEY (pipeline, version))`,
+  runs: `(run_id TEXT NOT NULL, pipeline TEXT NOT NULL, stream TEXT NOT NULL, started_at TEXT NOT NULL, finished_at TEXT NOT NULL, outcome TEXT NOT NULL, rows_read BIGINT NOT NULL, rows_loaded BIGINT NOT NULL, rows_rejected BIGINT NOT NULL, commits BIGINT NOT NULL, cursor_min TEXT, cursor_max TEXT, full_refresh INTEGER NOT NULL, worker TEXT NOT NULL, error TEXT, PRIMARY KEY (run_id, pipeline, stream))`,
+  rejects: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, column_name TEXT, reason TEXT NOT NULL, "row" TEXT NOT NULL, rejected_at TEXT NOT NULL)`,
+  ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
+  locks: `(pipeline TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, updated_at TEXT NOT NULL)`,
+  loads: `(load_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, state_version BIGINT NOT NULL, committed_at TEXT NOT NULL)`,
+};
+
+export class SqlMeta {
+  private ensured = false;
+
+  constructor(
+    private readonly exec: SqlExecutor,
+    private readonly dialect: SqlDialect,
+  ) {}
+
+  t(name: keyof typeof META_TABLES): string {
+    return this.dialect.table(META_TABLES[name]);
+  }
+
+  /** Whether tidemark has written here before; reads never create tables. */
+  async exists(): Promise<boolean> {
+    if (this.ensured) return true;
+    return (await this.dialect.tableColumns(this.exec, META_TABLES.state)) !== undefined;
+  }
+
+  async ensure(): Promise<void> {
+    if (this.ensured) return;
+    for (const key of Object.keys(META_TABLES) as (keyof typeof META_TABLES)[]) {
+      if ((await this.dialect.tableColumns(this.exec, META_TABLES[key])) === undefined) {
+        await this.exec.run(`CREATE TABLE IF NOT EXISTS ${this.t(key)} ${DDL[key]}`);
+      }
+    }
+    this.ensured = true;
+  }
+
+  async readState(pipeline: string): Promise<PipelineState | undefined> {
+    if (!(await this.exists())) return undefined;
+    const rows = await this.exec.query(`SELECT state FROM ${this.t('state')} WHERE pipeline = ?`, [pipeline]);
+    if (rows.length === 0) return undefined;
+    return parseState(String(rows[0]!.state), pipeline);
+  }
+
+  /** Inside an open transaction: refuses unless the stored version is `expected`, then writes state + history. */
+  async writeState(next: PipelineState, expected: number | undefined, meta: SaveMeta): Promise<void> {
+    const rows = await this.exec.query(`SELECT version FROM ${this.t('state')} WHERE pipeline = ?`, [next.pipeline]);
+    const stored = rows.length ? Number(rows[0]!.version) : undefined;
+    if (stored !== expected) {
+      throw new ConflictError(
+        `state of pipeline ${next.pipeline} moved underneath this run (expected version ${expected ?? 'none'}, found ${stored ?? 'none'})`,
+        { context: { pipeline: next.pipeline, phase: 'commit' } },
+      );
+    }
+    const now = new Date().toISOString();
+    const json = JSON.stringify(next);
+    await this.exec.run(
+      `INSERT INTO ${this.t('state')} (pipeline, version, state, updated_at, run_id) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (pipeline) DO UPDATE SET version = excluded.version, state = excluded.state, updated_at = excluded.updated_at, run_id = excluded.run_id`,
+      [next.pipeline, next.version, json, now, meta.runId],
+    );
+    await this.exec.run(
+      `INSERT INTO ${this.t('history')} (pipeline, version, state, saved_at, run_id, reason) VALUES (?, ?, ?, ?, ?, ?)`,
+      [next.pipeline, next.version, json, now, meta.runId, meta.reason],
+    );
+  }
+
+  /** Inside an open transaction: a newer fencing token wins; an older one is a zombie and is refused. */
+  async checkFence(pipeline: string, token: number, holder: string): Promise<void> {
+    const rows = await this.exec.query(`SELECT token FROM ${this.t('locks')} WHERE pipeline = ?`, [pipeline]);
+    const stored = rows.length ? Number(rows[0]!.token) : 0;
+    if (stored > token) {
+      throw new ConflictError(`this run's lease (token ${token}) was taken over by token ${stored}; refusing to commit`, {
+        context: { pipeline, phase: 'commit' },
+      });
+    }
+    if (stored !== token) {
+      await this.exec.run(
+        `INSERT INTO ${this.t('locks')} (pipeline, token, holder, updated_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT (pipeline) DO UPDATE SET token = excluded.token, holder = excluded.holder, updated_at = excluded.updated_at`,
+        [pipeline, token, holder, new Date().toISOString()],
+      );
+    }
+  }
+
+  async writeRun(run: RunRecord): Promise<void> {
+    const values: SqlParam[] = [
+      run.runId, run.pipeline, run.stream, run.startedAt, run.finishedAt, run.outcome, run.rowsRead, run.rowsLoaded,
+      run.rowsRejected, run.commits, run.cursorMin, run.cursorMax, run.full ? 1 : 0, run.worker, run.error,
+    ];
+    await this.exec.run(
+      `INSERT INTO ${this.t('runs')} (run_id, pipeline, stream, started_at, finished_at, outcome, rows_read, rows_loaded, rows_rejected, commits, cursor_min, cursor_max, full_refresh, worker, error)
+       VALUES (${values.map(() => '?').join(', ')})
+       ON CONFLICT (run_id, pipeline, stream) DO UPDATE SET finished_at = excluded.finished_at, outcome = excluded.outcome,
+         rows_read = excluded.rows_read, rows_loaded = excluded.rows_loaded, rows_rejected = excluded.rows_rejected,
+         commits = excluded.commits, cursor_min = excluded.cursor_min, cursor_max = excluded.cursor_max, error = excluded.error`,
+      values,
+    );
+  }
+
+  async writeRejects(pipeline: string, stream: string, runId: string, rejects: readonly Reject[]): Promise<void> {
+    const now = new Date().toISOString();
+    for (const r of rejects) {
+      await this.exec.run(
+        `INSERT INTO ${this.t('rejects')} (pipeline, stream, run_id, column_name, reason, "row", rejected_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+        [pipeline, stream, runId, r.column, r.reason, r.row, now],
+      );
+    }
+  }
+
+  async writeLoad(loadId: string, pipeline: string, stream: string, runId: string, version: number): Promise<void> {
+    await this.exec.run(
+      `INSERT INTO ${this.t('loads')} (load_id, pipeline, stream, run_id, state_version, committed_at) VALUES (?, ?, ?, ?, ?, ?)`,
+      [loadId, pipeline, stream, runId, version, new Date().toISOString()],
+    );
+  }
+
+  async history(pipeline: string): Promise<PipelineStateVersion[]> {
+    if (!(await this.exists())) return [];
+    const rows = await this.exec.query(
+      `SELECT version, state, saved_at, run_id, reason FROM ${this.t('history')} WHERE pipeline = ? ORDER BY version DESC`,
+      [pipeline],
+    );
+    return rows.map((r) => ({
+      version: Number(r.version),
+      savedAt: String(r.saved_at),
+      runId: r.run_id === null ? null : String(r.run_id),
+      reason: String(r.reason),
+      state: parseState(String(r.state), pipeline),
+    }));
+  }
+
+  async runs(pipeline: string, limit: number): Promise<RunRecord[]> {
+    if (!(await this.exists())) return [];
+    const rows = await this.exec.query(
+      `SELECT * FROM ${this.t('runs')} WHERE pipeline = ? ORDER BY run_id DESC, stream LIMIT ?`,
+      [pipeline, limit],
+    );
+    return rows.map(toRunRecord);
+  }
+
+  async rejects(pipeline: string, limit: number): Promise<{ runId: string; stream: string; column: string | null; reason: string; row: string }[]> {
+    if (!(await this.exists())) return [];
+    const rows = await this.exec.query(
+      `SELECT run_id, stream, column_name, reason, "row" FROM ${this.t('rejects')} WHERE pipeline = ? ORDER BY rejected_at DESC LIMIT ?`,
+      [pipeline, limit],
+    );
+    return rows.map((r) => ({
+      runId: String(r.run_id),
+      stream: String(r.stream),
+      column: r.column_name === null ? null : String(r.column_name),
+      reason: String(r.reason),
+      row: String(r.row),
+    }));
+  }
+
+  async interruptedRuns(pipeline: string): Promise<number> {
+    if (!(await this.exists())) return 0;
+    const rows = await this.exec.query(`SELECT count(*) AS n FROM ${this.t('runs')} WHERE pipeline = ? AND outcome = 'running'`, [pipeline]);
+    return Number(rows[0]!.n);
+  }
+
+  async markInterrupted(pipeline: string): Promise<void> {
+    await this.exec.run(
+      `UPDATE ${this.t('runs')} SET outcome = 'failed', error = 'interrupted: the run stopped before its last commit' WHERE pipeline = ? AND outcome = 'running'`,
+      [pipeline],
+    );
+  }
+}
+
+function toRunRecord(r: SqlRow): RunRecord {
+  return {
+    runId: String(r.run_id),
+    pipeline: String(r.pipeline),
+    stream: String(r.stream),
+    startedAt: String(r.started_at),
+    finishedAt: String(r.finished_at),
+    outcome: String(r.outcome) as RunRecord['outcome'],
+    rowsRead: Number(r.rows_read),
+    rowsLoaded: Number(r.rows_loaded),
+    rowsRejected: Number(r.rows_rejected),
+    commits: Number(r.commits),
+    cursorMin: r.cursor_min === null ? null : String(r.cursor_min),
+    cursorMax: r.cursor_max === null ? null : String(r.cursor_max),
+    full: Number(r.full_refresh) === 1,
+    worker: String(r.worker),
+    error: r.error === null ? null : String(r.error),
+  };
+}
+
+export function parseState(json: string, pipeline: string): PipelineState {
+  try {
+    const parsed = JSON.parse(json) as PipelineState;
+    if (typeof parsed.version !== 'number' || typeof parsed.streams !== 'object') throw new Error('missing version or streams');
+    return parsed;
+  } catch (cause) {
+    throw new StateError(`stored state of pipeline ${pipeline} is unreadable`, { context: { pipeline }, cause });
+  }
+}
+
+/** The in-destination state store: the same tables the load transactions commit into. */
+export class SqlStateStore implements StateStore {
+  constructor(
+    private readonly meta: SqlMeta,
+    private readonly exec: SqlExecutor,
+    private readonly dialect: SqlDialect,
+    private readonly onClose: () => Promise<void>,
+  ) {}
+
+  load(pipeline: string): Promise<PipelineState | undefined> {
+    return this.meta.readState(pipeline);
+  }
+
+  async save(next: PipelineState, expectedVersion: number | undefined, meta: SaveMeta): Promise<void> {
+    await this.meta.ensure();
+    await this.exec.run(this.dialect.beginStatement);
+    try {
+      await this.meta.writeState(next, expectedVersion, meta);
+      await this.exec.run('COMMIT');
+    } catch (error) {
+      await this.exec.run('ROLLBACK');
+      throw error;
+    }
+  }
+
+  history(pipeline: string): Promise<readonly PipelineStateVersion[]> {
+    return this.meta.history(pipeline);
+  }
+
+  runs(pipeline: string, limit: number): Promise<readonly RunRecord[]> {
+    return this.meta.runs(pipeline, limit);
+  }
+
+  rejects(pipeline: string, limit: number) {
+    return this.meta.rejects(pipeline, limit);
+  }
+
+  async closeInterruptedRuns(pipeline: string): Promise<void> {
+    if ((await this.meta.interruptedRuns(pipeline)) > 0) await this.meta.markInterrupted(pipeline);
+  }
+
+  async recordFailure(run: RunRecord): Promise<void> {
+    await this.meta.ensure();
+    await this.meta.writeRun(run);
+  }
+
+  close(): Promise<void> {
+    return this.onClose();
+  }
+}

@@ -1,0 +1,138 @@
+/**
+ * SQLite destination (better-sqlite3, WAL). Rows are staged in a TEMP table with one prepared statement inside a
+ * temp-only transaction, then moved into the target in a `BEGIN IMMEDIATE` commit with state and runs.
+ */
+import { mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import type { Column, ColumnType, Row, Value } from '../../core/types.js';
+import { quoteIdent } from '../../shared/sql.js';
+import { SqlDestination } from '../sql/sql-destination.js';
+import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
+
+export interface SqliteDestinationOptions {
+  readonly path: string;
+  readonly busyTimeoutMs?: number;
+}
+
+const INT64_MAX = 2n ** 63n - 1n;
+
+export function sqliteColumnType(type: ColumnType): string {
+  switch (type.kind) {
+    case 'boolean':
+    case 'int16':
+    case 'int32':
+    case 'int64':
+    case 'uint64':
+      return 'INTEGER';
+    case 'float32':
+    case 'float64':
+      return 'REAL';
+    case 'bytes':
+      return 'BLOB';
+    case 'decimal':
+      // Exact decimals as canonical text: REAL would round them.
+      return 'TEXT';
+    default:
+      return 'TEXT';
+  }
+}
+
+/** better-sqlite3 binds bigint, number, string, Buffer and null; booleans become 0/1. */
+export function toSqliteParam(value: Value): SqlParam | Buffer {
+  if (value === null) return null;
+  if (typeof value === 'boolean') return value ? 1 : 0;
+  if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  return value;
+}
+
+class SqliteExecutor implements SqlExecutor {
+  private readonly statements = new Map<string, Database.Statement>();
+
+  constructor(readonly db: Database.Database) {}
+
+  statement(sql: string): Database.Statement {
+    let stmt = this.statements.get(sql);
+    if (!stmt) {
+      stmt = this.db.prepare(sql);
+      this.statements.set(sql, stmt);
+    }
+    return stmt;
+  }
+
+  async query(sql: string, params: readonly SqlParam[] = []): Promise<SqlRow[]> {
+    return this.statement(sql).all(...params) as SqlRow[];
+  }
+
+  async run(sql: string, params: readonly SqlParam[] = []): Promise<void> {
+    const stmt = this.statement(sql);
+    if (stmt.reader) stmt.all(...params);
+    else stmt.run(...params);
+  }
+}
+
+function sqliteDialect(exec: SqliteExecutor): SqlDialect {
+  return {
+    name: 'sqlite',
+    beginStatement: 'BEGIN IMMEDIATE',
+    table: (name) => quoteIdent(name),
+    columnType: sqliteColumnType,
+    stageType: sqliteColumnType,
+    castFromStage: (expression) => expression,
+    async tableColumns(e, name) {
+      const rows = await e.query(`SELECT name FROM pragma_table_info(?)`, [name]);
+      return rows.length ? rows.map((r) => String(r.name)) : undefined;
+    },
+    async createStage(e, stage, columnsDdl) {
+      exec.db.exec(`DROP TABLE IF EXISTS temp.${quoteIdent(stage)}`);
+      exec.db.exec(`CREATE TEMP TABLE ${quoteIdent(stage)} (${columnsDdl})`);
+      void e;
+    },
+    async appendToStage(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number) {
+      const marks = [...columns.map(() => '?'), '?'].join(', ');
+      const insert = exec.db.prepare(`INSERT INTO temp.${quoteIdent(stage)} VALUES (${marks})`);
+      const params = new Array<SqlParam | Buffer>(columns.length + 1);
+      exec.db.transaction(() => {
+        let seq = firstSeq;
+        for (const row of rows) {
+          for (let i = 0; i < columns.length; i += 1) params[i] = toSqliteParam(row[i] ?? null);
+          params[columns.length] = seq;
+          seq += 1;
+          insert.run(params);
+        }
+      })();
+    },
+    renameTable: (from, to) => `ALTER TABLE ${quoteIdent(from)} RENAME TO ${quoteIdent(to)}`,
+  };
+}
+
+export class SqliteDestination extends SqlDestination {
+  private constructor(private readonly executor: SqliteExecutor) {
+    super(executor, sqliteDialect(executor));
+  }
+
+  static async open(options: SqliteDestinationOptions): Promise<SqliteDestination> {
+    await mkdir(dirname(options.path), { recursive: true });
+    const db = new Database(options.path, { timeout: options.busyTimeoutMs ?? 30_000 });
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = FULL');
+    db.defaultSafeIntegers(true);
+    return new SqliteDestination(new SqliteExecutor(db));
+  }
+
+  rejectReason(type: ColumnType, value: Value): string | undefined {
+    if (typeof value === 'number' && Number.isNaN(value)) return 'SQLite cannot store NaN (it would become NULL)';
+    if (type.kind === 'uint64' && typeof value === 'bigint' && value > INT64_MAX) {
+      return `${value} exceeds SQLite's signed 64-bit INTEGER`;
+    }
+    return undefined;
+  }
+
+  query(sql: string, params: readonly SqlParam[] = []): Promise<SqlRow[]> {
+    return this.exec.query(sql, params);
+  }
+
+  async close(): Promise<void> {
+    if (this.executor.db.open) this.executor.db.close();
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * The run loop (DESIGN.md §2), top to bottom:
+ * lease → open destination and source → load state → for each stream: plan, read, write, commit → release.
+ * Every commit carries data and state together; a failure leaves state and data as after the last commit.
+ */
+import { hostname } from 'node:os';
+import type { Destination, Lease, Source } from '../core/connector.js';
+import { ConflictError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
+import { failpoint } from '../core/failpoints.js';
+import { newRunId } from '../core/ids.js';
+import type { Logger } from '../core/logger.js';
+import { silentLogger } from '../core/logger.js';
+import type { PipelineState, RunResult, StreamResult } from '../core/types.js';
+import type { PipelineConfig, StreamConfig } from '../config/load.js';
+import { leaseProviderFor, openDestination, openSource } from '../registry/index.js';
+import { loadStream } from './stream-load.js';
+
+export interface RunOptions {
+  /** Build every selected stream anew beside the live tables and swap when complete. */
+  readonly full?: boolean;
+  /** Only these streams (by name). */
+  readonly streams?: readonly string[];
+  readonly logger?: Logger;
+  readonly onProgress?: (stream: string, rowsRead: number) => void;
+}
+
+export function emptyState(pipeline: string): PipelineState {
+  return { pipeline, version: 0, streams: {} };
+}
+
+export async function run(pipeline: PipelineConfig, options: RunOptions = {}): Promise<RunResult> {
+  const logger = options.logger ?? silentLogger;
+  const runId = newRunId();
+  const startedAt = new Date().toISOString();
+  const streams = selectStreams(pipeline, options.streams);
+  const lease = await leaseProviderFor(pipeline.destination).acquire(pipeline.name, { ttlMs: pipeline.lockTtlMs });
+  try {
+    await failpoint('lock.after_acquire');
+    const destination = await openDestination(pipeline.destination).catch((e: unknown) => {
+      throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'destination');
+    });
+    try {
+      const source = await openSource(pipeline.source).catch((e: unknown) => {
+        throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'source');
+      });
+      try {
+        const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease, options, logger });
+        return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: new Date().toISOString(), ok: results.every((r) => r.outcome === 'committed'), streams: results };
+      } finally {
+        await source.close();
+      }
+    } finally {
+      await destination.close();
+    }
+  } finally {
+    await lease.release();
+  }
+}
+
+interface RunContext {
+  readonly pipeline: PipelineConfig;
+  readonly runId: string;
+  readonly startedAt: string;
+  readonly streams: readonly StreamConfig[];
+  readonly destination: Destination;
+  readonly source: Source;
+  readonly lease: Lease;
+  readonly options: RunOptions;
+  readonly logger: Logger;
+}
+
+async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
+  const { pipeline, destination } = ctx;
+  await destination.state.closeInterruptedRuns(pipeline.name);
+  let state = (await destination.state.load(pipeline.name)) ?? emptyState(pipeline.name);
+  const results: StreamResult[] = [];
+  for (const stream of ctx.streams) {
+    const started = Date.now();
+    try {
+      const outcome = await loadStream(
+        {
+          pipeline: pipeline.name,
+          runId: ctx.runId,
+          startedAt: ctx.startedAt,
+          source: ctx.source,
+          destination,
+          lease: ctx.lease,
+          full: ctx.options.full === true,
+          ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
+        },
+        stream,
+        state,
+      );
+      state = outcome.state;
+      results.push(outcome.result);
+    } catch (error) {
+      const failure = withContext(error, { pipeline: pipeline.name, stream: stream.name }, 'source');
+      ctx.logger.log('error', errorMessage(failure));
+      // A fenced or displaced run must stop touching the pipeline at once.
+      if (failure instanceof ConflictError) throw failure;
+      await recordFailure(ctx, stream.name, failure, started);
+      results.push(failedResult(stream.name, failure, started));
+      state = (await destination.state.load(pipeline.name)) ?? state;
+    }
+  }
+  return results;
+}
+
+async function recordFailure(ctx: RunContext, stream: string, error: TidemarkError, started: number): Promise<void> {
+  await ctx.destination.state
+    .recordFailure({
+      runId: ctx.runId,
+      pipeline: ctx.pipeline.name,
+      stream,
+      startedAt: new Date(started).toISOString(),
+      finishedAt: new Date().toISOString(),
+      outcome: 'failed',
+      rowsRead: 0,
+      rowsLoaded: 0,
+      rowsRejected: 0,
+      commits: 0,
+      cursorMin: null,
+      cursorMax: null,
+      full: ctx.options.full === true,
+      worker: `${hostname()}:${process.pid}`,
+      error: errorMessage(error),
+    })
+    .catch((e: unknown) => ctx.logger.log('warn', `could not record the failure of stream ${stream}: ${errorMessage(e)}`));
+}
+
+function failedResult(stream: string, error: TidemarkError, started: number): StreamResult {
+  return {
+    stream,
+    outcome: 'failed',
+    rows_read: 0,
+    rows_loaded: 0,
+    rows_rejected: 0,
+    commits: 0,
+    cursor_min: null,
+    cursor_max: null,
+    watermark: null,
+    duration_ms: Date.now() - started,
+    full: false,
+    error: errorMessage(error),
+  };
+}
+
+export function selectStreams(pipeline: PipelineConfig, names: readonly string[] | undefined): StreamConfig[] {
+  if (!names || names.length === 0) return [...pipeline.streams];
+  return names.map((name) => {
+    const stream = pipeline.streams.find((s) => s.name === name);
+    if (!stream) {
+      throw new TidemarkError('usage', `pipeline ${pipeline.name} has no stream ${name} (streams: ${pipeline.streams.map((s) => s.name).join(', ')})`);
+    }
+    return stream;
+  });
+}

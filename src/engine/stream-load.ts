@@ -1,0 +1,326 @@
+/**
+ * Loading one stream: read batches, check every value, stage rows, and commit every `checkpoint_rows` rows at a
+ * point where the cursor value changes, so a group of rows sharing one cursor value is never split by a commit.
+ * Each commit carries the data, the next state, the rejects and the run record together.
+ */
+import { hostname } from 'node:os';
+import type { Destination, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
+import { SourceError, TidemarkError, withContext } from '../core/errors.js';
+import { failpoint } from '../core/failpoints.js';
+import type {
+  Column,
+  PipelineState,
+  Reject,
+  Row,
+  RunRecord,
+  StreamResult,
+  StreamSchema,
+  StreamState,
+  TypedValue,
+  Watermark,
+} from '../core/types.js';
+import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
+import type { StreamConfig } from '../config/load.js';
+import { maxWatermark, planStream, type StreamPlan } from './plan.js';
+
+export interface StreamContext {
+  readonly pipeline: string;
+  readonly runId: string;
+  readonly startedAt: string;
+  readonly source: Source;
+  readonly destination: Destination;
+  readonly lease: Lease;
+  readonly full: boolean;
+  readonly onProgress?: (stream: string, rowsRead: number) => void;
+}
+
+export interface StreamOutcome {
+  readonly state: PipelineState;
+  readonly result: StreamResult;
+}
+
+/** Where a row sits in the read order, and its cursor group. */
+interface Position {
+  readonly watermark?: Watermark;
+  readonly afterPk?: readonly TypedValue[];
+  readonly group: string | null;
+}
+
+export async function loadStream(ctx: StreamContext, stream: StreamConfig, state: PipelineState): Promise<StreamOutcome> {
+  const started = Date.now();
+  const prior = state.streams[stream.name];
+  const plan = planStream(stream, prior, { full: ctx.full, runId: ctx.runId });
+  const read = await ctx.source.open(plan.request).catch((e: unknown) => {
+    throw withContext(e, { pipeline: ctx.pipeline, stream: stream.name, phase: 'extract' }, 'source');
+  });
+  try {
+    checkNullCursors(ctx, stream, read);
+    const loader = new StreamLoader(ctx, stream, plan, read.schema, state, started);
+    return await loader.load(read);
+  } finally {
+    await read.close();
+  }
+}
+
+function checkNullCursors(ctx: StreamContext, stream: StreamConfig, read: OpenedRead): void {
+  if (stream.strategy !== 'incremental' || stream.onNullCursor !== 'error' || read.nullCursorRows === 0) return;
+  throw new SourceError(
+    `${read.nullCursorRows} rows have a NULL cursor ${stream.cursor} (on_null_cursor: error; use include or exclude to load or skip them)`,
+    { context: { pipeline: ctx.pipeline, stream: stream.name, phase: 'plan' } },
+  );
+}
+
+class StreamLoader {
+  private readonly columns: readonly Column[];
+  private readonly cursorIndex: number;
+  private readonly pkIndexes: readonly number[];
+  private readonly building: boolean;
+  private state: PipelineState;
+  private txn: LoadTransaction | undefined;
+  private pendingRows: Row[] = [];
+  private pendingRejects: Reject[] = [];
+  private position: Position = { group: null };
+  private txnRowsRead = 0;
+  private rowsRead = 0;
+  private rowsLoaded = 0;
+  private rowsRejected = 0;
+  private buildRows: number;
+  private commits = 0;
+  private cursorMin: string | null = null;
+  private cursorMax: string | null = null;
+  private watermark: Watermark | undefined;
+  private freshBuild: boolean;
+
+  constructor(
+    private readonly ctx: StreamContext,
+    private readonly stream: StreamConfig,
+    private readonly plan: StreamPlan,
+    private readonly schema: StreamSchema,
+    state: PipelineState,
+    private readonly started: number,
+  ) {
+    this.columns = schema.columns;
+    this.cursorIndex = schema.cursor !== undefined ? schema.columns.findIndex((c) => c.name === schema.cursor) : -1;
+    this.pkIndexes = schema.primaryKey.map((name) => schema.columns.findIndex((c) => c.name === name));
+    this.building = plan.generation !== undefined;
+    this.freshBuild = plan.freshBuild;
+    this.state = state;
+    this.buildRows = state.streams[stream.name]?.build?.rows ?? 0;
+    this.watermark = this.building ? state.streams[stream.name]?.build?.watermark : plan.startWatermark;
+    this.position = { group: null, ...(this.watermark ? { watermark: this.watermark } : {}) };
+  }
+
+  /** Incremental reads checkpoint at cursor changes; full reads at any primary-key boundary; without a key, only at the end. */
+  private get canCheckpoint(): boolean {
+    return this.stream.strategy === 'incremental' || this.pkIndexes.length > 0;
+  }
+
+  async load(read: OpenedRead): Promise<StreamOutcome> {
+    const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
+    try {
+      for await (const batch of read.batches()) {
+        await failpoint('extract.after_batch');
+        for (const raw of batch) {
+          const next = this.positionOf(raw);
+          if (this.canCheckpoint && this.txnRowsRead >= this.stream.checkpointRows && next.group !== this.position.group) {
+            await this.flush();
+            await this.commit(false);
+          }
+          this.accept(raw, next);
+        }
+        await this.flush();
+        this.ctx.onProgress?.(this.stream.name, this.rowsRead);
+      }
+    } catch (error) {
+      await this.txn?.rollback().catch(() => undefined);
+      if (error instanceof TidemarkError) throw withContext(error, { ...context, phase: error.context.phase ?? 'extract' }, 'source');
+      throw withContext(error, { ...context, phase: 'extract' }, 'source');
+    }
+    // A run that read nothing writes nothing; a build always commits, since its swap publishes the generation.
+    if (this.building || this.txnRowsRead > 0) {
+      await this.flush();
+      await this.commit(true);
+    }
+    return { state: this.state, result: this.result('committed') };
+  }
+
+  private positionOf(raw: Row): Position {
+    if (this.stream.strategy === 'incremental') {
+      const cursorRaw = raw[this.cursorIndex];
+      if (cursorRaw === null || cursorRaw === undefined) return { ...this.position, group: '\u0000null' };
+      try {
+        const kind = this.columns[this.cursorIndex]!.type.kind;
+        const cursor: TypedValue = { type: kind, value: encodeValue(kind, coerceValue(this.columns[this.cursorIndex]!.type, cursorRaw)) };
+        const pk = this.pkIndexes.map((i) => this.typed(i, raw[i]));
+        return { watermark: { cursor, pk }, group: cursor.value };
+      } catch {
+        return this.position; // an unreadable cursor makes the row a reject; the position stays where it was
+      }
+    }
+    if (this.pkIndexes.length === 0) return { group: null };
+    try {
+      const afterPk = this.pkIndexes.map((i) => this.typed(i, raw[i]));
+      return { afterPk, group: afterPk.map((v) => v.value).join('\u0000') };
+    } catch {
+      return this.position;
+    }
+  }
+
+  private typed(index: number, raw: unknown): TypedValue {
+    const column = this.columns[index]!;
+    const value = coerceValue(column.type, raw);
+    if (value === null) throw new ValueRejection(`primary key column ${column.name} is NULL`);
+    return { type: column.type.kind, value: encodeValue(column.type.kind, value) };
+  }
+
+  /** Checks one row; a good row is staged, a bad one becomes a reject. Either way it is accounted for. */
+  private accept(raw: Row, position: Position): void {
+    this.rowsRead += 1;
+    this.txnRowsRead += 1;
+    this.position = position;
+    const row: Row = new Array(this.columns.length);
+    for (let i = 0; i < this.columns.length; i += 1) {
+      const column = this.columns[i]!;
+      try {
+        const value = coerceValue(column.type, raw[i]);
+        if (value === null && (this.pkIndexes.includes(i) && this.stream.write === 'merge')) {
+          throw new ValueRejection(`primary key column ${column.name} is NULL`);
+        }
+        const refused = value === null ? undefined : this.ctx.destination.rejectReason(column.type, value);
+        if (refused !== undefined) throw new ValueRejection(refused);
+        row[i] = value;
+      } catch (error) {
+        if (!(error instanceof ValueRejection)) throw error;
+        this.rowsRejected += 1;
+        this.pendingRejects.push({ column: column.name, reason: `column ${column.name}: ${error.message}`, row: rowToJson(this.columns, raw) });
+        return;
+      }
+    }
+    this.rowsLoaded += 1;
+    this.pendingRows.push(row);
+    if (position.watermark) {
+      const value = position.watermark.cursor.value;
+      if (this.cursorMin === null) this.cursorMin = value;
+      this.cursorMax = value;
+    }
+  }
+
+  private async transaction(): Promise<LoadTransaction> {
+    if (!this.txn) {
+      this.txn = await this.ctx.destination.begin({
+        pipeline: this.ctx.pipeline,
+        runId: this.ctx.runId,
+        target: {
+          schema: this.schema,
+          write: this.building && this.stream.write === 'replace' ? 'append' : this.stream.write,
+          ...(this.plan.generation !== undefined ? { build: this.plan.generation } : {}),
+        },
+        fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
+      });
+    }
+    return this.txn;
+  }
+
+  private async flush(): Promise<void> {
+    if (this.pendingRows.length === 0) return;
+    const txn = await this.transaction();
+    await txn.write(this.pendingRows);
+    this.pendingRows = [];
+    await failpoint('load.after_write');
+  }
+
+  private async commit(final: boolean): Promise<void> {
+    const txn = await this.transaction();
+    const next = this.nextState(final);
+    await this.ctx.lease.assertHeld();
+    await txn.commit({
+      state: next,
+      run: this.runRecord(final ? 'committed' : 'running'),
+      rejects: this.pendingRejects,
+      swap: final && this.building,
+      freshBuild: this.freshBuild,
+    });
+    await failpoint('load.after_commit');
+    this.commits += 1;
+    this.state = next;
+    this.freshBuild = false;
+    this.pendingRejects = [];
+    this.txnRowsRead = 0;
+  }
+
+  private nextState(final: boolean): PipelineState {
+    const prior = this.state.streams[this.stream.name];
+    const reached = this.position.watermark;
+    const base: StreamState = {
+      strategy: this.stream.strategy,
+      ...(this.stream.cursor !== undefined ? { cursorColumn: this.stream.cursor } : {}),
+      primaryKey: this.schema.primaryKey,
+      ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
+      updatedAt: new Date().toISOString(),
+      lastRunId: this.ctx.runId,
+    };
+    let streamState: StreamState;
+    if (!this.building) {
+      this.watermark = maxWatermark(this.watermark, reached);
+      streamState = { ...base, ...(this.watermark ? { watermark: this.watermark } : {}) };
+    } else {
+      this.watermark = reached ?? this.watermark;
+      this.buildRows += this.txnRowsRead;
+      if (final) {
+        streamState = { ...base, generation: (prior?.generation ?? 0) + 1, ...(this.watermark ? { watermark: this.watermark } : {}) };
+      } else {
+        streamState = {
+          ...base,
+          ...(prior?.watermark ? { watermark: prior.watermark } : {}),
+          build: {
+            generation: this.plan.generation!,
+            rows: this.buildRows,
+            ...(this.watermark ? { watermark: this.watermark } : {}),
+            ...(this.position.afterPk ? { afterPk: this.position.afterPk } : {}),
+          },
+        };
+      }
+    }
+    return {
+      pipeline: this.ctx.pipeline,
+      version: this.state.version + 1,
+      streams: { ...this.state.streams, [this.stream.name]: streamState },
+    };
+  }
+
+  private runRecord(outcome: RunRecord['outcome']): RunRecord {
+    return {
+      runId: this.ctx.runId,
+      pipeline: this.ctx.pipeline,
+      stream: this.stream.name,
+      startedAt: this.ctx.startedAt,
+      finishedAt: new Date().toISOString(),
+      outcome,
+      rowsRead: this.rowsRead,
+      rowsLoaded: this.rowsLoaded,
+      rowsRejected: this.rowsRejected,
+      commits: this.commits + 1,
+      cursorMin: this.cursorMin,
+      cursorMax: this.cursorMax,
+      full: this.building,
+      worker: `${hostname()}:${process.pid}`,
+      error: null,
+    };
+  }
+
+  result(outcome: StreamResult['outcome']): StreamResult {
+    return {
+      stream: this.stream.name,
+      outcome,
+      rows_read: this.rowsRead,
+      rows_loaded: this.rowsLoaded,
+      rows_rejected: this.rowsRejected,
+      commits: this.commits,
+      cursor_min: this.cursorMin,
+      cursor_max: this.cursorMax,
+      watermark: this.state.streams[this.stream.name]?.watermark ?? null,
+      duration_ms: Date.now() - this.started,
+      full: this.building,
+    };
+  }
+}

@@ -1,0 +1,211 @@
+/**
+ * SQLite as a source. Each read runs inside one read transaction, so the upper bound, the NULL-cursor count and
+ * the rows all come from the same snapshot (WAL mode). Ordering and comparisons are done by SQLite.
+ */
+import Database from 'better-sqlite3';
+import type { OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import { SourceError } from '../../core/errors.js';
+import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
+import { decodeValue } from '../../core/values.js';
+import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan } from '../../shared/sql.js';
+
+export interface SqliteSourceOptions {
+  readonly path: string;
+}
+
+/** Declared SQLite type → logical type, following SQLite's own affinity rules where they apply. */
+export function sqliteDeclaredType(declared: string | null | undefined): ColumnType | undefined {
+  const t = (declared ?? '').toUpperCase().trim();
+  if (t === '') return undefined;
+  if (t.includes('BOOL')) return { kind: 'boolean' };
+  if (/TIMESTAMP\s*WITH\s*TIME\s*ZONE|TIMESTAMPTZ/.test(t)) return { kind: 'timestamptz' };
+  if (t.includes('TIMESTAMP') || t.includes('DATETIME')) return { kind: 'timestamp' };
+  if (t === 'DATE') return { kind: 'date' };
+  if (t === 'TIME') return { kind: 'time' };
+  if (t.includes('INT')) return { kind: 'int64' };
+  const dec = /^(?:DECIMAL|NUMERIC)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$/.exec(t);
+  if (dec) return dec[1] !== undefined ? { kind: 'decimal', precision: Number(dec[1]), scale: Number(dec[2] ?? 0) } : { kind: 'decimal' };
+  if (t.includes('REAL') || t.includes('FLOA') || t.includes('DOUB')) return { kind: 'float64' };
+  if (t.includes('BLOB')) return { kind: 'bytes' };
+  if (t === 'JSON' || t === 'JSONB') return { kind: 'json' };
+  if (t === 'UUID') return { kind: 'uuid' };
+  return { kind: 'text' };
+}
+
+function inferType(value: unknown): ColumnType {
+  if (typeof value === 'bigint') return { kind: 'int64' };
+  if (typeof value === 'number') return { kind: 'float64' };
+  if (value instanceof Uint8Array) return { kind: 'bytes' };
+  return { kind: 'text' };
+}
+
+/**
+ * SQLite stores timestamps as text in whatever form the writer chose; comparing them as text is only right when
+ * every value has the same shape. This expression rewrites 'YYYY-MM-DD[ T]HH:MM:SS[.f…]' into the canonical
+ * 'YYYY-MM-DD HH:MM:SS.ffffff' inside SQLite, so bounds and order agree with tidemark's canonical watermark.
+ */
+function canonicalTimestampSql(column: string): string {
+  return `(replace(substr(${column}, 1, 19), 'T', ' ') || '.' || substr(substr(${column}, 21) || '000000', 1, 6))`;
+}
+
+function toParam(typed: TypedValue): unknown {
+  const v = decodeValue(typed);
+  if (typeof v === 'boolean') return v ? 1 : 0;
+  if (v instanceof Uint8Array) return Buffer.from(v);
+  return v;
+}
+
+export class SqliteSource implements Source {
+  private readonly db: Database.Database;
+
+  constructor(private readonly options: SqliteSourceOptions) {
+    try {
+      this.db = new Database(options.path, { readonly: true, fileMustExist: true });
+    } catch (cause) {
+      throw new SourceError(`cannot open SQLite source ${options.path}: ${(cause as Error).message}`, { cause, context: { phase: 'connect' } });
+    }
+    this.db.defaultSafeIntegers(true);
+  }
+
+  private relation(stream: StreamSpec): string {
+    if (stream.table !== undefined) return quoteQualified(stream.table);
+    return `(${stream.query!.replace(/;\s*$/, '')}) AS tidemark_query`;
+  }
+
+  async discover(stream: StreamSpec): Promise<StreamSchema> {
+    const context = { stream: stream.name, phase: 'discover' };
+    let columns: Column[];
+    let tablePk: string[] = [];
+    try {
+      if (stream.table !== undefined) {
+        const parts = splitQualified(stream.table);
+        const table = parts[parts.length - 1]!;
+        const schema = parts.length > 1 ? parts[0]! : 'main';
+        const info = this.db.prepare(`SELECT name, type, "notnull", pk FROM pragma_table_info(?, ?)`).all(table, schema) as {
+          name: string;
+          type: string;
+          notnull: bigint;
+          pk: bigint;
+        }[];
+        if (info.length === 0) throw new SourceError(`table ${stream.table} does not exist in ${this.options.path}`, { context });
+        const sample = this.sampleRow(stream);
+        columns = info.map((c, i) => ({
+          name: c.name,
+          type: sqliteDeclaredType(c.type) ?? inferType(sample?.[i]),
+          nullable: c.notnull === 0n && c.pk === 0n,
+        }));
+        tablePk = info.filter((c) => c.pk > 0n).sort((a, b) => Number(a.pk - b.pk)).map((c) => c.name);
+      } else {
+        const stmt = this.db.prepare(`SELECT * FROM ${this.relation(stream)} LIMIT 1`);
+        const sample = stmt.raw(true).get() as unknown[] | undefined;
+        columns = stmt.columns().map((c, i) => ({ name: c.name, type: sqliteDeclaredType(c.type) ?? inferType(sample?.[i]), nullable: true }));
+      }
+    } catch (cause) {
+      if (cause instanceof SourceError) throw cause;
+      throw new SourceError(`cannot read the schema of ${stream.table ?? 'the query'}: ${(cause as Error).message}`, { cause, context });
+    }
+    const primaryKey = stream.primaryKey.length ? stream.primaryKey : tablePk;
+    for (const name of [...primaryKey, ...(stream.cursor ? [stream.cursor] : [])]) {
+      if (!columns.some((c) => c.name === name)) {
+        throw new SourceError(`column ${name} is not in ${stream.table ?? 'the query'} (columns: ${columns.map((c) => c.name).join(', ')})`, { context });
+      }
+    }
+    return { name: stream.name, columns, primaryKey, ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}) };
+  }
+
+  private sampleRow(stream: StreamSpec): unknown[] | undefined {
+    return this.db.prepare(`SELECT * FROM ${this.relation(stream)} LIMIT 1`).raw(true).get() as unknown[] | undefined;
+  }
+
+  async open(request: ReadRequest): Promise<OpenedRead> {
+    const schema = await this.discover(request.stream);
+    const db = this.db;
+    const relation = this.relation(request.stream);
+    const select = schema.columns.map((c) => quoteIdent(c.name)).join(', ');
+    const pk = schema.primaryKey.map((name) => quoteIdent(name));
+    const cursorColumn = schema.cursor !== undefined ? schema.columns.find((c) => c.name === schema.cursor)! : undefined;
+    const cursorExpr = cursorColumn
+      ? cursorColumn.type.kind === 'timestamp'
+        ? canonicalTimestampSql(quoteIdent(cursorColumn.name))
+        : quoteIdent(cursorColumn.name)
+      : undefined;
+
+    db.exec('BEGIN');
+    let until: TypedValue | null = null;
+    let nullCursorRows = 0;
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const bindings: string[] = [];
+    const bind = (typed: TypedValue): string => {
+      params.push(toParam(typed));
+      bindings.push(typed.value);
+      return '?';
+    };
+    let nullQuery: string | undefined;
+    try {
+      if (request.incremental && cursorExpr && cursorColumn) {
+        const max = db.prepare(`SELECT max(${cursorExpr}) AS m FROM ${relation}`).raw(true).get() as unknown[];
+        until = max[0] === null ? null : { type: cursorColumn.type.kind, value: String(max[0]) };
+        const nulls = db.prepare(`SELECT count(*) FROM ${relation} WHERE ${cursorExpr} IS NULL`).raw(true).get() as bigint[];
+        nullCursorRows = Number(nulls[0]);
+        if (request.from !== undefined) where.push(`${cursorExpr} >= ${bind(request.from)}`);
+        else if (request.after !== undefined) {
+          const keyset = afterWatermark(cursorExpr, pk, request.after, () => '?', { rowValues: true });
+          where.push(keyset.sql);
+          keyset.values.forEach((v) => bind(v));
+        }
+        where.push(until === null ? '0 = 1' : `${cursorExpr} <= ${bind(until)}`);
+        if (request.nullCursor === 'include') nullQuery = `SELECT ${select} FROM ${relation} WHERE ${cursorExpr} IS NULL ORDER BY ${pk.join(', ') || '1'}`;
+      } else if (request.afterPk !== undefined && pk.length > 0) {
+        const keyset = tupleGreaterThan(pk, request.afterPk, () => '?', { rowValues: true });
+        where.push(keyset.sql);
+        keyset.values.forEach((v) => bind(v));
+      }
+    } catch (error) {
+      db.exec('COMMIT');
+      throw new SourceError(`cannot plan the read of ${request.stream.name}: ${(error as Error).message}`, {
+        cause: error,
+        context: { stream: request.stream.name, phase: 'plan' },
+      });
+    }
+    const order = request.incremental && cursorExpr ? [cursorExpr, ...pk] : pk;
+    const predicate = where.length ? where.join(' AND ') : 'TRUE';
+    const sql = `SELECT ${select} FROM ${relation} WHERE ${predicate}${order.length ? ` ORDER BY ${order.join(', ')}` : ''}`;
+    let closed = false;
+    const close = async (): Promise<void> => {
+      if (closed) return;
+      closed = true;
+      if (db.inTransaction) db.exec('COMMIT');
+    };
+    return {
+      schema,
+      until,
+      nullCursorRows,
+      predicate,
+      bindings,
+      close,
+      async *batches(): AsyncIterable<Row[]> {
+        try {
+          const queries: [string, unknown[]][] = [...(nullQuery ? [[nullQuery, []] as [string, unknown[]]] : []), [sql, params]];
+          for (const [text, values] of queries) {
+            let batch: Row[] = [];
+            for (const row of db.prepare(text).raw(true).iterate(...values) as IterableIterator<Row>) {
+              batch.push(row);
+              if (batch.length >= request.batchRows) {
+                yield batch;
+                batch = [];
+              }
+            }
+            if (batch.length) yield batch;
+          }
+        } finally {
+          await close();
+        }
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.db.open) this.db.close();
+  }
+}

@@ -1,0 +1,164 @@
+/**
+ * A lease lock kept in a directory of small files, one per fencing token. Taking the lease means creating the file
+ * of the next token with an atomic link (exactly one contender can), so tokens only grow and a zombie holder of an
+ * older token can always be told apart. A holder whose process is gone (same host) is taken over at once;
+ * otherwise the lease must expire first.
+ */
+import { randomBytes } from 'node:crypto';
+import { link, mkdir, readdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import type { Lease, LeaseProvider } from '../../core/connector.js';
+import { ConflictError } from '../../core/errors.js';
+
+interface LeaseRecord {
+  readonly token: number;
+  readonly host: string;
+  readonly pid: number;
+  readonly acquiredAt: string;
+  readonly expiresAt: number;
+  readonly released: boolean;
+}
+
+const FILE_RE = /^lease-(\d{12})\.json$/;
+
+function fileName(token: number): string {
+  return `lease-${String(token).padStart(12, '0')}.json`;
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+export class FileLeaseProvider implements LeaseProvider {
+  constructor(private readonly directory: string) {}
+
+  async acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+    const dir = join(this.directory, pipeline);
+    await mkdir(dir, { recursive: true });
+    const current = await latest(dir);
+    if (current && isLive(current)) {
+      throw new ConflictError(
+        `pipeline ${pipeline} is already running (since ${current.acquiredAt}, pid ${current.pid} on ${current.host})`,
+        { context: { pipeline, phase: 'lock' } },
+      );
+    }
+    const token = (current?.token ?? 0) + 1;
+    const record: LeaseRecord = {
+      token,
+      host: hostname(),
+      pid: process.pid,
+      acquiredAt: new Date().toISOString(),
+      expiresAt: Date.now() + options.ttlMs,
+      released: false,
+    };
+    const tmp = join(dir, `.tmp-${randomBytes(6).toString('hex')}`);
+    await writeFile(tmp, JSON.stringify(record));
+    try {
+      await link(tmp, join(dir, fileName(token)));
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const winner = await latest(dir);
+      throw new ConflictError(
+        `pipeline ${pipeline} is already running (since ${winner?.acquiredAt ?? 'just now'}, pid ${winner?.pid ?? '?'} on ${winner?.host ?? '?'})`,
+        { context: { pipeline, phase: 'lock' } },
+      );
+    } finally {
+      await unlink(tmp).catch(() => undefined);
+    }
+    await prune(dir, token);
+    return new FileLease(pipeline, dir, record, options.ttlMs);
+  }
+}
+
+function isLive(record: LeaseRecord): boolean {
+  if (record.released || record.expiresAt <= Date.now()) return false;
+  if (record.host === hostname() && !processAlive(record.pid)) return false;
+  return true;
+}
+
+async function latest(dir: string): Promise<LeaseRecord | undefined> {
+  const tokens = (await readdir(dir))
+    .map((f) => FILE_RE.exec(f))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => Number(m[1]))
+    .sort((a, b) => b - a);
+  if (tokens.length === 0) return undefined;
+  const text = await readFile(join(dir, fileName(tokens[0]!)), 'utf8');
+  return JSON.parse(text) as LeaseRecord;
+}
+
+async function prune(dir: string, keepFrom: number): Promise<void> {
+  for (const f of await readdir(dir)) {
+    const m = FILE_RE.exec(f);
+    if (m && Number(m[1]) < keepFrom - 1) await unlink(join(dir, f)).catch(() => undefined);
+  }
+}
+
+class FileLease implements Lease {
+  readonly token: number;
+  readonly since: string;
+  private record: LeaseRecord;
+  private readonly timer: NodeJS.Timeout;
+  private lost: string | undefined;
+
+  constructor(
+    readonly pipeline: string,
+    private readonly dir: string,
+    record: LeaseRecord,
+    private readonly ttlMs: number,
+  ) {
+    this.record = record;
+    this.token = record.token;
+    this.since = record.acquiredAt;
+    this.timer = setInterval(() => void this.renew(), Math.max(50, Math.floor(ttlMs / 3)));
+    this.timer.unref();
+  }
+
+  private async renew(): Promise<void> {
+    if (this.lost !== undefined) return;
+    try {
+      await this.check();
+      await this.write({ ...this.record, expiresAt: Date.now() + this.ttlMs });
+    } catch (error) {
+      this.lost = (error as Error).message;
+    }
+  }
+
+  private async write(record: LeaseRecord): Promise<void> {
+    const tmp = join(this.dir, `.tmp-${randomBytes(6).toString('hex')}`);
+    await writeFile(tmp, JSON.stringify(record));
+    await rename(tmp, join(this.dir, fileName(record.token)));
+    this.record = record;
+  }
+
+  private async check(): Promise<void> {
+    const current = await latest(this.dir);
+    if (current?.token !== this.token) {
+      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${current?.token}`, {
+        context: { pipeline: this.pipeline, phase: 'commit' },
+      });
+    }
+    if (this.record.expiresAt <= Date.now()) {
+      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) expired`, {
+        context: { pipeline: this.pipeline, phase: 'commit' },
+      });
+    }
+  }
+
+  async assertHeld(): Promise<void> {
+    if (this.lost !== undefined) throw new ConflictError(this.lost, { context: { pipeline: this.pipeline, phase: 'commit' } });
+    await this.check();
+  }
+
+  async release(): Promise<void> {
+    clearInterval(this.timer);
+    const current = await latest(this.dir).catch(() => undefined);
+    if (current?.token === this.token) await this.write({ ...this.record, released: true }).catch(() => undefined);
+  }
+}

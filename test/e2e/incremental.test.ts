@@ -1,0 +1,159 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { cli } from '../helpers/cli.js';
+import { tempDir, writeYaml } from '../helpers/fs.js';
+import { createItems, itemRange, pipelineYaml, upsertItems } from '../helpers/shop.js';
+import { destinationQuery } from '../helpers/warehouse.js';
+
+const KINDS = ['duckdb', 'sqlite'] as const;
+
+describe.each(KINDS)('incremental runs into %s', (kind) => {
+  let dir: string;
+  let cleanup: () => Promise<void>;
+  let source: string;
+  let target: string;
+  let config: string;
+
+  beforeEach(async () => {
+    ({ dir, cleanup } = await tempDir());
+    source = join(dir, 'source.sqlite');
+    target = join(dir, kind === 'duckdb' ? 'warehouse.duckdb' : 'warehouse.sqlite');
+  });
+  afterEach(() => cleanup());
+
+  async function state(): Promise<{ version: number; streams: Record<string, { watermark?: { cursor: { value: string }; pk: { value: string }[] } }> }> {
+    const out = await cli(['state', 'show', '--json', '--config', config]);
+    expect(out.code, out.stderr).toBe(0);
+    return JSON.parse(out.stdout);
+  }
+
+  async function contents(): Promise<{ n: number; distinct: number; values: string[] }> {
+    const rows = await destinationQuery(kind, target, `SELECT CAST(id AS VARCHAR) AS id, value FROM items ORDER BY id`);
+    return { n: rows.length, distinct: new Set(rows.map((r) => String(r.id))).size, values: rows.map((r) => `${r.id}:${r.value}`) };
+  }
+
+  it('loads, then a no-op re-run moves 0 rows and writes nothing', async () => {
+    createItems(source, itemRange(1, 250, 10));
+    config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target } }));
+    const first = await cli(['run', config, '--json']);
+    expect(first.code, first.stderr).toBe(0);
+    const result = JSON.parse(first.stdout);
+    expect(result.streams[0]).toMatchObject({ stream: 'items', outcome: 'committed', rows_read: 250, rows_loaded: 250, rows_rejected: 0 });
+    const before = await state();
+    const runsBefore = (await cli(['runs', '--json', '--config', config])).stdout;
+    const second = await cli(['run', config, '--json']);
+    expect(second.code, second.stderr).toBe(0);
+    expect(JSON.parse(second.stdout).streams[0]).toMatchObject({ rows_read: 0, rows_loaded: 0, commits: 0 });
+    expect((await state()).version).toBe(before.version);
+    expect((await cli(['runs', '--json', '--config', config])).stdout).toBe(runsBefore);
+    expect((await contents()).n).toBe(250);
+  });
+
+  it('never loses or duplicates rows that share a cursor value across batch, checkpoint and run boundaries', async () => {
+    // 7 rows per timestamp; batches of 5 and checkpoints every 6 rows fall inside tie groups.
+    createItems(source, itemRange(1, 40, 7));
+    config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target }, stream: { write: 'append', checkpoint_rows: 6, batch_rows: 5 } }));
+    const first = await cli(['run', config, '--json']);
+    expect(first.code, first.stderr).toBe(0);
+    const r1 = JSON.parse(first.stdout).streams[0];
+    expect(r1.rows_loaded).toBe(40);
+    expect(r1.commits).toBeGreaterThan(1);
+    // The last group (ids 36..42 share one second) was cut by the run boundary at id 40; more rows join it.
+    upsertItems(source, itemRange(41, 9, 7));
+    const second = await cli(['run', config, '--json']);
+    expect(second.code, second.stderr).toBe(0);
+    expect(JSON.parse(second.stdout).streams[0].rows_loaded).toBe(9);
+    const c = await contents();
+    expect(c).toMatchObject({ n: 49, distinct: 49 });
+    const s = await state();
+    expect(s.streams.items!.watermark!.pk[0]!.value).toBe('49');
+  });
+
+  it('merges updates in place: the newest version of each row wins', async () => {
+    createItems(source, itemRange(1, 30, 3));
+    config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target } }));
+    expect((await cli(['run', config])).code).toBe(0);
+    upsertItems(source, itemRange(5, 3, 100, 3600, 'v2'));
+    const out = await cli(['run', config, '--json']);
+    expect(JSON.parse(out.stdout).streams[0].rows_loaded).toBe(3);
+    const c = await contents();
+    expect(c.n).toBe(30);
+    expect(c.values).toContain('5:v2-5');
+    expect(c.values).toContain('8:v1-8');
+  });
+
+  it('keeps int64 beyond 2^53 and microsecond timestamps exact', async () => {
+    createItems(source, [
+      { id: 9007199254740993n, updated_at: '2024-05-06 07:08:09.123456', value: 'big' },
+      { id: 1, updated_at: '2024-05-06 07:08:09.000001', value: 'small' },
+    ]);
+    config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target } }));
+    const out = await cli(['run', config]);
+    expect(out.code, out.stderr).toBe(0);
+    const ts = kind === 'duckdb' ? `strftime(updated_at, '%Y-%m-%d %H:%M:%S.%f')` : 'updated_at';
+    const rows = await destinationQuery(kind, target, `SELECT CAST(id AS VARCHAR) AS id, ${ts} AS ts FROM items ORDER BY id`);
+    expect(rows.map((r) => [String(r.id), r.ts])).toEqual([
+      ['1', '2024-05-06 07:08:09.000001'],
+      ['9007199254740993', '2024-05-06 07:08:09.123456'],
+    ]);
+    const s = await state();
+    expect(s.streams.items!.watermark!.pk[0]!.value).toBe('9007199254740993');
+    expect(s.streams.items!.watermark!.cursor.value).toBe('2024-05-06 07:08:09.123456');
+  });
+
+  it('accounts for every row: a value the column cannot hold goes to _tidemark_rejects', async () => {
+    createItems(source, itemRange(1, 5, 1));
+    const db = (await import('better-sqlite3')).default(source);
+    db.exec(`ALTER TABLE items ADD COLUMN qty INTEGER`);
+    db.exec(`UPDATE items SET qty = id * 10`);
+    db.exec(`UPDATE items SET qty = 'many' WHERE id = 3`);
+    db.close();
+    config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target } }));
+    const out = await cli(['run', config, '--json']);
+    expect(out.code, out.stderr).toBe(0);
+    const r = JSON.parse(out.stdout).streams[0];
+    expect(r).toMatchObject({ rows_read: 5, rows_loaded: 4, rows_rejected: 1 });
+    const rejects = await destinationQuery(kind, target, `SELECT column_name, reason, "row" FROM _tidemark_rejects`);
+    expect(rejects).toHaveLength(1);
+    expect(rejects[0]!.column_name).toBe('qty');
+    expect(String(rejects[0]!.reason)).toMatch(/qty.*many/);
+    expect(JSON.parse(String(rejects[0]!.row))).toMatchObject({ id: '3', qty: 'many' });
+  });
+
+  it('stops on NULL cursors by default, naming the stream and the count', async () => {
+    createItems(source, [...itemRange(1, 3, 1), { id: 4, updated_at: null, value: 'x' }, { id: 5, updated_at: null, value: 'y' }]);
+    config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target } }));
+    const out = await cli(['run', config]);
+    expect(out.code).toBe(1);
+    expect(out.stderr + out.stdout).toMatch(/items.*2 rows have a NULL cursor updated_at/);
+    const include = await writeYaml(dir, 'p2.yaml', pipelineYaml({ name: 'inc', source, destination: { type: kind, path: target }, stream: { on_null_cursor: 'include' } }));
+    const ok = await cli(['run', include, '--json']);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(JSON.parse(ok.stdout).streams[0].rows_loaded).toBe(5);
+  });
+});
+
+describe('config errors', () => {
+  it('exit 2 with the file and the path in the document', async () => {
+    const { dir, cleanup } = await tempDir();
+    try {
+      const file = await writeYaml(dir, 'bad.yaml', `name: x\nsource: {type: sqlite, path: a.db}\nstreams:\n  - table: t\n    cursor: c\n    lookback: 5m\n    write: append\n`);
+      const out = await cli(['validate', file]);
+      expect(out.code).toBe(2);
+      expect(out.stderr).toContain('bad.yaml');
+      expect(out.stderr).toContain('streams[0].lookback');
+      const typo = await writeYaml(dir, 'typo.yaml', `name: x\nsource: {type: sqlite, path: a.db}\nstreams:\n  - table: t\n    cursor: 5\n`);
+      const out2 = await cli(['run', typo]);
+      expect(out2.code).toBe(2);
+      expect(out2.stderr).toMatch(/streams\[0\]\.cursor/);
+      const env = await writeYaml(dir, 'env.yaml', `name: x\nsource: {type: sqlite, path: "\${env:TM_TEST_MISSING}"}\nstreams:\n  - table: t\n`);
+      const out3 = await cli(['validate', env]);
+      expect(out3.code).toBe(2);
+      expect(out3.stderr).toContain('TM_TEST_MISSING');
+      expect(await readFile(file, 'utf8')).toContain('lookback');
+    } finally {
+      await cleanup();
+    }
+  });
+});

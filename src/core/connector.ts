@@ -17,6 +17,18 @@ import type {
   WriteMode,
 } from './types.js';
 
+export type JsonValue = null | boolean | number | string | readonly JsonValue[] | { readonly [key: string]: JsonValue };
+
+/** What a source yields: rows, and optionally where to resume once they are committed. */
+export interface Batch {
+  readonly rows: readonly Row[];
+  /**
+   * An opaque position (page token, Singer STATE) that resumes the read right after this batch once the batch is
+   * committed. `null` clears a stored position (the stream finished its window).
+   */
+  readonly resume?: JsonValue;
+}
+
 /** A stream as configured, after validation and defaults. */
 export interface StreamSpec {
   readonly name: string;
@@ -36,6 +48,8 @@ export interface ReadRequest {
   readonly afterPk?: readonly TypedValue[];
   /** Incremental streams read up to a fixed upper bound; `false` for full reads. */
   readonly incremental: boolean;
+  /** The resume position stored by the last commit of an unfinished read. */
+  readonly resume?: JsonValue;
   readonly nullCursor: NullCursorPolicy;
   readonly batchRows: number;
   readonly signal?: AbortSignal;
@@ -51,8 +65,17 @@ export interface OpenedRead {
   /** The predicate with its bound values, for `tidemark plan` and logs. */
   readonly predicate: string;
   readonly bindings: readonly string[];
-  /** Batches ordered by `(cursor, pk)` for incremental reads and by pk for keyset reads. */
-  batches(): AsyncIterable<Row[]>;
+  /**
+   * The highest cursor value at or below which no row can still appear (bounded by the oldest open transaction
+   * and clock skew). The next run re-reads from it; absent when the source cannot tell.
+   */
+  readonly safeMark?: TypedValue | null;
+  /** False when rows do not arrive in cursor order: the watermark then advances only when the read completes. */
+  readonly ordered?: boolean;
+  /** True when the read resumes by `Batch.resume` tokens: commits then happen only at batch ends carrying one. */
+  readonly resumable?: boolean;
+  /** Batches ordered by `(cursor, pk)` for incremental reads and by pk for keyset reads (unless `ordered` is false). */
+  batches(): AsyncIterable<Batch>;
   close(): Promise<void>;
 }
 

@@ -91,6 +91,10 @@ export interface StreamState {
   /** A live generation counter; bumped by every swap. */
   readonly generation?: number;
   readonly build?: BuildProgress;
+  /** Cursor value below which nothing can still appear; the next run re-reads from here (see OpenedRead.safeMark). */
+  readonly safeMark?: TypedValue;
+  /** Opaque resume position of an unfinished read (page token, Singer STATE). */
+  readonly resume?: unknown;
   readonly updatedAt?: string;
   readonly lastRunId?: string;
 }

@@ -2,7 +2,7 @@
  * Planning one stream: from the stored state and the run's options, decide what to read (keyset position,
  * lookback start) and where it goes (live table, or a generation built beside it).
  */
-import type { ReadRequest } from '../core/connector.js';
+import type { JsonValue, ReadRequest } from '../core/connector.js';
 import { ConfigError } from '../core/errors.js';
 import type { StreamState, TypedValue, Watermark } from '../core/types.js';
 import { canonicalDate, compareCanonical, formatMicros, timestampMicros } from '../core/values.js';
@@ -33,11 +33,22 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
     return { request, ...buildInfo, ...(prior?.watermark ? { startWatermark: prior.watermark } : {}) };
   }
   const watermark = prior?.watermark;
+  const resume = prior?.resume !== undefined ? { resume: prior.resume as JsonValue } : {};
+  const safe = prior?.safeMark;
+  if (watermark && safe && stream.write === 'merge' && compareCanonical(safe.type, safe.value, watermark.cursor.value) < 0) {
+    // Rows of transactions still open at the last run may carry cursors below its high mark: re-read from the
+    // safe mark; merge makes the re-read exact, and the stored high mark never moves back.
+    return { request: { ...base, ...resume, incremental: true, after: { cursor: safe, pk: [] } }, ...buildInfo, startWatermark: watermark };
+  }
   if (watermark && stream.lookbackMs !== undefined) {
     const from = subtractLookback(watermark.cursor, stream.lookbackMs, stream.name);
     return { request: { ...base, incremental: true, from }, ...buildInfo, startWatermark: watermark };
   }
-  return { request: { ...base, incremental: true, ...(watermark ? { after: watermark } : {}) }, ...buildInfo, ...(watermark ? { startWatermark: watermark } : {}) };
+  return {
+    request: { ...base, ...resume, incremental: true, ...(watermark ? { after: watermark } : {}) },
+    ...buildInfo,
+    ...(watermark ? { startWatermark: watermark } : {}),
+  };
 }
 
 /** The cursor value `lookback` before a watermark; only time-like cursors have a meaning for a duration. */

@@ -55,7 +55,7 @@ export async function loadStream(ctx: StreamContext, stream: StreamConfig, state
   });
   try {
     checkNullCursors(ctx, stream, read);
-    const loader = new StreamLoader(ctx, stream, plan, read.schema, state, started);
+    const loader = new StreamLoader(ctx, stream, plan, read, state, started);
     return await loader.load(read);
   } finally {
     await read.close();
@@ -71,6 +71,8 @@ function checkNullCursors(ctx: StreamContext, stream: StreamConfig, read: Opened
 }
 
 class StreamLoader {
+  private readonly schema: StreamSchema;
+  private readonly unordered: boolean;
   private readonly columns: readonly Column[];
   private readonly cursorIndex: number;
   private readonly pkIndexes: readonly number[];
@@ -89,16 +91,22 @@ class StreamLoader {
   private cursorMin: string | null = null;
   private cursorMax: string | null = null;
   private watermark: Watermark | undefined;
+  /** Highest position seen, for sources whose rows are not in cursor order. */
+  private highest: Watermark | undefined;
+  private resume: unknown;
   private freshBuild: boolean;
 
   constructor(
     private readonly ctx: StreamContext,
     private readonly stream: StreamConfig,
     private readonly plan: StreamPlan,
-    private readonly schema: StreamSchema,
+    private readonly read: OpenedRead,
     state: PipelineState,
     private readonly started: number,
   ) {
+    const schema = read.schema;
+    this.schema = schema;
+    this.unordered = read.ordered === false;
     this.columns = schema.columns;
     this.cursorIndex = schema.cursor !== undefined ? schema.columns.findIndex((c) => c.name === schema.cursor) : -1;
     this.pkIndexes = schema.primaryKey.map((name) => schema.columns.findIndex((c) => c.name === name));
@@ -108,10 +116,15 @@ class StreamLoader {
     this.buildRows = state.streams[stream.name]?.build?.rows ?? 0;
     this.watermark = this.building ? state.streams[stream.name]?.build?.watermark : plan.startWatermark;
     this.position = { group: null, ...(this.watermark ? { watermark: this.watermark } : {}) };
+    this.resume = state.streams[stream.name]?.resume;
   }
 
-  /** Incremental reads checkpoint at cursor changes; full reads at any primary-key boundary; without a key, only at the end. */
-  private get canCheckpoint(): boolean {
+  /**
+   * Incremental reads checkpoint where the cursor changes; full reads at any primary-key boundary; reads without a
+   * key only at the end; token-resumed reads only at the ends of batches that carry a token.
+   */
+  private canCheckpointAt(read: OpenedRead): boolean {
+    if (read.resumable) return false;
     return this.stream.strategy === 'incremental' || this.pkIndexes.length > 0;
   }
 
@@ -120,15 +133,17 @@ class StreamLoader {
     try {
       for await (const batch of read.batches()) {
         await failpoint('extract.after_batch');
-        for (const raw of batch) {
+        for (const raw of batch.rows) {
           const next = this.positionOf(raw);
-          if (this.canCheckpoint && this.txnRowsRead >= this.stream.checkpointRows && next.group !== this.position.group) {
+          if (this.canCheckpointAt(read) && this.txnRowsRead >= this.stream.checkpointRows && next.group !== this.position.group) {
             await this.flush();
             await this.commit(false);
           }
           this.accept(raw, next);
         }
+        if (batch.resume !== undefined) this.resume = batch.resume;
         await this.flush();
+        if (read.resumable && batch.resume !== undefined && this.txnRowsRead >= this.stream.checkpointRows) await this.commit(false);
         this.ctx.onProgress?.(this.stream.name, this.rowsRead);
       }
     } catch (error) {
@@ -178,6 +193,7 @@ class StreamLoader {
     this.rowsRead += 1;
     this.txnRowsRead += 1;
     this.position = position;
+    if (this.unordered) this.highest = maxWatermark(this.highest, position.watermark);
     const row: Row = new Array(this.columns.length);
     for (let i = 0; i < this.columns.length; i += 1) {
       const column = this.columns[i]!;
@@ -250,7 +266,10 @@ class StreamLoader {
 
   private nextState(final: boolean): PipelineState {
     const prior = this.state.streams[this.stream.name];
-    const reached = this.position.watermark;
+    // An unordered read only knows its high point once it has seen the whole window.
+    const reached = this.unordered ? (final ? this.highest : undefined) : this.position.watermark;
+    const resume = this.resume;
+    const safeMark = this.read.safeMark ?? undefined;
     const base: StreamState = {
       strategy: this.stream.strategy,
       ...(this.stream.cursor !== undefined ? { cursorColumn: this.stream.cursor } : {}),
@@ -262,12 +281,22 @@ class StreamLoader {
     let streamState: StreamState;
     if (!this.building) {
       this.watermark = maxWatermark(this.watermark, reached);
-      streamState = { ...base, ...(this.watermark ? { watermark: this.watermark } : {}) };
+      streamState = {
+        ...base,
+        ...(this.watermark ? { watermark: this.watermark } : {}),
+        ...(safeMark ? { safeMark } : {}),
+        ...(resume !== undefined && resume !== null ? { resume } : {}),
+      };
     } else {
       this.watermark = reached ?? this.watermark;
       this.buildRows += this.txnRowsRead;
       if (final) {
-        streamState = { ...base, generation: (prior?.generation ?? 0) + 1, ...(this.watermark ? { watermark: this.watermark } : {}) };
+        streamState = {
+          ...base,
+          generation: (prior?.generation ?? 0) + 1,
+          ...(this.watermark ? { watermark: this.watermark } : {}),
+          ...(safeMark ? { safeMark } : {}),
+        };
       } else {
         streamState = {
           ...base,

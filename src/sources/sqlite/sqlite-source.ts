@@ -3,7 +3,7 @@
  * the rows all come from the same snapshot (WAL mode). Ordering and comparisons are done by SQLite.
  */
 import Database from 'better-sqlite3';
-import type { OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { decodeValue } from '../../core/values.js';
@@ -184,7 +184,7 @@ export class SqliteSource implements Source {
       predicate,
       bindings,
       close,
-      async *batches(): AsyncIterable<Row[]> {
+      async *batches(): AsyncIterable<Batch> {
         try {
           const queries: [string, unknown[]][] = [...(nullQuery ? [[nullQuery, []] as [string, unknown[]]] : []), [sql, params]];
           for (const [text, values] of queries) {
@@ -192,11 +192,11 @@ export class SqliteSource implements Source {
             for (const row of db.prepare(text).raw(true).iterate(...values) as IterableIterator<Row>) {
               batch.push(row);
               if (batch.length >= request.batchRows) {
-                yield batch;
+                yield { rows: batch };
                 batch = [];
               }
             }
-            if (batch.length) yield batch;
+            if (batch.length) yield { rows: batch };
           }
         } finally {
           await close();

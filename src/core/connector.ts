@@ -122,6 +122,8 @@ export interface CommitRequest {
   readonly swap: boolean;
   /** The first commit of a new generation: any leftover build table of the stream is dropped first. */
   readonly freshBuild?: boolean;
+  /** Called inside the transaction right before COMMIT; throwing aborts it (the engine re-checks its lease here). */
+  readonly verify?: () => Promise<void>;
 }
 
 export interface LoadTransaction {

@@ -9,11 +9,12 @@ export type FailpointName =
   | 'load.after_commit'
   | 'lock.after_acquire';
 
-type Action = 'kill' | 'throw' | 'hang';
+type Action = 'kill' | 'throw' | 'hang' | 'sleep';
 
 interface Armed {
   readonly at: number;
   readonly action: Action;
+  readonly sleepMs: number;
   hits: number;
 }
 
@@ -22,9 +23,10 @@ export class FailpointError extends Error {}
 function parse(spec: string | undefined): Map<string, Armed> {
   const armed = new Map<string, Armed>();
   for (const part of (spec ?? '').split(',').map((p) => p.trim()).filter(Boolean)) {
-    const m = /^([a-z_.]+)=(\d+):(kill|throw|hang)$/.exec(part);
-    if (!m) throw new Error(`TIDEMARK_FAILPOINTS: cannot parse "${part}" (expected name=N:kill|throw|hang)`);
-    armed.set(m[1]!, { at: Number(m[2]), action: m[3] as Action, hits: 0 });
+    const m = /^([a-z_.]+)=(\d+):(kill|throw|hang|sleep\((\d+)\))$/.exec(part);
+    if (!m) throw new Error(`TIDEMARK_FAILPOINTS: cannot parse "${part}" (expected name=N:kill|throw|hang|sleep(ms))`);
+    const action = (m[3]!.startsWith('sleep') ? 'sleep' : m[3]) as Action;
+    armed.set(m[1]!, { at: Number(m[2]), action, sleepMs: Number(m[4] ?? 0), hits: 0 });
   }
   return armed;
 }
@@ -45,11 +47,15 @@ export async function failpoint(name: FailpointName): Promise<void> {
   switch (point.action) {
     case 'kill':
       process.kill(process.pid, 'SIGKILL');
-      await new Promise(() => undefined);
+      await new Promise(() => setInterval(() => undefined, 60_000));
       return;
     case 'throw':
       throw new FailpointError(`failpoint ${name} fired (hit ${point.hits})`);
     case 'hang':
-      await new Promise(() => undefined);
+      // A referenced timer keeps the process alive, as a stuck run would be.
+      await new Promise(() => setInterval(() => undefined, 60_000));
+      return;
+    case 'sleep':
+      await new Promise((resolve) => setTimeout(resolve, point.sleepMs));
   }
 }

@@ -255,6 +255,7 @@ class StreamLoader {
       rejects: this.pendingRejects,
       swap: final && this.building,
       freshBuild: this.freshBuild,
+      verify: () => this.ctx.lease.assertHeld(),
     });
     await failpoint('load.after_commit');
     this.commits += 1;

@@ -9,6 +9,8 @@ export interface ItemRow {
 
 export function createItems(path: string, rows: readonly ItemRow[]): void {
   const db = new Database(path);
+  // WAL, as a live application database would run: readers (tidemark's snapshot) never block its writers.
+  db.pragma('journal_mode = WAL');
   db.exec(`CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY, updated_at TIMESTAMP, value TEXT NOT NULL)`);
   upsertItems(db, rows);
   db.close();
@@ -42,6 +44,7 @@ export function pipelineYaml(options: {
 }): string {
   const stream = { table: 'items', primary_key: ['id'], cursor: 'updated_at', ...options.stream };
   const streamYaml = Object.entries(stream)
+    .filter(([, v]) => v !== undefined)
     .map(([k, v], i) => `${i === 0 ? '  - ' : '    '}${k}: ${JSON.stringify(v)}`)
     .join('\n');
   return `name: ${options.name ?? 'items'}

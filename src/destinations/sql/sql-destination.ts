@@ -100,6 +100,7 @@ class SqlLoadTransaction implements LoadTransaction {
         await this.exec.run(this.dialect.renameTable(buildTableName(stream), stream));
       }
       await failpoint('load.before_commit');
+      await request.verify?.();
       await this.exec.run('COMMIT');
     } catch (error) {
       await this.exec.run('ROLLBACK').catch(() => undefined);

@@ -1,0 +1,86 @@
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { cli } from '../helpers/cli.js';
+import { tempDir, writeYaml } from '../helpers/fs.js';
+import { createItems, itemRange, pipelineYaml } from '../helpers/shop.js';
+import { duckdbQuery } from '../helpers/warehouse.js';
+
+describe('tidemark state', () => {
+  let dir: string;
+  let cleanup: () => Promise<void>;
+  let config: string;
+  let target: string;
+  beforeEach(async () => {
+    ({ dir, cleanup } = await tempDir());
+    const source = join(dir, 'source.sqlite');
+    target = join(dir, 'w.duckdb');
+    createItems(source, itemRange(1, 30, 3));
+    config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: 'duckdb', path: target } }));
+    expect((await cli(['run', config])).code).toBe(0);
+  });
+  afterEach(() => cleanup());
+
+  const show = async () => JSON.parse((await cli(['state', 'show', '--json', '--config', config])).stdout);
+
+  it('set is type-checked, and moves where the next run reads from', async () => {
+    const bad = await cli(['state', 'set', 'items', '--cursor', 'yesterday', '--config', config]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--cursor for updated_at: expected timestamp/);
+    const badPk = await cli(['state', 'set', 'items', '--cursor', '2024-01-01 00:00:05', '--pk', 'x', '--config', config]);
+    expect(badPk.code).toBe(2);
+    const ok = await cli(['state', 'set', 'items', '--cursor', '2024-01-01 00:00:08', '--pk', '25', '--config', config]);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect((await show()).streams.items.watermark).toEqual({
+      cursor: { type: 'timestamp', value: '2024-01-01 00:00:08.000000' },
+      pk: [{ type: 'int64', value: '25' }],
+    });
+    const plan = await cli(['plan', config]);
+    expect(plan.stdout).toContain('"2024-01-01 00:00:08.000000","25"');
+    const again = await cli(['run', config, '--json']);
+    expect(JSON.parse(again.stdout).streams[0].rows_read).toBe(5);
+  });
+
+  it('history keeps every version; rollback restores one as a new version; reset forgets a stream', async () => {
+    const before = await show();
+    expect((await cli(['state', 'reset', 'items', '--config', config])).code).toBe(0);
+    expect((await show()).streams.items).toBeUndefined();
+    const history = JSON.parse((await cli(['state', 'history', '--json', '--config', config])).stdout) as { version: number; reason: string }[];
+    expect(history.map((h) => h.reason)).toEqual(['reset items', 'run']);
+    const back = await cli(['state', 'rollback', String(before.version), '--config', config]);
+    expect(back.code, back.stderr).toBe(0);
+    const restored = await show();
+    expect(restored.version).toBe(before.version + 2);
+    expect(restored.streams).toEqual(before.streams);
+    const missing = await cli(['state', 'rollback', '99', '--config', config]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/no state version 99/);
+  });
+
+  it('export and import use Singer bookmarks and round-trip exactly', async () => {
+    const exported = await cli(['state', 'export', '--config', config]);
+    const singer = JSON.parse(exported.stdout);
+    expect(singer.bookmarks.items).toMatchObject({ replication_key: 'updated_at', replication_key_value: '2024-01-01 00:00:09.000000' });
+    const original = await show();
+    await cli(['state', 'reset', '--config', config]);
+    const imported = await cli(['state', 'import', '-', '--config', config], { input: exported.stdout });
+    expect(imported.code, imported.stderr).toBe(0);
+    expect((await show()).streams).toEqual(original.streams);
+    // A plain Singer bookmark (as a tap would write it) is accepted and type-checked too.
+    const plain = await cli(['state', 'import', '-', '--config', config], {
+      input: JSON.stringify({ bookmarks: { items: { replication_key: 'updated_at', replication_key_value: '2024-01-01T00:00:03' } } }),
+    });
+    expect(plain.code, plain.stderr).toBe(0);
+    expect((await show()).streams.items.watermark.cursor.value).toBe('2024-01-01 00:00:03.000000');
+    const rerun = await cli(['run', config, '--json']);
+    expect(JSON.parse(rerun.stdout).streams[0].rows_read).toBe(21);
+    const rows = await duckdbQuery(target, 'SELECT count(*) AS n FROM items');
+    expect(rows[0]!.n).toBe(30n);
+  });
+
+  it('runs lists run history with counts', async () => {
+    const runs = JSON.parse((await cli(['runs', '--json', '--config', config])).stdout);
+    expect(runs[0]).toMatchObject({ pipeline: 'items', stream: 'items', outcome: 'committed', rowsRead: 30, rowsLoaded: 30, rowsRejected: 0 });
+    const text = await cli(['runs', '--config', config]);
+    expect(text.stdout).toMatch(/items\s+committed\s+read 30/);
+  });
+});

@@ -6,6 +6,9 @@ export const EXIT = {
   failed: 1,
   usage: 2,
   locked: 3,
+  /** 128 + the signal number, as shells report a process ended by it. */
+  sigint: 130,
+  sigterm: 143,
 } as const;
 
 export function exitCodeFor(error: unknown): number {

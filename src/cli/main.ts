@@ -4,10 +4,16 @@
 import { Command, CommanderError } from 'commander';
 import { errorMessage } from '../core/errors.js';
 import { demoCommand } from './commands/demo.js';
+import { enqueueCommand, type EnqueueCommandOptions } from './commands/enqueue.js';
+import { scheduleCommand, type ScheduleCommandOptions } from './commands/schedule.js';
+import { workerCommand, type WorkerCommandOptions } from './commands/worker.js';
 import { planCommand } from './commands/plan.js';
 import { runCommand } from './commands/run.js';
+import { ledgerCommand } from './commands/ledger.js';
 import { runsCommand } from './commands/runs.js';
 import { stateCommand } from './commands/state.js';
+import { targetCommand } from './commands/target.js';
+import { uiCommand } from './commands/ui.js';
 import { schemaCommand, validateCommand } from './commands/validate.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 import { printError } from './output.js';
@@ -41,14 +47,31 @@ function program(setCode: (code: number) => void): Command {
 
   cli
     .command('state')
-    .description('inspect or edit state: list | show | set | reset | history | rollback | export | import')
+    .description('inspect or edit state: list | show | set | reset | history | rollback | export | import | migrate')
     .argument('<action>')
     .argument('[args...]')
     .option('--config <file>', 'pipeline YAML file')
     .option('--cursor <value>', 'set: the cursor value')
     .option('--pk <value>', 'set: a primary-key value of the watermark (repeat for composite keys)', collect)
     .option('--json', 'print JSON')
-    .action(act((action: string, args: string[], o: { config?: string; json?: boolean; cursor?: string; pk?: string[] }) => stateCommand(action, args, o)));
+    .option('--from <store>', 'migrate: destination | file:<dir> | sqlite:<file> | postgres://…[?schema=s]')
+    .option('--to <store>', 'migrate: the store to copy state and history into')
+    .option('--force', 'migrate: write over a target that already holds a different state')
+    .action(
+      act((action: string, args: string[], o: { config?: string; json?: boolean; cursor?: string; pk?: string[]; from?: string; to?: string; force?: boolean }) =>
+        stateCommand(action, args, o),
+      ),
+    );
+
+  cli
+    .command('ledger')
+    .description('partition ledger of partitioned streams: list | reload <partition…> | forget <partition…> | verify')
+    .argument('<action>')
+    .argument('[partitions...]')
+    .option('--config <file>', 'pipeline YAML file')
+    .option('--stream <name>', 'the partitioned stream (needed when a pipeline has several)')
+    .option('--json', 'print JSON')
+    .action(act((action: string, partitions: string[], o: { config?: string; stream?: string; json?: boolean }) => ledgerCommand(action, partitions, o)));
 
   cli
     .command('runs')
@@ -57,6 +80,12 @@ function program(setCode: (code: number) => void): Command {
     .option('--limit <n>', 'how many rows', '50')
     .option('--json', 'print JSON')
     .action(act((o: { config?: string; json?: boolean; limit?: string }) => runsCommand(o)));
+
+  cli
+    .command('target')
+    .description('act as a Singer target: load the Singer messages on stdin, print each STATE once it is committed')
+    .option('--config <file>', 'pipeline YAML file (destination and optional stream settings)')
+    .action(act((o: { config?: string }) => targetCommand(o)));
 
   cli
     .command('validate')
@@ -71,6 +100,57 @@ function program(setCode: (code: number) => void): Command {
     .description('run the demo pipeline (SQLite shop → DuckDB) twice and show what moved')
     .option('--dir <dir>', 'where to put the demo files', 'demo')
     .action(act((o: { dir: string }) => demoCommand(o.dir)));
+
+  cli
+    .command('ui')
+    .description('serve a local dashboard of pipelines, state, runs and ledgers')
+    .argument('[pipelines...]', 'pipeline YAML files or directories of them (default: .)')
+    .option('--port <port>', 'port to listen on (0: any free port)', '4680')
+    .option('--host <host>', 'address to bind (default 127.0.0.1; a non-loopback address only when given here)')
+    .option('--allow-actions', 'enable run now, state reset and ledger reload/forget (each asks for confirmation)')
+    .action(act((inputs: string[], o: { port?: string; host?: string; allowActions?: boolean }) => uiCommand(inputs, o)));
+
+  const queueOptions = (command: Command, required: boolean): Command =>
+    command
+      [required ? 'requiredOption' : 'option']('--queue <url>', 'Redis URL of the job queue (redis://127.0.0.1:6379)')
+      .option('--queue-name <name>', 'BullMQ queue name', 'tidemark')
+      .option('--queue-prefix <prefix>', 'prefix of the queue\'s Redis keys', 'tidemark');
+
+  queueOptions(
+    cli
+      .command('schedule')
+      .description('run pipelines on their schedule: (cron, timezone:) until SIGTERM/SIGINT; with --queue, enqueue them for workers')
+      .argument('<pipelines...>', 'a directory of pipeline YAML files, or the files')
+      .option('--once', 'run everything due now, then exit (for system cron / CI)')
+      .option('--grace <duration>', 'on SIGTERM/SIGINT, how long running runs may take to finish before they are rolled back', '30s')
+      .option('--state-file <file>', `where the last tick per pipeline is kept (default: .tidemark-schedule.json beside the pipelines)`)
+      .option('--json', 'with --once: print the outcomes as JSON'),
+    false,
+  ).action(act((inputs: string[], o: ScheduleCommandOptions) => scheduleCommand(inputs, o)));
+
+  queueOptions(
+    cli
+      .command('worker')
+      .description('process pipeline jobs from the queue until SIGTERM/SIGINT')
+      .option('--concurrency <n>', 'jobs this process runs at once', '1')
+      .option('--name <name>', 'worker name shown by `tidemark runs` (default host:pid)')
+      .option('--grace <duration>', 'on SIGTERM/SIGINT, how long running jobs may take to finish', '30s')
+      .option('--lock-duration <duration>', 'how long a job stays locked to this worker without renewal (stall detection)', '30s')
+      .option('--stalled-interval <duration>', 'how often to look for jobs of dead or paused workers', '30s'),
+    true,
+  ).action(act((o: WorkerCommandOptions) => workerCommand(o)));
+
+  queueOptions(
+    cli
+      .command('enqueue')
+      .description('put pipeline runs on the queue: one job per stream, one per pending partition of a partitioned stream')
+      .argument('<pipeline...>', 'pipeline YAML files')
+      .option('--partition <id>', 'only this partition (repeatable)', collect)
+      .option('--stream <name>', 'only this stream (repeatable)', collect)
+      .option('--full', 'full refresh')
+      .option('--json', 'print the jobs as JSON'),
+    true,
+  ).action(act((files: string[], o: EnqueueCommandOptions) => enqueueCommand(files, o)));
 
   return cli;
 }

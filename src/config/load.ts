@@ -4,14 +4,16 @@
  */
 import { readFile } from 'node:fs/promises';
 import { dirname, isAbsolute, resolve } from 'node:path';
+import { Cron } from 'croner';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
-import type { StreamSpec } from '../core/connector.js';
+import type { CsvOptions, FileFormat, FilesStreamSpec, StreamSpec } from '../core/connector.js';
 import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
-import { registerSecret } from '../core/logger.js';
-import type { NullCursorPolicy, Strategy, WriteMode } from '../core/types.js';
-import { pipelineSchema, type DestinationConfig, type PipelineDocument, type SourceConfig } from './schema.js';
+import { redact, registerSecret } from '../core/logger.js';
+import type { NullCursorPolicy, OnChange, Strategy, WriteMode } from '../core/types.js';
+import { apiStreamName, apiStreamSpec, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
+import { pipelineSchema, stateSchema, targetPipelineSchema, type DestinationConfig, type PipelineDocument, type SourceConfig, type StateConfig, type StreamDocument } from './schema.js';
 
 export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
@@ -20,7 +22,12 @@ export interface StreamConfig extends StreamSpec {
   readonly onNullCursor: NullCursorPolicy;
   readonly checkpointRows: number;
   readonly batchRows: number;
+  /** Partitioned streams: what to do when a loaded partition's files changed. */
+  readonly onChange: OnChange;
 }
+
+/** The column that carries the partition value when `partition_column` is not set. */
+export const DEFAULT_PARTITION_COLUMN = '_tidemark_partition';
 
 export interface PipelineConfig {
   readonly name: string;
@@ -28,9 +35,17 @@ export interface PipelineConfig {
   readonly file?: string;
   readonly source: SourceConfig;
   readonly destination: DestinationConfig;
+  /** `'destination'`, or a separate store that is reconciled with the destination at every run. */
+  readonly state: StateConfig;
   readonly streams: readonly StreamConfig[];
   readonly lockTtlMs: number;
   readonly schedule?: string;
+  /** IANA zone of `schedule`; absent: the scheduler's local zone. */
+  readonly timezone?: string;
+  /** A tick while the previous run is still going: skipped and logged, or run once when it ends. */
+  readonly overlap: 'skip' | 'queue';
+  /** Ticks missed while no scheduler ran: dropped, or caught up by one run. */
+  readonly catchUp: 'none' | 'latest';
 }
 
 export const DEFAULT_CHECKPOINT_ROWS = 100_000;
@@ -47,9 +62,32 @@ export async function loadPipeline(file: string, env: NodeJS.ProcessEnv = proces
   return parsePipeline(text, { file, env });
 }
 
-export function parsePipeline(text: string, options: { file?: string; env?: NodeJS.ProcessEnv; baseDir?: string } = {}): PipelineConfig {
+/** A pipeline file read by `tidemark target`: the source may be omitted (records come from stdin), and so may streams. */
+export async function loadTargetPipeline(file: string, env: NodeJS.ProcessEnv = process.env): Promise<PipelineConfig> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (cause) {
+    throw new ConfigError(`cannot read ${file}: ${(cause as NodeJS.ErrnoException).code ?? (cause as Error).message}`, { cause });
+  }
+  return parsePipeline(text, { file, env, target: true });
+}
+
+/** For commands that serve both kinds of file (`state …`): a file without a source is a `tidemark target` file. */
+export async function loadPipelineOrTarget(file: string, env: NodeJS.ProcessEnv = process.env): Promise<PipelineConfig> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (cause) {
+    throw new ConfigError(`cannot read ${file}: ${(cause as NodeJS.ErrnoException).code ?? (cause as Error).message}`, { cause });
+  }
+  const target = parseDocument(text).get('source') === undefined;
+  return parsePipeline(text, { file, env, target });
+}
+
+export function parsePipeline(text: string, options: { file?: string; env?: NodeJS.ProcessEnv; baseDir?: string; target?: boolean } = {}): PipelineConfig {
   const where = options.file ?? '<inline>';
-  const doc = parseDocument(text, { prettyErrors: false, uniqueKeys: true });
+  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   if (doc.errors.length > 0) {
     const e = doc.errors[0]!;
     const line = e.linePos?.[0];
@@ -62,7 +100,7 @@ export function parsePipeline(text: string, options: { file?: string; env?: Node
     throw new ConfigError(`${where}: invalid YAML: ${(cause as Error).message}`, { cause });
   }
   const interpolated = interpolate(raw, options.env ?? process.env, where, '');
-  const parsed = pipelineSchema.safeParse(interpolated);
+  const parsed = (options.target ? targetPipelineSchema : pipelineSchema).safeParse(interpolated);
   if (!parsed.success) throw new ConfigError(`${where}: ${formatIssue(parsed.error.issues[0]!)}`, { context: { at: where } });
   const baseDir = options.baseDir ?? (options.file ? dirname(resolve(options.file)) : process.cwd());
   return resolvePipeline(parsed.data, where, baseDir, options.file);
@@ -99,27 +137,50 @@ function interpolate(value: unknown, env: NodeJS.ProcessEnv, file: string, path:
   return value;
 }
 
-function resolvePath<T extends { path?: string }>(section: T, baseDir: string): T {
-  if (section.path === undefined || isAbsolute(section.path)) return section;
-  return { ...section, path: resolve(baseDir, section.path) };
+function resolvePath<T extends object>(section: T, baseDir: string): T {
+  const path = (section as { path?: unknown }).path;
+  if (typeof path !== 'string' || isAbsolute(path)) return section;
+  return { ...section, path: resolve(baseDir, path) };
 }
 
 function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, sourceFile?: string): PipelineConfig {
   const names = new Set<string>();
   const streams = doc.streams.map((s, i): StreamConfig => {
     const at = (field: string) => `${file}: streams[${i}].${field}`;
-    if ((s.table === undefined) === (s.query === undefined)) throw new ConfigError(`${at('table')}: give exactly one of table or query`);
-    const streamName = s.name ?? (s.table !== undefined ? lastPart(s.table) : undefined);
-    if (streamName === undefined) throw new ConfigError(`${at('name')}: a stream defined by a query needs a name`);
+    const filesSource = doc.source.type === 'files';
+    if (filesSource) {
+      if (s.pattern === undefined) throw new ConfigError(`${at('pattern')}: a stream of a files source needs a pattern (e.g. trips/yellow_tripdata_{month}.parquet)`);
+      if (s.table !== undefined || s.query !== undefined) throw new ConfigError(`${at('table')}: a stream of a files source is defined by its pattern, not table or query`);
+    } else {
+      for (const field of ['pattern', 'format', 'partition_column', 'on_change', 'csv'] as const) {
+        if (s[field] !== undefined) throw new ConfigError(`${at(field)}: only streams of a files source take ${field}`);
+      }
+      if (!isApiSource(doc.source.type) && (s.table === undefined) === (s.query === undefined)) throw new ConfigError(`${at('table')}: give exactly one of table or query`);
+    }
+    checkStreamFields(doc.source.type, s, at);
+    const streamName = s.name ?? (s.table !== undefined ? lastPart(s.table) : apiStreamName(doc.source.type, s));
+    if (streamName === undefined) throw new ConfigError(`${at('name')}: a stream defined by a ${filesSource ? 'pattern' : 'query'} needs a name`);
     if (!/^[A-Za-z0-9_][A-Za-z0-9_.-]*$/.test(streamName) || streamName.includes('..')) {
       throw new ConfigError(`${at('name')}: stream name ${JSON.stringify(streamName)} is not usable as a table name; set name:`);
     }
     if (names.has(streamName)) throw new ConfigError(`${at('name')}: stream ${streamName} appears twice`);
     names.add(streamName);
     const primaryKey = s.primary_key === undefined ? [] : Array.isArray(s.primary_key) ? s.primary_key : [s.primary_key];
-    const strategy: Strategy = s.strategy ?? (s.cursor !== undefined ? 'incremental' : 'full');
-    if (strategy === 'incremental' && s.cursor === undefined) throw new ConfigError(`${at('cursor')}: strategy incremental needs a cursor column`);
-    const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : primaryKey.length ? 'merge' : 'append');
+    const strategy: Strategy = s.strategy ?? (filesSource ? 'partitioned' : s.cursor !== undefined || doc.source.type === 'singer' ? 'incremental' : 'full');
+    // A Singer stream is incremental by the tap's own bookmarks; a cursor column is optional there.
+    if (strategy === 'incremental' && s.cursor === undefined && doc.source.type !== 'singer') throw new ConfigError(`${at('cursor')}: strategy incremental needs a cursor column`);
+    if (filesSource !== (strategy === 'partitioned')) {
+      throw new ConfigError(
+        filesSource
+          ? `${at('strategy')}: streams of a files source load partition by partition; use strategy: partitioned (the default)`
+          : `${at('strategy')}: strategy partitioned needs a source that lists partitions (type: files)`,
+      );
+    }
+    if (strategy === 'partitioned' && s.cursor !== undefined) throw new ConfigError(`${at('cursor')}: a partitioned stream is tracked by its ledger, not a cursor`);
+    if (strategy === 'partitioned' && s.write !== undefined && s.write !== 'append') {
+      throw new ConfigError(`${at('write')}: a partitioned stream appends each partition and replaces it on reload; write must be append`);
+    }
+    const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : primaryKey.length ? 'merge' : 'append');
     if (write === 'merge' && primaryKey.length === 0) throw new ConfigError(`${at('write')}: write merge needs a primary_key`);
     if (write === 'replace' && strategy === 'incremental') {
       throw new ConfigError(`${at('write')}: write replace rewrites the whole table every run; use strategy: full, or write: merge/append`);
@@ -135,6 +196,8 @@ function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, s
       name: streamName,
       ...(s.table !== undefined ? { table: s.table } : {}),
       ...(s.query !== undefined ? { query: s.query } : {}),
+      ...(filesSource ? { files: filesSpec(s, at) } : {}),
+      ...apiStreamSpec(doc.source.type, s, streamName, at),
       primaryKey,
       ...(s.cursor !== undefined ? { cursor: s.cursor } : {}),
       strategy,
@@ -143,6 +206,7 @@ function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, s
       onNullCursor: s.on_null_cursor ?? 'error',
       checkpointRows: s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS,
       batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS, s.checkpoint_rows ?? DEFAULT_BATCH_ROWS),
+      onChange: s.on_change ?? 'reload',
     };
   });
   let lockTtlMs = DEFAULT_LOCK_TTL_MS;
@@ -154,15 +218,95 @@ function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, s
   return {
     name: doc.name,
     ...(sourceFile !== undefined ? { file: resolve(sourceFile) } : {}),
-    source: resolvePath(doc.source, baseDir),
+    source: doc.source.type === 'files' ? resolveLocation(doc.source, baseDir) : resolveApiSource(resolvePath(doc.source, baseDir), file, baseDir),
     destination: resolvePath(doc.destination, baseDir),
+    state: doc.state === 'destination' ? doc.state : resolvePath(doc.state, baseDir),
     streams,
     lockTtlMs,
-    ...(doc.schedule !== undefined ? { schedule: doc.schedule } : {}),
+    ...(doc.schedule !== undefined ? { schedule: checkSchedule(doc.schedule, doc.timezone, file) } : {}),
+    ...(doc.timezone !== undefined ? { timezone: doc.timezone } : {}),
+    overlap: doc.overlap ?? 'skip',
+    catchUp: doc.catch_up ?? 'latest',
   };
+}
+
+/** A bad cron pattern or zone is a config error now, not a scheduler that silently never fires. */
+function checkSchedule(pattern: string, timezone: string | undefined, file: string): string {
+  try {
+    new Cron(pattern, { paused: true, ...(timezone !== undefined ? { timezone } : {}) }).nextRun();
+  } catch (cause) {
+    const what = /timezone/i.test((cause as Error).message) ? `timezone: unknown time zone ${JSON.stringify(timezone)} (use an IANA name such as Europe/Berlin)` : `schedule: ${(cause as Error).message}`;
+    throw new ConfigError(`${file}: ${what}`, { cause });
+  }
+  return pattern;
+}
+
+function resolveLocation<T extends { location: string }>(section: T, baseDir: string): T {
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(section.location) || isAbsolute(section.location)) return section;
+  return { ...section, location: resolve(baseDir, section.location) };
+}
+
+const FORMAT_BY_EXTENSION: Readonly<Record<string, FileFormat>> = {
+  parquet: 'parquet',
+  csv: 'csv',
+  tsv: 'csv',
+  jsonl: 'jsonl',
+  ndjson: 'jsonl',
+  json: 'jsonl',
+};
+
+function filesSpec(s: StreamDocument, at: (field: string) => string): FilesStreamSpec {
+  const pattern = s.pattern!;
+  if (pattern.startsWith('/') || pattern.split('/').includes('..')) throw new ConfigError(`${at('pattern')}: must be relative to location and must not contain ".."`);
+  const extension = /\.([A-Za-z0-9]+)(?:\.(?:gz|zst))?$/.exec(pattern)?.[1]?.toLowerCase();
+  const format = s.format ?? (extension !== undefined ? FORMAT_BY_EXTENSION[extension] : undefined);
+  if (format === undefined) throw new ConfigError(`${at('format')}: cannot tell the format from the pattern ${JSON.stringify(pattern)}; set format: parquet | csv | jsonl`);
+  if (s.csv !== undefined && format !== 'csv') throw new ConfigError(`${at('csv')}: csv options apply to format csv only (format is ${format})`);
+  const csv: CsvOptions | undefined =
+    format === 'csv'
+      ? {
+          header: s.csv?.header ?? true,
+          delimiter: s.csv?.delimiter ?? (extension === 'tsv' ? '\t' : ','),
+          quote: s.csv?.quote ?? '"',
+          escape: s.csv?.escape ?? s.csv?.quote ?? '"',
+          encoding: s.csv?.encoding ?? 'utf-8',
+        }
+      : undefined;
+  return { pattern, format, partitionColumn: s.partition_column ?? DEFAULT_PARTITION_COLUMN, ...(csv ? { csv } : {}) };
 }
 
 function lastPart(table: string): string {
   const parts = table.split('.');
   return parts[parts.length - 1]!.replace(/^["`]|["`]$/g, '');
+}
+
+/**
+ * A state store named on the command line (`tidemark state migrate --from … --to …`): `destination`,
+ * `file:<dir>`, `sqlite:<file>`, `postgres://…[?schema=<name>]`, or the same as a JSON object. Relative paths are
+ * taken from `baseDir`.
+ */
+export function parseStateSpec(spec: string, baseDir: string = process.cwd()): StateConfig {
+  const text = spec.trim();
+  let raw: unknown;
+  if (text === 'destination') raw = text;
+  else if (text.startsWith('{')) {
+    try {
+      raw = JSON.parse(text);
+    } catch (cause) {
+      throw new ConfigError(`state store ${JSON.stringify(redact(text))}: not valid JSON`, { cause });
+    }
+  } else if (/^postgres(ql)?:\/\//.test(text)) {
+    registerSecret(text);
+    const url = new URL(text);
+    const schema = url.searchParams.get('schema');
+    url.searchParams.delete('schema');
+    raw = { type: 'postgres', url: url.toString(), ...(schema ? { schema } : {}) };
+  } else {
+    const m = /^(file|sqlite):(.+)$/.exec(text);
+    if (!m) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: expected destination, file:<dir>, sqlite:<file>, postgres://… or a JSON object`);
+    raw = { type: m[1], path: m[2] };
+  }
+  const parsed = stateSchema.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: ${formatIssue(parsed.error.issues[0]!)}`);
+  return parsed.data === 'destination' ? parsed.data : resolvePath(parsed.data, baseDir);
 }

@@ -13,6 +13,63 @@ const name = z
 
 export const sqliteSourceSchema = z.object({ type: z.literal('sqlite'), path: z.string().min(1) }).strict();
 
+const durationText = z.string().regex(/^\d+(ms|s|m|h|d)$/, 'a duration with units such as 500ms, 30s, 5m, 2h or 3d');
+
+/** Connection fields shared by the Postgres and MySQL sources: a `url`, or the parts of one. */
+const serverSourceFields = {
+  url: z.string().min(1).optional(),
+  host: z.string().min(1).optional(),
+  port: z.number().int().positive().max(65535).optional(),
+  user: z.string().min(1).optional(),
+  password: z.string().optional(),
+  database: z.string().min(1).optional(),
+  /** The source clock may be this far behind the writers' clocks: the safe mark stays this far below now(). */
+  max_skew: durationText.optional(),
+};
+
+const needsUrlOrDatabase = (s: { url?: string | undefined; database?: string | undefined }): boolean => s.url !== undefined || s.database !== undefined;
+const URL_OR_DATABASE = { message: 'give url, or database (with host, port, user, password as needed)', path: ['url'] };
+
+export const postgresSourceSchema = z
+  .object({ type: z.literal('postgres'), ...serverSourceFields })
+  .strict()
+  .refine(needsUrlOrDatabase, URL_OR_DATABASE);
+
+export const mysqlSourceSchema = z
+  .object({ type: z.enum(['mysql', 'mariadb']), ...serverSourceFields })
+  .strict()
+  .refine(needsUrlOrDatabase, URL_OR_DATABASE);
+
+/** A local directory or an S3-compatible bucket (`s3://bucket/prefix`); credentials come from `${env:…}`. */
+export const filesSourceSchema = z
+  .object({
+    type: z.literal('files'),
+    location: z.string().min(1),
+    endpoint: z.string().url().optional(),
+    region: z.string().min(1).optional(),
+    credentials: z
+      .object({
+        access_key_id: z.string().min(1),
+        secret_access_key: z.string().min(1),
+        session_token: z.string().min(1).optional(),
+      })
+      .strict()
+      .optional(),
+    /** Path-style addressing (`endpoint/bucket/key`), which most S3-compatible servers need; default true with an endpoint. */
+    force_path_style: z.boolean().optional(),
+  })
+  .strict();
+
+export const csvOptionsSchema = z
+  .object({
+    header: z.boolean().optional(),
+    delimiter: z.string().min(1).max(4).optional(),
+    quote: z.string().max(1).optional(),
+    escape: z.string().max(1).optional(),
+    encoding: z.enum(['utf-8', 'utf-16', 'latin-1']).optional(),
+  })
+  .strict();
+
 export const duckdbDestinationSchema = z
   .object({
     type: z.literal('duckdb'),
@@ -23,8 +80,101 @@ export const duckdbDestinationSchema = z
 
 export const sqliteDestinationSchema = z.object({ type: z.literal('sqlite'), path: z.string().min(1) }).strict();
 
-export const sourceSchema = z.discriminatedUnion('type', [sqliteSourceSchema]);
-export const destinationSchema = z.discriminatedUnion('type', [duckdbDestinationSchema, sqliteDestinationSchema]);
+export const postgresDestinationSchema = z
+  .object({
+    type: z.literal('postgres'),
+    /** A connection URL; write the password as `${env:…}` so it is registered as a secret. */
+    url: z.string().min(1),
+    /** Tables go into this schema, created when missing. */
+    schema: z.string().min(1).default('public'),
+  })
+  .strict();
+
+const httpAuthSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('bearer'), token: z.string().min(1) }).strict(),
+  z.object({ type: z.literal('basic'), username: z.string(), password: z.string() }).strict(),
+  z.object({ type: z.literal('header'), name: z.string().min(1), value: z.string().min(1) }).strict(),
+  z.object({ type: z.literal('query'), name: z.string().min(1), value: z.string().min(1) }).strict(),
+]);
+const paramValue = z.union([z.string(), z.number(), z.boolean()]);
+
+export const httpSourceSchema = z
+  .object({
+    type: z.literal('http'),
+    base_url: z.string().regex(/^https?:\/\/[^/\s]+/i, 'an http:// or https:// URL'),
+    headers: z.record(z.string(), z.string()).optional(),
+    params: z.record(z.string(), paramValue).optional(),
+    auth: httpAuthSchema.optional(),
+    /** Retries of one request on 429, 5xx, timeouts and network errors. */
+    max_retries: z.number().int().min(0).max(30).optional(),
+    backoff: durationText.optional(),
+    max_backoff: durationText.optional(),
+    timeout: durationText.optional(),
+    /** Time cursors: the window ends this far before now, for servers whose writes become visible late. */
+    lag: durationText.optional(),
+  })
+  .strict();
+
+export const singerSourceSchema = z
+  .object({
+    type: z.literal('singer'),
+    /** The tap executable and its arguments; optional only in files used by `tidemark target`. */
+    command: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]).optional(),
+    /** A tap config file, or an inline map written to a private temp file for each run. */
+    config: z.union([z.string().min(1), z.record(z.string(), z.unknown())]).optional(),
+    catalog: z.union([z.string().min(1), z.record(z.string(), z.unknown())]).optional(),
+    env: z.record(z.string(), z.string()).optional(),
+  })
+  .strict();
+
+export const sourceSchema = z.discriminatedUnion('type', [
+  sqliteSourceSchema,
+  postgresSourceSchema,
+  mysqlSourceSchema,
+  filesSourceSchema,
+  httpSourceSchema,
+  singerSourceSchema,
+]);
+
+export const paginationSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('none') }).strict(),
+  z
+    .object({
+      type: z.literal('page'),
+      param: z.string().min(1).default('page'),
+      start: z.number().int().min(0).default(1),
+      size_param: z.string().min(1).optional(),
+      size: z.number().int().positive().optional(),
+    })
+    .strict(),
+  z
+    .object({
+      type: z.literal('offset'),
+      param: z.string().min(1).default('offset'),
+      limit_param: z.string().min(1).default('limit'),
+      limit: z.number().int().positive().default(100),
+    })
+    .strict(),
+  /** A next-page token in the body (`token`: its JSON path), sent back as `param`. */
+  z.object({ type: z.literal('cursor'), param: z.string().min(1).default('cursor'), token: z.string().min(1) }).strict(),
+  /** RFC 8288 `Link: <…>; rel="next"` headers. */
+  z.object({ type: z.literal('link') }).strict(),
+  /** The next page's full URL in the body (`url`: its JSON path). */
+  z.object({ type: z.literal('next_url'), url: z.string().min(1) }).strict(),
+]);
+
+const columnDeclaration = z.union([z.string().min(1), z.object({ type: z.string().min(1), path: z.string().min(1).optional() }).strict()]);
+export const destinationSchema = z.discriminatedUnion('type', [duckdbDestinationSchema, sqliteDestinationSchema, postgresDestinationSchema]);
+
+/** `state: {type: file}`: one JSON file per pipeline in the directory `path`, with its previous versions. */
+export const fileStateSchema = z.object({ type: z.literal('file'), path: z.string().min(1) }).strict();
+export const sqliteStateSchema = z.object({ type: z.literal('sqlite'), path: z.string().min(1) }).strict();
+export const postgresStateSchema = z
+  .object({ type: z.literal('postgres'), url: z.string().min(1), schema: z.string().min(1).default('tidemark') })
+  .strict();
+/** A state store outside the destination; a new kind is one more member here and one case in the registry. */
+export const stateStoreSchema = z.discriminatedUnion('type', [fileStateSchema, sqliteStateSchema, postgresStateSchema]);
+export const stateSchema = z.union([z.literal('destination'), stateStoreSchema]);
 
 export const streamSchema = z
   .object({
@@ -33,12 +183,31 @@ export const streamSchema = z
     query: z.string().min(1).optional(),
     primary_key: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]).optional(),
     cursor: z.string().min(1).optional(),
-    strategy: z.enum(['incremental', 'full']).optional(),
+    strategy: z.enum(['incremental', 'full', 'partitioned']).optional(),
     write: z.enum(['append', 'merge', 'replace']).optional(),
     lookback: z.string().optional(),
     on_null_cursor: z.enum(['error', 'include', 'exclude']).optional(),
     checkpoint_rows: z.number().int().positive().optional(),
     batch_rows: z.number().int().positive().optional(),
+    /** Files sources: a glob relative to `location` whose `{name}` captures define the partition. */
+    pattern: z.string().min(1).optional(),
+    format: z.enum(['parquet', 'csv', 'jsonl']).optional(),
+    partition_column: z.string().min(1).optional(),
+    on_change: z.enum(['reload', 'ignore', 'error']).optional(),
+    csv: csvOptionsSchema.optional(),
+    /** HTTP: the endpoint path below `base_url`, its query parameters and headers. */
+    path: z.string().min(1).optional(),
+    params: z.record(z.string(), paramValue).optional(),
+    headers: z.record(z.string(), z.string()).optional(),
+    /** HTTP: JSON path of the record array in a response body (`$` or absent: the body is the array). */
+    records: z.string().min(1).optional(),
+    pagination: paginationSchema.optional(),
+    /** HTTP: the API returns records sorted by the cursor, so the watermark may advance at every checkpoint. */
+    ordered: z.boolean().optional(),
+    /** HTTP / Singer: declared columns and their types (otherwise inferred / taken from the tap's SCHEMA). */
+    columns: z.record(z.string(), columnDeclaration).optional(),
+    /** Singer: the tap's stream id (default: the stream name). */
+    tap_stream: z.string().min(1).optional(),
   })
   .strict();
 
@@ -48,16 +217,34 @@ export const pipelineSchema = z
     source: sourceSchema,
     streams: z.array(streamSchema).min(1),
     destination: destinationSchema.default({ type: 'duckdb', path: './tidemark.duckdb' }),
-    state: z.literal('destination').default('destination'),
+    state: stateSchema.default('destination'),
     lock_ttl: z.string().optional(),
     schedule: z.string().optional(),
+    /** IANA time zone the schedule is read in (default: the scheduler's local zone). */
+    timezone: z.string().min(1).optional(),
+    /** A tick that comes while the pipeline's previous run is still going: skip it (logged) or run once after. */
+    overlap: z.enum(['skip', 'queue']).optional(),
+    /** Ticks missed while the scheduler was down: ignore them, or run once for the latest. */
+    catch_up: z.enum(['none', 'latest']).optional(),
   })
   .strict();
 
+/** `tidemark target` files: a destination and optional stream settings; the records come from stdin. */
+export const targetPipelineSchema = pipelineSchema.extend({
+  source: singerSourceSchema.default({ type: 'singer' }),
+  streams: z.array(streamSchema).default([]),
+});
+
 export type PipelineDocument = z.infer<typeof pipelineSchema>;
+export type HttpSourceConfig = z.infer<typeof httpSourceSchema>;
+export type SingerSourceConfig = z.infer<typeof singerSourceSchema>;
+export type PaginationConfig = z.infer<typeof paginationSchema>;
 export type StreamDocument = z.infer<typeof streamSchema>;
 export type SourceConfig = z.infer<typeof sourceSchema>;
 export type DestinationConfig = z.infer<typeof destinationSchema>;
+export type StateStoreConfig = z.infer<typeof stateStoreSchema>;
+/** Where a pipeline keeps its state: inside the destination (the default) or in a separate store. */
+export type StateConfig = z.infer<typeof stateSchema>;
 
 export function pipelineJsonSchema(): unknown {
   return z.toJSONSchema(pipelineSchema, { io: 'input' });

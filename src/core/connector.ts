@@ -4,7 +4,9 @@
  */
 import type {
   ColumnType,
+  LedgerEntry,
   NullCursorPolicy,
+  PartitionFile,
   PipelineState,
   PipelineStateVersion,
   Reject,
@@ -29,11 +31,70 @@ export interface Batch {
   readonly resume?: JsonValue;
 }
 
+export type FileFormat = 'parquet' | 'csv' | 'jsonl';
+
+export interface CsvOptions {
+  readonly header: boolean;
+  readonly delimiter: string;
+  readonly quote: string;
+  readonly escape: string;
+  readonly encoding: string;
+}
+
+/** A file-set stream: which files, how to read them, and how they group into partitions. */
+export interface FilesStreamSpec {
+  /** Glob relative to the source location; `{name}` captures define the partition (`trips/{month}.parquet`). */
+  readonly pattern: string;
+  readonly format: FileFormat;
+  /** Adds the partition value as this column to every row; rows are replaced by it when a partition reloads. */
+  readonly partitionColumn: string;
+  readonly csv?: CsvOptions;
+}
+
+/** How an HTTP stream pages through results. */
+export type HttpPagination =
+  | { readonly type: 'none' }
+  | { readonly type: 'page'; readonly param: string; readonly start: number; readonly sizeParam?: string; readonly size?: number }
+  | { readonly type: 'offset'; readonly param: string; readonly limitParam: string; readonly limit: number }
+  | { readonly type: 'cursor'; readonly param: string; readonly token: string }
+  | { readonly type: 'link' }
+  | { readonly type: 'next_url'; readonly url: string };
+
+/** A column declared in config for sources without a schema of their own (HTTP, Singer). */
+export interface DeclaredColumn {
+  readonly name: string;
+  readonly type: ColumnType;
+  /** JSON path of the value inside a record (default: the column name). */
+  readonly path: string;
+}
+
+/** An HTTP endpoint stream. Parameter values may hold `{{since}}` / `{{until}}`, sent URL-encoded. */
+export interface HttpStreamSpec {
+  readonly path: string;
+  readonly params: Readonly<Record<string, string>>;
+  readonly headers: Readonly<Record<string, string>>;
+  /** JSON path of the record array; absent: the body is the array. */
+  readonly records?: string;
+  readonly pagination: HttpPagination;
+  /** Records arrive sorted by the cursor. */
+  readonly ordered: boolean;
+  readonly columns?: readonly DeclaredColumn[];
+}
+
+/** A stream of a Singer tap. */
+export interface SingerStreamSpec {
+  readonly tapStream: string;
+  readonly columns?: readonly DeclaredColumn[];
+}
+
 /** A stream as configured, after validation and defaults. */
 export interface StreamSpec {
   readonly name: string;
   readonly table?: string;
   readonly query?: string;
+  readonly files?: FilesStreamSpec;
+  readonly http?: HttpStreamSpec;
+  readonly singer?: SingerStreamSpec;
   readonly primaryKey: readonly string[];
   readonly cursor?: string;
 }
@@ -70,6 +131,8 @@ export interface OpenedRead {
    * and clock skew). The next run re-reads from it; absent when the source cannot tell.
    */
   readonly safeMark?: TypedValue | null;
+  /** Things the user should know once (missing privileges, weaker guarantees); the engine logs them. */
+  readonly warnings?: readonly string[];
   /** False when rows do not arrive in cursor order: the watermark then advances only when the read completes. */
   readonly ordered?: boolean;
   /** True when the read resumes by `Batch.resume` tokens: commits then happen only at batch ends carrying one. */
@@ -79,9 +142,58 @@ export interface OpenedRead {
   close(): Promise<void>;
 }
 
+/** A partition as a listing sees it: its id (from the pattern's captures) and its files, without their content. */
+export interface PartitionListing {
+  readonly partition: string;
+  readonly files: readonly PartitionFile[];
+}
+
+/**
+ * A query a destination running the same engine can execute itself: the bulk path between a files source and a
+ * DuckDB destination. It yields the stream's columns in schema order.
+ */
+export interface NativeScan {
+  readonly engine: 'duckdb';
+  readonly sql: string;
+  /** Bound in order to `$1`, `$2`, …; a string list binds as `VARCHAR[]`. */
+  readonly params: readonly (string | readonly string[])[];
+}
+
+/** One partition, opened: its files are fixed (fetched to local temp files when remote) and hashed. */
+export interface OpenedPartition {
+  readonly schema: StreamSchema;
+  /** The files as read, each with its content hash or ETag. */
+  readonly files: readonly PartitionFile[];
+  readonly bytes: number;
+  /** Present when the partition can be read natively by the destination's engine; values are then exact by type. */
+  readonly scan?: NativeScan;
+  /**
+   * Every value of `batches()` is already in tidemark's canonical form for its column type (the files were read
+   * by a typed reader), so the engine only asks the destination whether it can hold it.
+   */
+  readonly canonical?: boolean;
+  /** Rows in schema order, in batches of about `batchRows`. */
+  batches(): AsyncIterable<Batch>;
+  /** Turns a failure of reading these files (also one raised by a native scan) into an error naming file and line. */
+  explain(error: unknown): Promise<Error>;
+  /** Removes temp files. */
+  close(): Promise<void>;
+}
+
+/** The optional ability of a source to list and read partitions (files, months, date ranges). */
+export interface PartitionedSource {
+  /** Partitions ordered by id; reads only metadata (stat, LIST), never content. */
+  list(stream: StreamSpec, signal?: AbortSignal): Promise<readonly PartitionListing[]>;
+  /** Content hash of one listed file, asked only when its size is unchanged but its modified time moved. */
+  hash(stream: StreamSpec, file: PartitionFile): Promise<string>;
+  open(stream: StreamSpec, partition: PartitionListing, options: { readonly batchRows: number; readonly signal?: AbortSignal }): Promise<OpenedPartition>;
+}
+
 export interface Source {
   discover(stream: StreamSpec): Promise<StreamSchema>;
   open(request: ReadRequest): Promise<OpenedRead>;
+  /** Present on sources whose streams are sets of partitions (`strategy: partitioned`). */
+  readonly partitions?: PartitionedSource;
   close(): Promise<void>;
 }
 
@@ -91,6 +203,8 @@ export interface DestinationCapabilities {
   readonly writes: readonly WriteMode[];
   /** New source columns are added to existing tables. */
   readonly schemaEvolution: boolean;
+  /** Engines whose `NativeScan` this destination runs itself inside its load transaction (`writeScan`). */
+  readonly nativeScan?: readonly NativeScan['engine'][];
 }
 
 /** Where a load goes: the live table, or a generation being built beside it. */
@@ -99,6 +213,11 @@ export interface TableTarget {
   readonly write: WriteMode;
   /** When set, rows go to the build table of this generation; the live table is untouched until `swap`. */
   readonly build?: string;
+  /**
+   * The load replaces one partition: rows whose `column` equals `value` are deleted in the same commit, before the
+   * new rows land (a first load deletes nothing; a reload is delete-then-insert).
+   */
+  readonly replacePartition?: { readonly column: string; readonly value: string };
 }
 
 export interface Fence {
@@ -124,11 +243,18 @@ export interface CommitRequest {
   readonly freshBuild?: boolean;
   /** Called inside the transaction right before COMMIT; throwing aborts it (the engine re-checks its lease here). */
   readonly verify?: () => Promise<void>;
+  /** Ledger rows written (replacing any of the same partition) in this same commit. */
+  readonly ledger?: readonly LedgerEntry[];
 }
 
 export interface LoadTransaction {
   /** Stages rows; nothing is visible to readers before `commit`. */
   write(rows: readonly Row[]): Promise<void>;
+  /**
+   * Runs a native scan into the target inside this transaction and returns the rows it wrote; nothing is visible
+   * before `commit`. Present only on destinations that declare the scan's engine in `capabilities.nativeScan`.
+   */
+  writeScan?(scan: NativeScan): Promise<number>;
   /** Data, state, rejects and the run record, atomically; refuses a stale fence or a moved state version. */
   commit(request: CommitRequest): Promise<void>;
   rollback(): Promise<void>;
@@ -143,7 +269,18 @@ export interface Destination {
   rejectReason(type: ColumnType, value: Value): string | undefined;
   /** Drops a stream's leftover build table (after a reset). */
   dropBuild(stream: string): Promise<void>;
+  /** The partition ledger, on destinations that keep one beside the data (needed by `strategy: partitioned`). */
+  readonly ledger?: LedgerStore;
   close(): Promise<void>;
+}
+
+/** Reads and edits of `_tidemark_ledger`; writes happen only inside load commits (`CommitRequest.ledger`). */
+export interface LedgerStore {
+  list(pipeline: string, stream?: string): Promise<readonly LedgerEntry[]>;
+  /** Deletes ledger rows (not data); the next run loads those partitions again, replacing their rows. */
+  forget(pipeline: string, stream: string, partitions: readonly string[]): Promise<number>;
+  /** Rows per value of `column` in a stream's table (empty when the table does not exist). */
+  countRows(table: string, column: string): Promise<ReadonlyMap<string, number>>;
 }
 
 export interface Lease {

@@ -7,7 +7,9 @@ export type FailpointName =
   | 'load.after_write'
   | 'load.before_commit'
   | 'load.after_commit'
-  | 'lock.after_acquire';
+  | 'lock.after_acquire'
+  /** After a data commit, before the same state is saved to a separate state store. */
+  | 'state.before_store_save';
 
 type Action = 'kill' | 'throw' | 'hang' | 'sleep';
 

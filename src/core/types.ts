@@ -56,7 +56,9 @@ export interface StreamSchema {
   readonly cursor?: string;
 }
 
-export type Strategy = 'incremental' | 'full';
+export type Strategy = 'incremental' | 'full' | 'partitioned';
+/** What a partitioned stream does when a loaded partition's files changed. */
+export type OnChange = 'reload' | 'ignore' | 'error';
 export type WriteMode = 'append' | 'merge' | 'replace';
 export type NullCursorPolicy = 'error' | 'include' | 'exclude';
 
@@ -95,6 +97,8 @@ export interface StreamState {
   readonly safeMark?: TypedValue;
   /** Opaque resume position of an unfinished read (page token, Singer STATE). */
   readonly resume?: unknown;
+  /** The highest `(cursor, pk)` an unfinished unordered read has committed so far; its resumed run ends there or higher. */
+  readonly resumeHigh?: Watermark;
   readonly updatedAt?: string;
   readonly lastRunId?: string;
 }
@@ -129,6 +133,10 @@ export interface StreamResult {
   readonly duration_ms: number;
   readonly full: boolean;
   readonly error?: string;
+  /** Partitioned streams: the partitions this run loaded (new, changed or reloaded on request), in order. */
+  readonly partitions_loaded?: readonly string[];
+  /** Partitioned streams: partitions skipped because the ledger shows them loaded and unchanged. */
+  readonly partitions_skipped?: number;
 }
 
 export interface RunResult {
@@ -165,4 +173,32 @@ export interface Reject {
   readonly reason: string;
   /** The row as canonical JSON (bigints and bytes encoded losslessly). */
   readonly row: string;
+}
+
+/** One file of a partition, as listed (stat / HEAD) and as remembered by the ledger. */
+export interface PartitionFile {
+  /** Path relative to the source location, '/'-separated. */
+  readonly path: string;
+  readonly size: number;
+  /** Modification time, ISO 8601. */
+  readonly modified: string;
+  /**
+   * Content identity: `sha256:<hex>` of a local file, or the ETag of an object in a bucket. Listings of local
+   * files leave it out (computing it means reading the file); the ledger always has it.
+   */
+  readonly hash?: string;
+}
+
+/** One row of `_tidemark_ledger`: a partition that is loaded, with the files it was loaded from. */
+export interface LedgerEntry {
+  readonly pipeline: string;
+  readonly stream: string;
+  readonly partition: string;
+  readonly files: readonly PartitionFile[];
+  /** Rows of this partition in the destination table (rows loaded; rejected rows are in `_tidemark_rejects`). */
+  readonly rows: number;
+  readonly bytes: number;
+  readonly status: 'loaded';
+  readonly runId: string;
+  readonly loadedAt: string;
 }

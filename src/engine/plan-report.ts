@@ -18,11 +18,19 @@ export interface StreamPlanReport {
   readonly predicate: string;
   readonly bindings: readonly string[];
   readonly nullCursorRows: number;
+  /** The safe mark stored by the last commit: the next run re-reads from it when it is below the watermark. */
+  readonly storedSafeMark: TypedValue | null;
+  /** The safe mark a run starting now would store (oldest open transaction, clock skew), when the source knows one. */
+  readonly safeMark: TypedValue | null;
+  readonly warnings: readonly string[];
 }
 
-export async function planPipeline(pipeline: PipelineConfig, options: { full?: boolean; streams?: readonly string[] } = {}): Promise<StreamPlanReport[]> {
+export async function planPipeline(
+  pipeline: PipelineConfig,
+  options: { full?: boolean; streams?: readonly string[]; openTimeoutMs?: number } = {},
+): Promise<StreamPlanReport[]> {
   const streams = selectStreams(pipeline, options.streams);
-  const destination = await openDestination(pipeline.destination);
+  const destination = await openDestination(pipeline.destination, options.openTimeoutMs !== undefined ? { openTimeoutMs: options.openTimeoutMs } : {});
   let states: Readonly<Record<string, StreamState>>;
   try {
     states = (await destination.state.load(pipeline.name))?.streams ?? {};
@@ -49,6 +57,9 @@ export async function planPipeline(pipeline: PipelineConfig, options: { full?: b
           predicate: read.predicate,
           bindings: read.bindings,
           nullCursorRows: read.nullCursorRows,
+          storedSafeMark: prior?.safeMark ?? null,
+          safeMark: read.safeMark ?? null,
+          warnings: read.warnings ?? [],
         });
       } finally {
         await read.close();

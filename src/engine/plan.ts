@@ -24,12 +24,14 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
   const generation = resumed?.generation ?? (building ? options.runId : undefined);
   const base = { stream, nullCursor: stream.onNullCursor, batchRows: stream.batchRows } as const;
   const buildInfo = { ...(generation !== undefined ? { generation } : {}), freshBuild: building && resumed === undefined };
+  // A token-resumed source (HTTP pages, Singer) continues an unfinished build from its stored position.
+  const buildResume = resumed !== undefined && prior?.resume !== undefined ? { resume: prior.resume as JsonValue } : {};
   if (stream.strategy === 'full') {
-    const request: ReadRequest = { ...base, incremental: false, ...(resumed?.afterPk ? { afterPk: resumed.afterPk } : {}) };
+    const request: ReadRequest = { ...base, ...buildResume, incremental: false, ...(resumed?.afterPk ? { afterPk: resumed.afterPk } : {}) };
     return { request, ...buildInfo };
   }
   if (building) {
-    const request: ReadRequest = { ...base, incremental: true, ...(resumed?.watermark ? { after: resumed.watermark } : {}) };
+    const request: ReadRequest = { ...base, ...buildResume, incremental: true, ...(resumed?.watermark ? { after: resumed.watermark } : {}) };
     return { request, ...buildInfo, ...(prior?.watermark ? { startWatermark: prior.watermark } : {}) };
   }
   const watermark = prior?.watermark;

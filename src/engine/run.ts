@@ -12,7 +12,9 @@ import type { Logger } from '../core/logger.js';
 import { silentLogger } from '../core/logger.js';
 import type { PipelineState, RunResult, StreamResult } from '../core/types.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
-import { leaseProviderFor, openDestination, openSource } from '../registry/index.js';
+import { leaseProviderFor, openSource } from '../registry/index.js';
+import { openPipelineDestination } from './state-sync.js';
+import { partitionLoader } from './partition-load.js';
 import { loadStream } from './stream-load.js';
 
 export interface RunOptions {
@@ -22,6 +24,14 @@ export interface RunOptions {
   readonly streams?: readonly string[];
   readonly logger?: Logger;
   readonly onProgress?: (stream: string, rowsRead: number) => void;
+  /** Partitioned streams: load these partitions again (delete-then-insert), whatever their ledger rows say. */
+  readonly reload?: readonly string[];
+  /** Aborting stops the run between batches: uncommitted rows are rolled back, the lease released. */
+  readonly signal?: AbortSignal;
+  /** Who runs this, as run records show it (default `host:pid`); queue workers add their name and job id. */
+  readonly worker?: string;
+  /** Partitioned streams: load only these of the pending partitions (one queue job per partition). */
+  readonly partitions?: readonly string[];
 }
 
 export function emptyState(pipeline: string): PipelineState {
@@ -33,10 +43,10 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
   const runId = newRunId();
   const startedAt = new Date().toISOString();
   const streams = selectStreams(pipeline, options.streams);
-  const lease = await leaseProviderFor(pipeline.destination).acquire(pipeline.name, { ttlMs: pipeline.lockTtlMs });
+  const lease = await leaseProviderFor(pipeline.destination, pipeline.state).acquire(pipeline.name, { ttlMs: pipeline.lockTtlMs });
   try {
     await failpoint('lock.after_acquire');
-    const destination = await openDestination(pipeline.destination).catch((e: unknown) => {
+    const destination = await openPipelineDestination(pipeline, logger).catch((e: unknown) => {
       throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'destination');
     });
     try {
@@ -76,8 +86,10 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
   const results: StreamResult[] = [];
   for (const stream of ctx.streams) {
     const started = Date.now();
+    let durable: StreamResult | undefined;
     try {
-      const outcome = await loadStream(
+      const load = stream.strategy === 'partitioned' ? partitionLoader(ctx.options.reload, ctx.options.partitions) : loadStream;
+      const outcome = await load(
         {
           pipeline: pipeline.name,
           runId: ctx.runId,
@@ -86,7 +98,11 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
           destination,
           lease: ctx.lease,
           full: ctx.options.full === true,
+          ...(ctx.options.signal ? { signal: ctx.options.signal } : {}),
+          ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
+          onCommit: (result: StreamResult) => (durable = result),
           ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
+          onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`),
         },
         stream,
         state,
@@ -95,43 +111,45 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       results.push(outcome.result);
     } catch (error) {
       const failure = withContext(error, { pipeline: pipeline.name, stream: stream.name }, 'source');
-      ctx.logger.log('error', errorMessage(failure));
       // A fenced or displaced run must stop touching the pipeline at once.
-      if (failure instanceof ConflictError) throw failure;
-      await recordFailure(ctx, stream.name, failure, started);
-      results.push(failedResult(stream.name, failure, started));
+      if (failure instanceof ConflictError || ctx.options.signal?.aborted) throw failure;
+      ctx.logger.log('error', errorMessage(failure));
+      const failed = failedResult(stream.name, failure, started, durable);
+      await recordFailure(ctx, failed);
+      results.push(failed);
       state = (await destination.state.load(pipeline.name)) ?? state;
     }
   }
   return results;
 }
 
-async function recordFailure(ctx: RunContext, stream: string, error: TidemarkError, started: number): Promise<void> {
+/** The failure is recorded outside any data transaction, with the counts of what did commit. */
+async function recordFailure(ctx: RunContext, failed: StreamResult): Promise<void> {
   await ctx.destination.state
     .recordFailure({
       runId: ctx.runId,
       pipeline: ctx.pipeline.name,
-      stream,
-      startedAt: new Date(started).toISOString(),
+      stream: failed.stream,
+      startedAt: ctx.startedAt,
       finishedAt: new Date().toISOString(),
       outcome: 'failed',
-      rowsRead: 0,
-      rowsLoaded: 0,
-      rowsRejected: 0,
-      commits: 0,
-      cursorMin: null,
-      cursorMax: null,
-      full: ctx.options.full === true,
-      worker: `${hostname()}:${process.pid}`,
-      error: errorMessage(error),
+      rowsRead: failed.rows_read,
+      rowsLoaded: failed.rows_loaded,
+      rowsRejected: failed.rows_rejected,
+      commits: failed.commits,
+      cursorMin: failed.cursor_min,
+      cursorMax: failed.cursor_max,
+      full: failed.full,
+      worker: ctx.options.worker ?? `${hostname()}:${process.pid}`,
+      error: failed.error ?? null,
     })
-    .catch((e: unknown) => ctx.logger.log('warn', `could not record the failure of stream ${stream}: ${errorMessage(e)}`));
+    .catch((e: unknown) => ctx.logger.log('warn', `could not record the failure of stream ${failed.stream}: ${errorMessage(e)}`));
 }
 
-function failedResult(stream: string, error: TidemarkError, started: number): StreamResult {
+/** Counts of a failed stream are those of its last commit: what is durable, and balanced (read = loaded + rejected). */
+function failedResult(stream: string, error: TidemarkError, started: number, durable: StreamResult | undefined): StreamResult {
   return {
     stream,
-    outcome: 'failed',
     rows_read: 0,
     rows_loaded: 0,
     rows_rejected: 0,
@@ -139,8 +157,10 @@ function failedResult(stream: string, error: TidemarkError, started: number): St
     cursor_min: null,
     cursor_max: null,
     watermark: null,
-    duration_ms: Date.now() - started,
     full: false,
+    ...durable,
+    outcome: 'failed',
+    duration_ms: Date.now() - started,
     error: errorMessage(error),
   };
 }

@@ -2,12 +2,15 @@
  * `tidemark state …`: inspect and edit a pipeline's state. Every edit is a new version (compare-and-set, under
  * the pipeline's lease), so history keeps what was there and `rollback` can restore it.
  */
-import type { Lease, StateStore } from '../core/connector.js';
+import type { Destination, Lease, StateStore } from '../core/connector.js';
 import { StateError, UsageError } from '../core/errors.js';
 import type { PipelineState, PipelineStateVersion, StreamState, TypedValue } from '../core/types.js';
 import { ValueRejection, parseTyped } from '../core/values.js';
 import type { PipelineConfig } from '../config/load.js';
-import { leaseProviderFor, openDestination, openSource } from '../registry/index.js';
+import type { StateConfig } from '../config/schema.js';
+import { silentLogger } from '../core/logger.js';
+import { createStateStore, leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
+import { openPipelineState } from './state-sync.js';
 import { emptyState } from './run.js';
 
 export interface OpenedStateStore {
@@ -15,14 +18,86 @@ export interface OpenedStateStore {
   close(): Promise<void>;
 }
 
-export async function openStateStore(pipeline: PipelineConfig): Promise<OpenedStateStore> {
-  const destination = await openDestination(pipeline.destination);
-  return { store: destination.state, close: () => destination.close() };
+/**
+ * The pipeline's state store as `tidemark state` and `tidemark runs` see it. With a separate store, state and its
+ * history come from that store, while runs and rejects (written by the load commits) come from the destination,
+ * opened only when asked for. `openTimeoutMs` lets readers such as `tidemark ui` give up quickly while a run holds
+ * the destination file.
+ */
+export async function openStateStore(pipeline: PipelineConfig, options: OpenDestinationOptions = {}): Promise<OpenedStateStore> {
+  if (pipeline.state === 'destination') {
+    const destination = await openDestination(pipeline.destination, options);
+    return { store: destination.state, close: () => destination.close() };
+  }
+  const external = await createStateStore(pipeline.state);
+  let destination: Promise<Destination> | undefined;
+  const records = async (): Promise<StateStore> => (await (destination ??= openDestination(pipeline.destination, options))).state;
+  const store: StateStore = {
+    load: (p) => external.load(p),
+    save: (next, expected, m) => external.save(next, expected, m),
+    history: (p) => external.history(p),
+    runs: async (p, limit) => (await records()).runs(p, limit),
+    rejects: async (p, limit) => (await records()).rejects(p, limit),
+    closeInterruptedRuns: async (p) => (await records()).closeInterruptedRuns(p),
+    recordFailure: async (r) => (await records()).recordFailure(r),
+    close: async () => undefined,
+  };
+  return {
+    store,
+    async close() {
+      try {
+        await external.close();
+      } finally {
+        if (destination !== undefined) await (await destination).close();
+      }
+    },
+  };
+}
+
+/** Opens one end of `tidemark state migrate`: the destination's own tables, or a separate store. */
+async function openStateEnd(pipeline: PipelineConfig, config: StateConfig): Promise<OpenedStateStore & { readonly name: string }> {
+  if (config === 'destination') {
+    const destination = await openDestination(pipeline.destination);
+    return { name: 'the destination', store: destination.state, close: () => destination.close() };
+  }
+  const store = await createStateStore(config);
+  return { name: store.description, store, close: () => store.close() };
+}
+
+export interface MigrateResult {
+  /** Versions written to the target (0 when it already held the same state). */
+  readonly copied: number;
+  readonly state: PipelineState;
 }
 
 /** Singer's state shape, with tidemark's exact watermark kept beside the tap-visible bookmark. */
 export interface SingerState {
   readonly bookmarks: Record<string, Record<string, unknown>>;
+}
+
+/** A Singer tap's own state document, exported and imported without change. */
+export type TapState = { readonly [key: string]: unknown };
+
+/**
+ * The tap's state as the tap itself wrote it. Every stream of a Singer pipeline stores the STATE of its last
+ * commit; when they agree that document is returned as is, otherwise each stream contributes its own bookmark to
+ * the newest document. A target pipeline (no command: one tap feeds all streams) returns the newest document.
+ */
+function exportTapState(pipeline: PipelineConfig, state: PipelineState): TapState {
+  const stored = Object.entries(state.streams)
+    .filter(([, s]) => s.resume !== undefined && s.resume !== null && typeof s.resume === 'object')
+    .sort(([, a], [, b]) => (b.updatedAt ?? '').localeCompare(a.updatedAt ?? ''));
+  if (stored.length === 0) return {};
+  const newest = stored[0]![1].resume as TapState;
+  const sameEverywhere = stored.every(([, s]) => JSON.stringify(s.resume) === JSON.stringify(newest));
+  if (sameEverywhere || (pipeline.source.type === 'singer' && pipeline.source.command === undefined)) return newest;
+  const bookmarks: Record<string, unknown> = { ...((newest.bookmarks as Record<string, unknown> | undefined) ?? {}) };
+  for (const [stream, s] of stored) {
+    const tapStream = pipeline.streams.find((c) => c.name === stream)?.singer?.tapStream ?? stream;
+    const own = ((s.resume as TapState).bookmarks as Record<string, unknown> | undefined)?.[tapStream];
+    if (own !== undefined) bookmarks[tapStream] = own;
+  }
+  return { ...newest, bookmarks };
 }
 
 export function stateCommands(pipeline: PipelineConfig) {
@@ -37,17 +112,69 @@ export function stateCommands(pipeline: PipelineConfig) {
     }
   }
 
-  /** Edits run under the lease so they never interleave with a run's commits. */
+  /**
+   * Edits run under the lease so they never interleave with a run's commits. With a separate store, both it and
+   * the destination get the edit (after reconciling them), so the two stay at one version.
+   */
   async function edit(reason: string, change: (current: PipelineState) => Promise<PipelineState> | PipelineState): Promise<PipelineState> {
-    const lease: Lease = await leaseProviderFor(pipeline.destination).acquire(name, { ttlMs: pipeline.lockTtlMs });
+    const lease: Lease = await leaseProviderFor(pipeline.destination, pipeline.state).acquire(name, { ttlMs: pipeline.lockTtlMs });
     try {
-      return await withStore(async (store) => {
-        const current = (await store.load(name)) ?? emptyState(name);
+      const handle = await openPipelineState(pipeline, silentLogger);
+      try {
+        const current = handle.state;
         const changed = await change(current);
         const next: PipelineState = { pipeline: name, version: current.version + 1, streams: changed.streams };
-        await store.save(next, current.version === 0 ? undefined : current.version, { runId: null, reason });
+        await handle.save(next, { runId: null, reason });
         return next;
-      });
+      } finally {
+        await handle.close();
+      }
+    } finally {
+      await lease.release();
+    }
+  }
+
+  /**
+   * Copies the state and its history from one store to another, under the pipeline's lease. A target that already
+   * holds a different state is refused unless `force`, which writes the source's state as the target's next version.
+   */
+  async function migrate(from: StateConfig, to: StateConfig, options: { force?: boolean } = {}): Promise<MigrateResult> {
+    if (JSON.stringify(from) === JSON.stringify(to)) throw new UsageError('state migrate: --from and --to are the same store');
+    const lease: Lease = await leaseProviderFor(pipeline.destination, pipeline.state).acquire(name, { ttlMs: pipeline.lockTtlMs });
+    try {
+      const source = await openStateEnd(pipeline, from);
+      try {
+        const target = await openStateEnd(pipeline, to);
+        try {
+          const current = await source.store.load(name);
+          if (current === undefined) throw new UsageError(`state migrate: ${source.name} holds no state of pipeline ${name}`);
+          const existing = await target.store.load(name);
+          if (existing !== undefined) {
+            if (existing.version === current.version && JSON.stringify(existing.streams) === JSON.stringify(current.streams)) return { copied: 0, state: existing };
+            if (!options.force) {
+              throw new UsageError(
+                `state migrate: ${target.name} already holds state version ${existing.version} of pipeline ${name} (source has version ${current.version}); use --force to write the source's state on top of it`,
+              );
+            }
+            const next: PipelineState = { pipeline: name, version: existing.version + 1, streams: current.streams };
+            await target.store.save(next, existing.version, { runId: null, reason: `migrated from ${source.name}` });
+            return { copied: 1, state: next };
+          }
+          // Oldest first, keeping version numbers, so the target's history reads like the source's.
+          const versions = [...(await source.store.history(name))].filter((v) => v.version < current.version).sort((a, b) => a.version - b.version);
+          let previous: number | undefined;
+          for (const v of versions) {
+            await target.store.save({ pipeline: name, version: v.version, streams: v.state.streams }, previous, { runId: v.runId, reason: v.reason });
+            previous = v.version;
+          }
+          await target.store.save(current, previous, { runId: null, reason: `migrated from ${source.name}` });
+          return { copied: versions.length + 1, state: current };
+        } finally {
+          await target.close();
+        }
+      } finally {
+        await source.close();
+      }
     } finally {
       await lease.release();
     }
@@ -79,6 +206,7 @@ export function stateCommands(pipeline: PipelineConfig) {
   }
 
   return {
+    migrate,
     show: () => withStore(async (store) => (await store.load(name)) ?? emptyState(name)),
     history: (): Promise<readonly PipelineStateVersion[]> => withStore((store) => store.history(name)),
 
@@ -124,8 +252,9 @@ export function stateCommands(pipeline: PipelineConfig) {
       return edit(`rollback to ${version}`, () => target.state);
     },
 
-    async exportSinger(): Promise<SingerState> {
+    async exportSinger(): Promise<SingerState | TapState> {
       const state = (await withStore((store) => store.load(name))) ?? emptyState(name);
+      if (pipeline.source.type === 'singer') return exportTapState(pipeline, state);
       const bookmarks: Record<string, Record<string, unknown>> = {};
       for (const [stream, s] of Object.entries(state.streams)) {
         bookmarks[stream] = {
@@ -138,6 +267,24 @@ export function stateCommands(pipeline: PipelineConfig) {
     },
 
     async importSinger(input: unknown): Promise<PipelineState> {
+      if (pipeline.source.type === 'singer') {
+        if (input === null || typeof input !== 'object' || Array.isArray(input)) throw new UsageError('expected the tap\'s state: a JSON object such as {"bookmarks": {...}}');
+        // The tap's own state is kept verbatim for every stream: each tap run reads the bookmarks it needs.
+        return edit('import', (current) => {
+          const streams: Record<string, StreamState> = { ...current.streams };
+          const names = new Set([...pipeline.streams.map((s) => s.name), ...Object.keys(current.streams)]);
+          for (const stream of names) {
+            const config = pipeline.streams.find((s) => s.name === stream);
+            const prior = current.streams[stream];
+            streams[stream] = {
+              ...(prior ?? { strategy: config?.strategy ?? 'incremental', primaryKey: config?.primaryKey ?? [] }),
+              resume: input,
+              updatedAt: new Date().toISOString(),
+            };
+          }
+          return { ...current, streams };
+        });
+      }
       const bookmarks = (input as SingerState | null)?.bookmarks;
       if (bookmarks === null || typeof bookmarks !== 'object') throw new UsageError('expected Singer state of the form {"bookmarks": {...}}');
       const imported: Record<string, StreamState> = {};

@@ -32,6 +32,13 @@ export interface StreamContext {
   readonly lease: Lease;
   readonly full: boolean;
   readonly onProgress?: (stream: string, rowsRead: number) => void;
+  readonly signal?: AbortSignal;
+  /** Shown in run records (default `host:pid`). */
+  readonly worker?: string;
+  /** After each commit, what is durable so far (a later failure reports these counts, not zeros). */
+  readonly onCommit?: (result: StreamResult) => void;
+  /** Receives a source's one-time warnings (e.g. missing privileges that weaken the safe mark). */
+  readonly onWarning?: (stream: string, message: string) => void;
 }
 
 export interface StreamOutcome {
@@ -53,6 +60,7 @@ export async function loadStream(ctx: StreamContext, stream: StreamConfig, state
   const read = await ctx.source.open(plan.request).catch((e: unknown) => {
     throw withContext(e, { pipeline: ctx.pipeline, stream: stream.name, phase: 'extract' }, 'source');
   });
+  for (const warning of read.warnings ?? []) ctx.onWarning?.(stream.name, warning);
   try {
     checkNullCursors(ctx, stream, read);
     const loader = new StreamLoader(ctx, stream, plan, read, state, started);
@@ -117,6 +125,8 @@ class StreamLoader {
     this.watermark = this.building ? state.streams[stream.name]?.build?.watermark : plan.startWatermark;
     this.position = { group: null, ...(this.watermark ? { watermark: this.watermark } : {}) };
     this.resume = state.streams[stream.name]?.resume;
+    // A resumed unordered read saw part of its window in an earlier run; its high point counts too.
+    if (this.unordered && plan.request.resume !== undefined) this.highest = state.streams[stream.name]?.resumeHigh;
   }
 
   /**
@@ -133,6 +143,7 @@ class StreamLoader {
     try {
       for await (const batch of read.batches()) {
         await failpoint('extract.after_batch');
+        this.ctx.signal?.throwIfAborted();
         for (const raw of batch.rows) {
           const next = this.positionOf(raw);
           if (this.canCheckpointAt(read) && this.txnRowsRead >= this.stream.checkpointRows && next.group !== this.position.group) {
@@ -152,11 +163,16 @@ class StreamLoader {
       throw withContext(error, { ...context, phase: 'extract' }, 'source');
     }
     // A run that read nothing writes nothing; a build always commits, since its swap publishes the generation.
-    if (this.building || this.txnRowsRead > 0) {
+    if (this.building || this.txnRowsRead > 0 || this.resumeMoved()) {
       await this.flush();
       await this.commit(true);
     }
     return { state: this.state, result: this.result('committed') };
+  }
+
+  /** A read that ended its window (or reached a new tap bookmark) without new rows still commits that position. */
+  private resumeMoved(): boolean {
+    return JSON.stringify(this.resume ?? null) !== JSON.stringify(this.state.streams[this.stream.name]?.resume ?? null);
   }
 
   private positionOf(raw: Row): Position {
@@ -260,6 +276,7 @@ class StreamLoader {
     await failpoint('load.after_commit');
     this.commits += 1;
     this.state = next;
+    this.ctx.onCommit?.(this.result('committed'));
     this.freshBuild = false;
     this.pendingRejects = [];
     this.txnRowsRead = 0;
@@ -287,6 +304,7 @@ class StreamLoader {
         ...(this.watermark ? { watermark: this.watermark } : {}),
         ...(safeMark ? { safeMark } : {}),
         ...(resume !== undefined && resume !== null ? { resume } : {}),
+        ...(this.unordered && !final && resume !== undefined && resume !== null && this.highest ? { resumeHigh: this.highest } : {}),
       };
     } else {
       this.watermark = reached ?? this.watermark;
@@ -302,6 +320,7 @@ class StreamLoader {
         streamState = {
           ...base,
           ...(prior?.watermark ? { watermark: prior.watermark } : {}),
+          ...(resume !== undefined && resume !== null ? { resume } : {}),
           build: {
             generation: this.plan.generation!,
             rows: this.buildRows,
@@ -333,7 +352,7 @@ class StreamLoader {
       cursorMin: this.cursorMin,
       cursorMax: this.cursorMax,
       full: this.building,
-      worker: `${hostname()}:${process.pid}`,
+      worker: this.ctx.worker ?? `${hostname()}:${process.pid}`,
       error: null,
     };
   }

@@ -4,8 +4,11 @@
  */
 import { join } from 'node:path';
 import type { Destination, LeaseProvider, Source } from '../core/connector.js';
-import type { DestinationConfig, SourceConfig } from '../config/schema.js';
+import type { DestinationConfig, SourceConfig, StateConfig, StateStoreConfig } from '../config/schema.js';
+import { parseDuration } from '../core/duration.js';
+import { DEFAULT_MAX_SKEW_MS, type ServerSourceOptions } from '../sources/server-source.js';
 import { FileLeaseProvider } from '../state/file/file-lease.js';
+import type { ExternalStateStore } from '../state/state-store.js';
 
 export async function openSource(config: SourceConfig): Promise<Source> {
   switch (config.type) {
@@ -13,30 +16,141 @@ export async function openSource(config: SourceConfig): Promise<Source> {
       const { SqliteSource } = await import('../sources/sqlite/sqlite-source.js');
       return new SqliteSource({ path: config.path });
     }
+    case 'postgres': {
+      const { PostgresSource } = await import('../sources/postgres/postgres-source.js');
+      return PostgresSource.connect(serverSourceOptions(config));
+    }
+    case 'mysql':
+    case 'mariadb': {
+      const { MysqlSource } = await import('../sources/mysql/mysql-source.js');
+      return MysqlSource.connect(serverSourceOptions(config));
+    }
+    case 'http': {
+      const { HttpSource } = await import('../sources/http/http-source.js');
+      return new HttpSource(config);
+    }
+    case 'singer': {
+      const { SingerSource } = await import('../sources/singer/singer-source.js');
+      return new SingerSource(config);
+    }
+    case 'files': {
+      // The AWS SDK loads only when the location is a bucket (see shared/object-store.ts).
+      const { FilesSource } = await import('../sources/files/files-source.js');
+      return FilesSource.open({
+        location: config.location,
+        ...(config.endpoint !== undefined ? { endpoint: config.endpoint } : {}),
+        ...(config.region !== undefined ? { region: config.region } : {}),
+        ...(config.credentials !== undefined
+          ? {
+              credentials: {
+                accessKeyId: config.credentials.access_key_id,
+                secretAccessKey: config.credentials.secret_access_key,
+                ...(config.credentials.session_token !== undefined ? { sessionToken: config.credentials.session_token } : {}),
+              },
+            }
+          : {}),
+        ...(config.force_path_style !== undefined ? { forcePathStyle: config.force_path_style } : {}),
+      });
+    }
   }
 }
 
-export async function openDestination(config: DestinationConfig): Promise<Destination> {
+/** The connection settings of a server source, with `max_skew` in milliseconds. */
+function serverSourceOptions(config: Extract<SourceConfig, { type: 'postgres' | 'mysql' | 'mariadb' }>): ServerSourceOptions {
+  const { type: _type, max_skew, ...connection } = config;
+  return { ...connection, maxSkewMs: max_skew !== undefined ? (parseDuration(max_skew) ?? 0) : DEFAULT_MAX_SKEW_MS };
+}
+
+/** Options of opening a destination; `openTimeoutMs` bounds the wait for a file another process holds (DuckDB). */
+export interface OpenDestinationOptions {
+  readonly openTimeoutMs?: number;
+}
+
+/** The stdin side of `tidemark target`: Singer messages spooled per stream until each checkpoint. */
+export async function openSingerSpool(): Promise<import('../sources/singer/singer-spool.js').SingerSpool> {
+  const { SingerSpool } = await import('../sources/singer/singer-spool.js');
+  return SingerSpool.create();
+}
+
+export async function openDestination(config: DestinationConfig, options: OpenDestinationOptions = {}): Promise<Destination> {
   switch (config.type) {
     case 'duckdb': {
       const { DuckDbDestination } = await import('../destinations/duckdb/duckdb-destination.js');
-      return DuckDbDestination.open({ path: config.path, ...(config.schema !== undefined ? { schema: config.schema } : {}) });
+      return DuckDbDestination.open({
+        path: config.path,
+        ...(config.schema !== undefined ? { schema: config.schema } : {}),
+        ...(options.openTimeoutMs !== undefined ? { openTimeoutMs: options.openTimeoutMs } : {}),
+      });
     }
     case 'sqlite': {
       const { SqliteDestination } = await import('../destinations/sqlite/sqlite-destination.js');
       return SqliteDestination.open({ path: config.path });
     }
+    case 'postgres': {
+      const { PostgresDestination } = await import('../destinations/postgres/postgres-destination.js');
+      return PostgresDestination.open({ url: config.url, schema: config.schema });
+    }
   }
 }
 
 /**
- * Leases for file-backed destinations live in a directory beside the database file, so a second run can report
- * who holds the pipeline even while the database file itself is locked by that holder.
+ * Opens a state store outside the destination from its config dict (`{type: 'sqlite', path}`), as a library user
+ * or the `state:` section of a pipeline gives it. A new kind of store is one more case here.
  */
-export function leaseProviderFor(config: DestinationConfig): LeaseProvider {
-  return new FileLeaseProvider(`${config.path}.locks`);
+export async function createStateStore(config: StateStoreConfig): Promise<ExternalStateStore> {
+  switch (config.type) {
+    case 'file': {
+      const { FileStateStore } = await import('../state/file/file-state-store.js');
+      return new FileStateStore({ path: config.path });
+    }
+    case 'sqlite': {
+      const { SqliteStateStore } = await import('../state/sqlite/sqlite-state-store.js');
+      return SqliteStateStore.open({ path: config.path });
+    }
+    case 'postgres': {
+      const { PostgresStateStore } = await import('../state/postgres/postgres-state-store.js');
+      return PostgresStateStore.open({ url: config.url, schema: config.schema });
+    }
+  }
 }
 
-export function leaseDirectory(config: DestinationConfig): string {
+/** A provider whose implementation (and driver) loads on the first `acquire`. */
+function lazyLeases(load: () => Promise<LeaseProvider>): LeaseProvider {
+  let provider: Promise<LeaseProvider> | undefined;
+  return {
+    async acquire(pipeline, options) {
+      provider ??= load();
+      return (await provider).acquire(pipeline, options);
+    },
+  };
+}
+
+function storeLeases(config: StateStoreConfig): LeaseProvider {
+  switch (config.type) {
+    case 'file':
+      return new FileLeaseProvider(join(config.path, '.locks'));
+    case 'sqlite':
+      return lazyLeases(async () => new (await import('../state/sqlite/sqlite-lease.js')).SqliteLeaseProvider(config.path));
+    case 'postgres':
+      return lazyLeases(async () => new (await import('../state/postgres/postgres-lease.js')).PostgresLeaseProvider(config.url, config.schema));
+  }
+}
+
+/**
+ * The pipeline lock comes from the state store when there is one; otherwise from the destination: an advisory lock
+ * in Postgres, or a directory beside a database file (so a second run can report who holds the pipeline even while
+ * the file itself is locked by that holder).
+ */
+export function leaseProviderFor(config: DestinationConfig, state: StateConfig = 'destination'): LeaseProvider {
+  if (state !== 'destination') return storeLeases(state);
+  switch (config.type) {
+    case 'postgres':
+      return lazyLeases(async () => new (await import('../state/postgres/postgres-lease.js')).PostgresLeaseProvider(config.url, config.schema));
+    default:
+      return new FileLeaseProvider(leaseDirectory(config));
+  }
+}
+
+export function leaseDirectory(config: Extract<DestinationConfig, { path: string }>): string {
   return join(`${config.path}.locks`);
 }

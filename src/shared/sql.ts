@@ -74,8 +74,10 @@ export function tupleGreaterThan(
     const sql = columns.length === 1 ? `${cols[0]} > ${marks[0]}` : `(${cols.join(', ')}) > (${marks.join(', ')})`;
     return { sql, values };
   }
+  // The lead comes first in the text, so it takes the first value: `?` placeholders bind in text order.
+  const lead = `${columns[0]!} >= ${placeholder(firstIndex)}`;
   const ors: string[] = [];
-  const bound: TypedValue[] = [];
+  const bound: TypedValue[] = [values[0]!];
   for (let i = 0; i < columns.length; i += 1) {
     const ands: string[] = [];
     for (let j = 0; j < i; j += 1) {
@@ -86,8 +88,6 @@ export function tupleGreaterThan(
     bound.push(values[i]!);
     ors.push(ands.length === 1 ? ands[0]! : `(${ands.join(' AND ')})`);
   }
-  const lead = `${columns[0]!} >= ${placeholder(firstIndex + bound.length)}`;
-  bound.push(values[0]!);
   return { sql: `(${lead} AND (${ors.join(' OR ')}))`, values: bound };
 }
 

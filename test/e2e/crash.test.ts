@@ -3,6 +3,7 @@
  * state must never run ahead of the data.
  */
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, startCli } from '../helpers/cli.js';
 import { tempDir, writeYaml } from '../helpers/fs.js';
@@ -61,8 +62,15 @@ describe.each(KINDS)('kill -9 into %s', (kind) => {
         for (const id of expectedBelow) expect([...landed].some((l) => l.startsWith(`${id}:`))).toBe(true);
       }
 
+      // The recovery run re-reads exactly what the crashed run did not commit.
+      const src = new Database(source, { readonly: true });
+      const pending = wm
+        ? (src.prepare(`SELECT count(*) AS n FROM items WHERE (updated_at, id) > (?, ?)`).get(wm.cursor.value, Number(wm.pk[0].value)) as { n: number }).n
+        : (src.prepare('SELECT count(*) AS n FROM items').get() as { n: number }).n;
+      src.close();
       const again = await cli(['run', config, '--json']);
       expect(again.code, again.stderr).toBe(0);
+      expect(JSON.parse(again.stdout).streams[0].rows_read).toBe(pending);
       const rows = await snapshot(kind, target);
       expect(rows).toHaveLength(100);
       expect(new Set(rows.map((r) => r.split(':')[0])).size).toBe(100);
@@ -70,6 +78,83 @@ describe.each(KINDS)('kill -9 into %s', (kind) => {
       const noop = await cli(['run', config, '--json']);
       expect(JSON.parse(noop.stdout).streams[0].rows_read).toBe(0);
     });
+  });
+});
+
+describe('SIGTERM', () => {
+  it('stops between batches: exit 143, the uncommitted part rolled back, the lease released', async () => {
+    const dir = join(root, 'sigterm');
+    const fs = await import('node:fs/promises');
+    await fs.mkdir(dir, { recursive: true });
+    const source = join(dir, 'source.sqlite');
+    const target = join(dir, 'warehouse.sqlite');
+    createItems(source, itemRange(1, 50, 1));
+    const config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: 'sqlite', path: target }, stream: { checkpoint_rows: 10, batch_rows: 10 } }));
+    // The run pauses after its first commit; SIGTERM arrives while rows of the next checkpoint are in flight.
+    const run = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'load.after_commit=1:sleep(3000)' });
+    const deadline = Date.now() + 20_000;
+    while (Date.now() < deadline) {
+      const ready = await fs.stat(target).then(() => true, () => false);
+      if (ready && (await destinationQuery('sqlite', target, `SELECT count(*) AS n FROM sqlite_master WHERE name = '_tidemark_state'`))[0]!.n === 1n) {
+        if ((await destinationQuery('sqlite', target, 'SELECT count(*) AS n FROM _tidemark_state'))[0]!.n === 1n) break;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    run.child.kill('SIGTERM');
+    const out = await run.done;
+    expect(out.code).toBe(143);
+    expect(out.stderr).toMatch(/interrupted/);
+    const leases = await fs.readdir(join(`${target}.locks`, 'items'));
+    const lease = JSON.parse(await fs.readFile(join(`${target}.locks`, 'items', leases.filter((f) => f.startsWith('lease-')).sort().pop()!), 'utf8'));
+    expect(lease.released).toBe(true);
+    const committed = await destinationQuery('sqlite', target, 'SELECT count(*) AS n FROM items');
+    expect(committed[0]!.n).toBe(10n);
+    const again = await cli(['run', config, '--json']);
+    expect(JSON.parse(again.stdout).streams[0].rows_read).toBe(40);
+    expect((await destinationQuery('sqlite', target, 'SELECT count(DISTINCT id) AS n FROM items'))[0]!.n).toBe(50n);
+  });
+});
+
+describe('crash loops and neighbours', () => {
+  it('five kills at the same point, then a clean run: exact content, no leftovers', async () => {
+    const dir = join(root, 'loop');
+    await import('node:fs/promises').then((fs) => fs.mkdir(dir, { recursive: true }));
+    const source = join(dir, 'source.sqlite');
+    const target = join(dir, 'warehouse.duckdb');
+    createItems(source, itemRange(1, 80, 3));
+    const config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: 'duckdb', path: target }, stream: { checkpoint_rows: 10, batch_rows: 10 } }));
+    for (let i = 0; i < 5; i += 1) {
+      const out = await cli(['run', config, '--full'], { env: { TIDEMARK_FAILPOINTS: 'load.before_commit=2:kill' } });
+      expect(out.signal).toBe('SIGKILL');
+    }
+    const ok = await cli(['run', config, '--json']);
+    expect(ok.code, ok.stderr).toBe(0);
+    const tables = (await destinationQuery('duckdb', target, 'SELECT table_name AS t FROM duckdb_tables()')).map((r) => String(r.t));
+    expect(tables.filter((t) => t.startsWith('_tidemark_build_') || t.includes('stage'))).toEqual([]);
+    expect((await destinationQuery('duckdb', target, 'SELECT count(*) AS n, count(DISTINCT id) AS d FROM items'))[0]).toEqual({ n: 80n, d: 80n });
+    const leases = await import('node:fs/promises').then((fs) => fs.readdir(join(`${target}.locks`, 'items')));
+    expect(leases.length).toBeLessThanOrEqual(2);
+  });
+
+  it('two pipelines writing one destination at once never touch each other', async () => {
+    const dir = join(root, 'neighbours');
+    await import('node:fs/promises').then((fs) => fs.mkdir(dir, { recursive: true }));
+    const target = join(dir, 'shared.sqlite');
+    const configs: string[] = [];
+    for (const name of ['left', 'right']) {
+      const source = join(dir, `${name}.sqlite`);
+      createItems(source, itemRange(1, 300, 7, 0, name));
+      configs.push(await writeYaml(dir, `${name}.yaml`, pipelineYaml({ name, source, destination: { type: 'sqlite', path: target }, stream: { name, checkpoint_rows: 20, batch_rows: 10 } })));
+    }
+    const [a, b] = await Promise.all(configs.map((c) => cli(['run', c, '--json'])));
+    expect(a!.code, a!.stderr).toBe(0);
+    expect(b!.code, b!.stderr).toBe(0);
+    for (const name of ['left', 'right']) {
+      const rows = await destinationQuery('sqlite', target, `SELECT count(*) AS n, min(value) AS v FROM "${name}"`);
+      expect(rows[0]).toMatchObject({ n: 300n, v: `${name}-1` });
+      const state = await destinationQuery('sqlite', target, `SELECT state FROM _tidemark_state WHERE pipeline = '${name}'`);
+      expect(Object.keys(JSON.parse(String(state[0]!.state)).streams)).toEqual([name]);
+    }
   });
 });
 

@@ -121,6 +121,20 @@ describe.each(KINDS)('incremental runs into %s', (kind) => {
     expect(JSON.parse(String(rejects[0]!.row))).toMatchObject({ id: '3', qty: 'many' });
   });
 
+  it('adds a column the source grew, inside the commit that first carries it', async () => {
+    createItems(source, itemRange(1, 10, 2));
+    config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target } }));
+    expect((await cli(['run', config])).code).toBe(0);
+    const db = (await import('better-sqlite3')).default(source);
+    db.exec(`ALTER TABLE items ADD COLUMN "Note Ü" TEXT`);
+    db.exec(`UPDATE items SET "Note Ü" = 'grown', updated_at = '2024-02-01 00:00:00' WHERE id = 4`);
+    db.close();
+    const out = await cli(['run', config, '--json']);
+    expect(out.code, out.stderr).toBe(0);
+    const rows = await destinationQuery(kind, target, `SELECT CAST(id AS VARCHAR) AS id, "Note Ü" AS note FROM items WHERE id IN (3, 4) ORDER BY id`);
+    expect(rows.map((r) => [String(r.id), r.note])).toEqual([['3', null], ['4', 'grown']]);
+  });
+
   it('stops on NULL cursors by default, naming the stream and the count', async () => {
     createItems(source, [...itemRange(1, 3, 1), { id: 4, updated_at: null, value: 'x' }, { id: 5, updated_at: null, value: 'y' }]);
     config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target } }));

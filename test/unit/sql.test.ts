@@ -16,8 +16,9 @@ describe('SQL text helpers', () => {
     const row = tupleGreaterThan(['"c"', '"id"'], [v('5'), v('7')], () => '?', { rowValues: true });
     expect(row).toEqual({ sql: '("c", "id") > (?, ?)', values: [v('5'), v('7')] });
     const chain = tupleGreaterThan(['`c`', '`a`', '`b`'], [v('1'), v('2'), v('3')], (i) => `$${i + 1}`);
-    expect(chain.sql).toBe('(`c` >= $7 AND (`c` > $1 OR (`c` = $2 AND `a` > $3) OR (`c` = $4 AND `a` = $5 AND `b` > $6)))');
-    expect(chain.values.map((x) => x.value)).toEqual(['1', '1', '2', '1', '2', '3', '1']);
+    // Values follow the text order, so positional `?` placeholders bind correctly.
+    expect(chain.sql).toBe('(`c` >= $1 AND (`c` > $2 OR (`c` = $3 AND `a` > $4) OR (`c` = $5 AND `a` = $6 AND `b` > $7)))');
+    expect(chain.values.map((x) => x.value)).toEqual(['1', '1', '1', '2', '1', '2', '3']);
   });
 
   it('a watermark without a key part reads its cursor value again instead of skipping it', () => {

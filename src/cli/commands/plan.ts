@@ -13,7 +13,10 @@ export async function planCommand(file: string, options: { full?: boolean; strea
     print(`${pipeline.name}.${r.stream}: ${r.strategy}, write ${r.write}${r.mode === 'build' ? `, builds a new generation${r.resumesBuild ? ' (resuming)' : ''}` : ''}`);
     print(`  watermark: ${describeWatermark(r.watermark)}`);
     if (r.from) print(`  lookback from: ${r.from.value}`);
-    print(`  until: ${r.until?.value ?? '(none: nothing to read)'}`);
+    print(`  until (high mark): ${r.until?.value ?? '(none: nothing to read)'}`);
+    if (r.storedSafeMark) print(`  stored safe mark: ${r.storedSafeMark.value}`);
+    if (r.safeMark) print(`  safe mark now: ${r.safeMark.value}`);
+    for (const warning of r.warnings) print(`  warning: ${warning}`);
     print(`  predicate: ${r.predicate}`);
     print(`  bindings: ${JSON.stringify(r.bindings)}`);
     if (r.nullCursorRows > 0) print(`  rows with a NULL cursor: ${r.nullCursorRows}`);

@@ -1,7 +1,8 @@
 import { loadPipeline, run, type RunResult, type StreamResult, type Watermark } from '../../index.js';
 import { stderrLogger } from '../../core/logger.js';
 import { EXIT } from '../exit-codes.js';
-import { formatCount, print, toJson } from '../output.js';
+import { errorMessage } from '../../core/errors.js';
+import { formatCount, print, printError, toJson } from '../output.js';
 
 export interface RunCommandOptions {
   readonly full?: boolean;
@@ -14,17 +15,58 @@ export function describeWatermark(w: Watermark | null | undefined): string {
   return [w.cursor.value, ...w.pk.map((p) => p.value)].join(' / ');
 }
 
-function summary(pipeline: string, s: StreamResult): string {
+export function summary(pipeline: string, s: StreamResult): string {
+  // Partitioned streams have a ledger instead of a watermark.
+  const position =
+    s.partitions_loaded !== undefined
+      ? `partitions loaded: ${s.partitions_loaded.length ? s.partitions_loaded.join(', ') : 'none'}, ${s.partitions_skipped ?? 0} unchanged`
+      : `watermark ${describeWatermark(s.watermark)}`;
   const what =
     s.outcome === 'failed'
       ? `FAILED: ${s.error}`
       : `${formatCount(s.rows_read)} read, ${formatCount(s.rows_loaded)} loaded, ${formatCount(s.rows_rejected)} rejected` +
         ` in ${s.commits} commit${s.commits === 1 ? '' : 's'} (${(s.duration_ms / 1000).toFixed(2)}s)` +
-        `${s.full ? ', new generation' : ''}; watermark ${describeWatermark(s.watermark)}`;
+        `${s.full ? ', new generation' : ''}; ${position}`;
   return `${pipeline}.${s.stream}: ${what}`;
 }
 
+/** SIGTERM/SIGINT stop the run between batches; what was not committed is rolled back and the lease released. */
+function interruptions(): { signal: AbortSignal; code: () => number | undefined; dispose: () => void } {
+  const controller = new AbortController();
+  let received: NodeJS.Signals | undefined;
+  const handler = (signal: NodeJS.Signals) => {
+    received = signal;
+    controller.abort(new Error(`interrupted by ${signal}`));
+  };
+  process.once('SIGTERM', handler);
+  process.once('SIGINT', handler);
+  return {
+    signal: controller.signal,
+    code: () => (received === 'SIGTERM' ? EXIT.sigterm : received === 'SIGINT' ? EXIT.sigint : undefined),
+    dispose: () => {
+      process.off('SIGTERM', handler);
+      process.off('SIGINT', handler);
+    },
+  };
+}
+
 export async function runCommand(files: readonly string[], options: RunCommandOptions): Promise<number> {
+  const interrupt = interruptions();
+  try {
+    return await runAll(files, options, interrupt.signal);
+  } catch (error) {
+    const code = interrupt.code();
+    if (code !== undefined) {
+      printError(`interrupted: ${errorMessage(error)}; nothing uncommitted was kept`);
+      return code;
+    }
+    throw error;
+  } finally {
+    interrupt.dispose();
+  }
+}
+
+async function runAll(files: readonly string[], options: RunCommandOptions, signal: AbortSignal): Promise<number> {
   let code: number = EXIT.ok;
   for (const file of files) {
     const pipeline = await loadPipeline(file);
@@ -33,6 +75,7 @@ export async function runCommand(files: readonly string[], options: RunCommandOp
       ...(options.full ? { full: true } : {}),
       ...(options.stream?.length ? { streams: options.stream } : {}),
       logger: stderrLogger(),
+      signal,
       ...(tty ? { onProgress: (stream: string, rows: number) => process.stderr.write(`\r${pipeline.name}.${stream}: ${formatCount(rows)} rows read`) } : {}),
     });
     if (tty) process.stderr.write('\r\x1b[K');

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { UsageError, loadPipeline, stateCommands, type PipelineState } from '../../index.js';
+import { UsageError, loadPipelineOrTarget, parseStateSpec, stateCommands, type PipelineState } from '../../index.js';
 import { print, toJson } from '../output.js';
 import { describeWatermark } from './run.js';
 
@@ -11,9 +11,19 @@ function showState(state: PipelineState): void {
   }
 }
 
-export async function stateCommand(action: string, args: readonly string[], options: { config?: string; json?: boolean; cursor?: string; pk?: string[] }): Promise<number> {
+export interface StateCommandOptions {
+  readonly config?: string;
+  readonly json?: boolean;
+  readonly cursor?: string;
+  readonly pk?: string[];
+  readonly from?: string;
+  readonly to?: string;
+  readonly force?: boolean;
+}
+
+export async function stateCommand(action: string, args: readonly string[], options: StateCommandOptions): Promise<number> {
   if (!options.config) throw new UsageError(`state ${action} needs --config <pipeline.yaml>`);
-  const commands = stateCommands(await loadPipeline(options.config));
+  const commands = stateCommands(await loadPipelineOrTarget(options.config));
   switch (action) {
     case 'show':
     case 'list': {
@@ -64,8 +74,17 @@ export async function stateCommand(action: string, args: readonly string[], opti
       options.json ? print(toJson(next)) : showState(next);
       return 0;
     }
+    case 'migrate': {
+      if (options.from === undefined || options.to === undefined) {
+        throw new UsageError('usage: tidemark state migrate --from <store> --to <store> [--force] --config <pipeline.yaml>');
+      }
+      const result = await commands.migrate(parseStateSpec(options.from), parseStateSpec(options.to), { force: options.force === true });
+      if (options.json) print(toJson(result));
+      else print(result.copied === 0 ? `already migrated: state version ${result.state.version}` : `copied ${result.copied} state version(s); now at version ${result.state.version}`);
+      return 0;
+    }
     default:
-      throw new UsageError(`unknown state action ${action} (list, show, set, reset, history, rollback, export, import)`);
+      throw new UsageError(`unknown state action ${action} (list, show, set, reset, history, rollback, export, import, migrate)`);
   }
 }
 

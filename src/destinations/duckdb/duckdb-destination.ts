@@ -4,7 +4,8 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { DuckDBInstance, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api';
+import { DuckDBInstance, listValue, type DuckDBAppender, type DuckDBConnection, type DuckDBValue } from '@duckdb/node-api';
+import type { DestinationCapabilities } from '../../core/connector.js';
 import { ConflictError, DestinationError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
@@ -121,10 +122,18 @@ function duckDbDialect(connection: DuckDBConnection, schema: string): SqlDialect
       }
     },
     renameTable: (from, to) => `ALTER TABLE ${quoteIdent(schema)}.${quoteIdent(from)} RENAME TO ${quoteIdent(to)}`,
+    async insertFromScan(_exec, table, columns, scan) {
+      // DuckDB reads the files itself: no row crosses into JS, and INSERT casts each column to the target type.
+      const values: DuckDBValue[] = scan.params.map((p) => (typeof p === 'string' ? p : listValue([...p])));
+      const names = columns.map((c) => quoteIdent(c)).join(', ');
+      const result = await connection.run(`INSERT INTO ${quoteIdent(schema)}.${quoteIdent(table)} (${names}) SELECT * FROM (${scan.sql})`, values);
+      return result.rowsChanged;
+    },
   };
 }
 
 export class DuckDbDestination extends SqlDestination {
+  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, nativeScan: ['duckdb'] };
   private constructor(
     private readonly instance: DuckDBInstance,
     private readonly connection: DuckDBConnection,

@@ -8,8 +8,10 @@ import type {
   CommitRequest,
   Destination,
   DestinationCapabilities,
+  LedgerStore,
   LoadInfo,
   LoadTransaction,
+  NativeScan,
   StateStore,
 } from '../../core/connector.js';
 import { DestinationError, TidemarkError } from '../../core/errors.js';
@@ -34,6 +36,7 @@ export abstract class SqlDestination implements Destination {
   };
   readonly meta: SqlMeta;
   readonly state: StateStore;
+  readonly ledger: LedgerStore;
   private loadCounter = 0;
 
   protected constructor(
@@ -42,6 +45,7 @@ export abstract class SqlDestination implements Destination {
   ) {
     this.meta = new SqlMeta(exec, dialect);
     this.state = new SqlStateStore(this.meta, exec, dialect, () => this.close());
+    this.ledger = this.meta.ledgerStore();
   }
 
   abstract close(): Promise<void>;
@@ -57,7 +61,7 @@ export abstract class SqlDestination implements Destination {
     const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.stageType(c.type)}`), `${SEQ_COLUMN} BIGINT`].join(', ');
     await this.dialect.createStage(this.exec, STAGE, ddl);
     this.loadCounter += 1;
-    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${this.loadCounter}`);
+    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${this.loadCounter}`, ddl);
   }
 }
 
@@ -65,6 +69,8 @@ class SqlLoadTransaction implements LoadTransaction {
   private staged = 0;
   private seq = 0;
   private commits = 0;
+  /** The SQL transaction was opened early by `writeScan`, which also already replaced the partition's rows. */
+  private open = false;
 
   constructor(
     private readonly exec: SqlExecutor,
@@ -72,6 +78,7 @@ class SqlLoadTransaction implements LoadTransaction {
     private readonly meta: SqlMeta,
     private readonly load: LoadInfo,
     private readonly loadIdPrefix: string,
+    private readonly stageDdl: string,
   ) {}
 
   async write(rows: readonly Row[]): Promise<void> {
@@ -81,27 +88,67 @@ class SqlLoadTransaction implements LoadTransaction {
     this.staged += rows.length;
   }
 
+  /**
+   * The bulk path: the scan runs inside the SQL transaction that `commit` will finish, straight into the target
+   * (after the partition's old rows are deleted), so nothing is staged twice and nothing is visible before COMMIT.
+   */
+  async writeScan(scan: NativeScan): Promise<number> {
+    const insert = this.dialect.insertFromScan;
+    if (insert === undefined) throw new DestinationError(`${this.dialect.name} cannot run a native ${scan.engine} scan`);
+    const { target } = this.load;
+    const table = target.build !== undefined ? buildTableName(target.schema.name) : target.schema.name;
+    if (!this.open) {
+      await this.exec.run(this.dialect.beginStatement);
+      this.open = true;
+      try {
+        await this.ensureTable(table, target.schema.columns, false);
+        await this.deletePartition(table);
+      } catch (error) {
+        await this.rollback();
+        throw error;
+      }
+    }
+    try {
+      return await insert.call(this.dialect, this.exec, table, target.schema.columns.map((c) => c.name), scan);
+    } catch (error) {
+      await this.rollback();
+      throw error;
+    }
+  }
+
+  private async deletePartition(table: string): Promise<void> {
+    const partition = this.load.target.replacePartition;
+    if (partition === undefined) return;
+    if ((await this.dialect.tableColumns(this.exec, table))?.includes(partition.column) !== true) return;
+    await this.exec.run(`DELETE FROM ${this.dialect.table(table)} WHERE ${quoteIdent(partition.column)} = ?`, [partition.value]);
+  }
+
   async commit(request: CommitRequest): Promise<void> {
     const { target, pipeline, fence, runId } = this.load;
     const stream = target.schema.name;
-    await this.exec.run(this.dialect.beginStatement);
+    const scanned = this.open;
+    if (!scanned) await this.exec.run(this.dialect.beginStatement);
+    this.open = false;
     try {
       await this.meta.checkFence(pipeline, fence.token, `${hostname()}:${process.pid}`);
       await this.meta.writeState(request.state, request.state.version === 1 ? undefined : request.state.version - 1, { runId, reason: 'run' });
       const table = target.build !== undefined ? buildTableName(stream) : stream;
       await this.ensureTable(table, target.schema.columns, request.freshBuild === true);
+      if (!scanned) await this.deletePartition(table);
       if (this.staged > 0) await this.applyStage(table);
       await this.meta.writeRejects(pipeline, stream, runId, request.rejects);
+      if (request.ledger?.length) await this.meta.writeLedger(request.ledger);
       await this.meta.writeRun(request.run);
       this.commits += 1;
-      await this.meta.writeLoad(`${this.loadIdPrefix}-${this.commits}`, pipeline, stream, runId, request.state.version);
+      const loadId = `${this.loadIdPrefix}-${this.commits}`;
+      await this.meta.writeLoad(loadId, pipeline, stream, runId, request.state.version);
       if (request.swap) {
         await this.exec.run(`DROP TABLE IF EXISTS ${this.dialect.table(stream)}`);
         await this.exec.run(this.dialect.renameTable(buildTableName(stream), stream));
       }
       await failpoint('load.before_commit');
       await request.verify?.();
-      await this.exec.run('COMMIT');
+      await this.commitOrConfirm(loadId, { pipeline, stream, phase: 'commit' });
     } catch (error) {
       await this.exec.run('ROLLBACK').catch(() => undefined);
       if (error instanceof TidemarkError) throw error;
@@ -114,7 +161,34 @@ class SqlLoadTransaction implements LoadTransaction {
     this.staged = 0;
   }
 
+  /**
+   * COMMIT whose reply is lost leaves the outcome unknown. A destination that can reconnect is asked whether this
+   * load id committed: if it did, the commit succeeded (nothing is loaded twice); if not, the run fails and a retry
+   * re-reads from the last committed state.
+   */
+  private async commitOrConfirm(loadId: string, context: { pipeline: string; stream: string; phase: string }): Promise<void> {
+    try {
+      await this.exec.run('COMMIT');
+      return;
+    } catch (error) {
+      if (this.exec.reconnect === undefined) throw error;
+      await this.exec.reconnect();
+      // The new session has no staging table; the next batch of this load needs one.
+      await this.dialect.createStage(this.exec, STAGE, this.stageDdl);
+      if (await this.meta.loadCommitted(loadId)) return;
+      throw new DestinationError(`commit into ${this.dialect.name} did not complete (load ${loadId} is not recorded): ${(error as Error).message}`, {
+        context,
+        cause: error,
+        retryable: true,
+      });
+    }
+  }
+
   async rollback(): Promise<void> {
+    if (this.open) {
+      this.open = false;
+      await this.exec.run('ROLLBACK').catch(() => undefined);
+    }
     await this.exec.run(`DELETE FROM ${STAGE}`).catch(() => undefined);
     this.staged = 0;
   }
@@ -127,6 +201,7 @@ class SqlLoadTransaction implements LoadTransaction {
     if (existing === undefined) {
       const ddl = columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`).join(', ');
       await this.exec.run(`CREATE TABLE ${quoted} (${ddl})`);
+      await this.dialect.afterCreateTable?.(this.exec, table, this.load.target.schema.primaryKey);
       return;
     }
     const have = new Set(existing);

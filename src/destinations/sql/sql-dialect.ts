@@ -2,14 +2,21 @@
  * What a SQL destination must supply so that the shared load/commit code (sql-destination.ts) can drive it:
  * statement execution, type names, and a bulk path into a connection-local staging table.
  */
+import type { NativeScan } from '../../core/connector.js';
 import type { Column, ColumnType, Row } from '../../core/types.js';
 
 export type SqlParam = string | number | bigint | null;
 export type SqlRow = Record<string, unknown>;
 
+/** Statements use `?` placeholders; an executor whose driver wants another style (Postgres `$n`) rewrites them. */
 export interface SqlExecutor {
   query(sql: string, params?: readonly SqlParam[]): Promise<SqlRow[]>;
   run(sql: string, params?: readonly SqlParam[]): Promise<void>;
+  /**
+   * Opens a fresh session after the old one was lost (a networked destination). Connection-local objects such as
+   * the staging table are gone afterwards; an open transaction was rolled back or committed — unknown which.
+   */
+  reconnect?(): Promise<void>;
 }
 
 export interface SqlDialect {
@@ -32,4 +39,14 @@ export interface SqlDialect {
   appendToStage(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number): Promise<void>;
   /** Renames a table inside the current transaction. */
   renameTable(from: string, to: string): string;
+  /** Inside the current transaction: inserts a native scan's rows into `table` (columns in order); returns the count. */
+  insertFromScan?(exec: SqlExecutor, table: string, columns: readonly string[], scan: NativeScan): Promise<number>;
+  /**
+   * Inside a transaction: serialises it against other transactions of the same pipeline until it ends, so the
+   * compare-and-set reads of state and fence see the latest committed rows (engines whose write transactions are
+   * already serial, SQLite and DuckDB, leave it out).
+   */
+  lockPipeline?(exec: SqlExecutor, pipeline: string): Promise<void>;
+  /** Called after a target table is created (e.g. to index the primary key a merge looks rows up by). */
+  afterCreateTable?(exec: SqlExecutor, table: string, primaryKey: readonly string[]): Promise<void>;
 }

@@ -2,9 +2,10 @@
  * tidemark's own tables inside a SQL destination: state, its history, runs, rejects, ledger, locks and loads.
  * They live beside the data so that one transaction commits both (DESIGN.md §1, promise 2).
  */
-import type { PipelineState, PipelineStateVersion, Reject, RunRecord } from '../../core/types.js';
+import type { LedgerEntry, PartitionFile, PipelineState, PipelineStateVersion, Reject, RunRecord } from '../../core/types.js';
 import { ConflictError, StateError } from '../../core/errors.js';
-import type { SaveMeta, StateStore } from '../../core/connector.js';
+import type { LedgerStore, SaveMeta, StateStore } from '../../core/connector.js';
+import { quoteIdent } from '../../shared/sql.js';
 import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from './sql-dialect.js';
 
 export const META_TABLES = {
@@ -64,6 +65,7 @@ export class SqlMeta {
 
   /** Inside an open transaction: refuses unless the stored version is `expected`, then writes state + history. */
   async writeState(next: PipelineState, expected: number | undefined, meta: SaveMeta): Promise<void> {
+    await this.dialect.lockPipeline?.(this.exec, next.pipeline);
     const rows = await this.exec.query(`SELECT version FROM ${this.t('state')} WHERE pipeline = ?`, [next.pipeline]);
     const stored = rows.length ? Number(rows[0]!.version) : undefined;
     if (stored !== expected) {
@@ -87,6 +89,7 @@ export class SqlMeta {
 
   /** Inside an open transaction: a newer fencing token wins; an older one is a zombie and is refused. */
   async checkFence(pipeline: string, token: number, holder: string): Promise<void> {
+    await this.dialect.lockPipeline?.(this.exec, pipeline);
     const rows = await this.exec.query(`SELECT token FROM ${this.t('locks')} WHERE pipeline = ?`, [pipeline]);
     const stored = rows.length ? Number(rows[0]!.token) : 0;
     if (stored > token) {
@@ -128,11 +131,70 @@ export class SqlMeta {
     }
   }
 
+  /** Inside an open transaction: one row per partition, replacing the partition's previous row. */
+  async writeLedger(entries: readonly LedgerEntry[]): Promise<void> {
+    for (const e of entries) {
+      await this.exec.run(
+        `INSERT INTO ${this.t('ledger')} (pipeline, stream, "partition", files, "rows", bytes, status, run_id, loaded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (pipeline, stream, "partition") DO UPDATE SET files = excluded.files, "rows" = excluded."rows", bytes = excluded.bytes,
+           status = excluded.status, run_id = excluded.run_id, loaded_at = excluded.loaded_at`,
+        [e.pipeline, e.stream, e.partition, JSON.stringify(e.files), e.rows, e.bytes, e.status, e.runId, e.loadedAt],
+      );
+    }
+  }
+
+  /** Ledger reads and edits; reads never create tables. */
+  ledgerStore(): LedgerStore {
+    return {
+      list: async (pipeline, stream) => {
+        if (!(await this.exists())) return [];
+        const rows = await this.exec.query(
+          `SELECT pipeline, stream, "partition", files, "rows", bytes, status, run_id, loaded_at FROM ${this.t('ledger')}
+           WHERE pipeline = ? AND (? IS NULL OR stream = ?) ORDER BY stream, "partition"`,
+          [pipeline, stream ?? null, stream ?? null],
+        );
+        return rows.map(toLedgerEntry);
+      },
+      forget: async (pipeline, stream, partitions) => {
+        if (!(await this.exists()) || partitions.length === 0) return 0;
+        let removed = 0;
+        await this.exec.run(this.dialect.beginStatement);
+        try {
+          for (const partition of partitions) {
+            const hit = await this.exec.query(`SELECT 1 AS hit FROM ${this.t('ledger')} WHERE pipeline = ? AND stream = ? AND "partition" = ?`, [pipeline, stream, partition]);
+            if (hit.length === 0) continue;
+            await this.exec.run(`DELETE FROM ${this.t('ledger')} WHERE pipeline = ? AND stream = ? AND "partition" = ?`, [pipeline, stream, partition]);
+            removed += 1;
+          }
+          await this.exec.run('COMMIT');
+        } catch (error) {
+          await this.exec.run('ROLLBACK').catch(() => undefined);
+          throw error;
+        }
+        return removed;
+      },
+      countRows: async (table, column) => {
+        const columns = await this.dialect.tableColumns(this.exec, table);
+        if (columns === undefined || !columns.includes(column)) return new Map();
+        const rows = await this.exec.query(
+          `SELECT CAST(${quoteIdent(column)} AS VARCHAR(1000)) AS p, count(*) AS n FROM ${this.dialect.table(table)} GROUP BY ${quoteIdent(column)}`,
+        );
+        return new Map(rows.map((r) => [r.p === null ? '' : String(r.p), Number(r.n)]));
+      },
+    };
+  }
+
   async writeLoad(loadId: string, pipeline: string, stream: string, runId: string, version: number): Promise<void> {
     await this.exec.run(
       `INSERT INTO ${this.t('loads')} (load_id, pipeline, stream, run_id, state_version, committed_at) VALUES (?, ?, ?, ?, ?, ?)`,
       [loadId, pipeline, stream, runId, version, new Date().toISOString()],
     );
+  }
+
+  /** Whether a load id committed: the answer to an ambiguous COMMIT (the reply was lost with the connection). */
+  async loadCommitted(loadId: string): Promise<boolean> {
+    if (!(await this.exists())) return false;
+    return (await this.exec.query(`SELECT 1 AS hit FROM ${this.t('loads')} WHERE load_id = ?`, [loadId])).length > 0;
   }
 
   async history(pipeline: string): Promise<PipelineStateVersion[]> {
@@ -205,6 +267,20 @@ function toRunRecord(r: SqlRow): RunRecord {
     full: Number(r.full_refresh) === 1,
     worker: String(r.worker),
     error: r.error === null ? null : String(r.error),
+  };
+}
+
+function toLedgerEntry(r: SqlRow): LedgerEntry {
+  return {
+    pipeline: String(r.pipeline),
+    stream: String(r.stream),
+    partition: String(r.partition),
+    files: JSON.parse(String(r.files)) as PartitionFile[],
+    rows: Number(r.rows),
+    bytes: Number(r.bytes),
+    status: 'loaded',
+    runId: String(r.run_id),
+    loadedAt: String(r.loaded_at),
   };
 }
 

@@ -1,0 +1,123 @@
+/**
+ * Config rules for the streams of HTTP and Singer sources, kept beside load.ts so the table/query rules of the
+ * database sources stay as they were. Errors carry the same `file: streams[i].field` dot-paths.
+ */
+import { isAbsolute, resolve } from 'node:path';
+import type { DeclaredColumn, HttpPagination, HttpStreamSpec, SingerStreamSpec } from '../core/connector.js';
+import { DURATION_HINT, parseDuration } from '../core/duration.js';
+import { ConfigError } from '../core/errors.js';
+import { registerSecret } from '../core/logger.js';
+import { parseColumnType } from '../shared/exact-json.js';
+import type { SourceConfig, StreamDocument } from './schema.js';
+
+type At = (field: string) => string;
+
+const HTTP_FIELDS = ['path', 'params', 'headers', 'records', 'pagination', 'ordered'] as const;
+
+export function isApiSource(type: SourceConfig['type']): type is 'http' | 'singer' {
+  return type === 'http' || type === 'singer';
+}
+
+/** Refuses fields that belong to another kind of source, and checks what defines an API stream. */
+export function checkStreamFields(type: SourceConfig['type'], s: StreamDocument, at: At): void {
+  if (type !== 'http') {
+    for (const field of HTTP_FIELDS) if (s[field] !== undefined) throw new ConfigError(`${at(field)}: only streams of an http source take ${field}`);
+  }
+  if (type !== 'singer' && s.tap_stream !== undefined) throw new ConfigError(`${at('tap_stream')}: only streams of a singer source take tap_stream`);
+  if (!isApiSource(type)) {
+    if (s.columns !== undefined) throw new ConfigError(`${at('columns')}: only streams of an http or singer source declare columns`);
+    return;
+  }
+  if (s.table !== undefined || s.query !== undefined) {
+    throw new ConfigError(`${at(s.table !== undefined ? 'table' : 'query')}: a stream of an ${type} source is defined by ${type === 'http' ? 'path' : 'name or tap_stream'}, not table or query`);
+  }
+  if (type === 'http' && s.path === undefined) throw new ConfigError(`${at('path')}: a stream of an http source needs a path (e.g. /v1/orders)`);
+  if (type === 'singer' && s.name === undefined && s.tap_stream === undefined) throw new ConfigError(`${at('name')}: a stream of a singer source needs a name or tap_stream`);
+}
+
+/** The default stream name: the last usable segment of an HTTP path, or the tap's stream id. */
+export function apiStreamName(type: SourceConfig['type'], s: StreamDocument): string | undefined {
+  if (type === 'singer') return s.tap_stream;
+  if (type === 'http' && s.path !== undefined) {
+    const segment = s.path.split('?')[0]!.split('/').filter((p) => p !== '' && !p.includes('{')).pop();
+    return segment;
+  }
+  return undefined;
+}
+
+function declaredColumns(s: StreamDocument, at: At): DeclaredColumn[] | undefined {
+  if (s.columns === undefined) return undefined;
+  return Object.entries(s.columns).map(([name, declaration]) => {
+    const text = typeof declaration === 'string' ? declaration : declaration.type;
+    const type = parseColumnType(text);
+    if (type === undefined) {
+      throw new ConfigError(`${at(`columns.${name}`)}: unknown column type ${JSON.stringify(text)} (boolean, int32, int64, decimal(p,s), float64, text, json, date, timestamp, timestamptz, uuid, …)`);
+    }
+    return { name, type, path: typeof declaration === 'string' ? name : (declaration.path ?? name) };
+  });
+}
+
+function pagination(s: StreamDocument): HttpPagination {
+  const p = s.pagination ?? { type: 'none' as const };
+  switch (p.type) {
+    case 'page':
+      return { type: 'page', param: p.param, start: p.start, ...(p.size_param !== undefined ? { sizeParam: p.size_param } : {}), ...(p.size !== undefined ? { size: p.size } : {}) };
+    case 'offset':
+      return { type: 'offset', param: p.param, limitParam: p.limit_param, limit: p.limit };
+    default:
+      return p;
+  }
+}
+
+/** The connector part of a resolved stream: `{ http }` or `{ singer }`, or nothing for other sources. */
+export function apiStreamSpec(type: SourceConfig['type'], s: StreamDocument, name: string, at: At): { http?: HttpStreamSpec; singer?: SingerStreamSpec } {
+  const columns = declaredColumns(s, at);
+  if (columns !== undefined) {
+    for (const key of [...(s.primary_key === undefined ? [] : [s.primary_key].flat()), ...(s.cursor !== undefined ? [s.cursor] : [])]) {
+      if (!columns.some((c) => c.name === key)) throw new ConfigError(`${at('columns')}: ${key} is a key or cursor of the stream but is not among the declared columns`);
+    }
+  }
+  if (type === 'singer') return { singer: { tapStream: s.tap_stream ?? name, ...(columns ? { columns } : {}) } };
+  if (type !== 'http') return {};
+  if (/^[a-z][a-z0-9+.-]*:/i.test(s.path!) || s.path!.startsWith('//')) throw new ConfigError(`${at('path')}: a path below base_url, not a full URL`);
+  const text = (v: string | number | boolean): string => String(v);
+  return {
+    http: {
+      path: s.path!,
+      params: Object.fromEntries(Object.entries(s.params ?? {}).map(([k, v]) => [k, text(v)])),
+      headers: { ...(s.headers ?? {}) },
+      ...(s.records !== undefined ? { records: s.records } : {}),
+      pagination: pagination(s),
+      ordered: s.ordered ?? false,
+      ...(columns ? { columns } : {}),
+    },
+  };
+}
+
+/** Source sections of HTTP and Singer: durations checked, secrets registered, files resolved against the pipeline file. */
+export function resolveApiSource<T extends SourceConfig>(source: T, file: string, baseDir: string): T {
+  if (source.type === 'http') {
+    for (const field of ['backoff', 'max_backoff', 'timeout', 'lag'] as const) {
+      const value = source[field];
+      if (value !== undefined && parseDuration(value) === undefined) throw new ConfigError(`${file}: source.${field}: expected ${DURATION_HINT}`);
+    }
+    const auth = source.auth;
+    if (auth?.type === 'bearer') registerSecret(auth.token);
+    if (auth?.type === 'basic') registerSecret(auth.password);
+    if (auth?.type === 'header' || auth?.type === 'query') registerSecret(auth.value);
+    return source;
+  }
+  if (source.type === 'singer') {
+    const local = (p: string): string => (isAbsolute(p) ? p : resolve(baseDir, p));
+    const command = source.command === undefined ? undefined : typeof source.command === 'string' ? source.command.split(/\s+/).filter(Boolean) : source.command;
+    // A relative program path ("./tap.py") means "next to the pipeline file", like every other path in it.
+    const program = command?.[0] !== undefined && /^\.\.?\//.test(command[0]) ? local(command[0]) : command?.[0];
+    return {
+      ...source,
+      ...(command !== undefined ? { command: [program!, ...command.slice(1)] } : {}),
+      ...(typeof source.config === 'string' ? { config: local(source.config) } : {}),
+      ...(typeof source.catalog === 'string' ? { catalog: local(source.catalog) } : {}),
+    };
+  }
+  return source;
+}

@@ -1,0 +1,282 @@
+/**
+ * Postgres destination: schema-qualified tables, rows staged in a TEMP table with `COPY … FROM STDIN`, then moved
+ * into the target in one transaction together with state, runs, rejects and the load id. A COMMIT whose reply is
+ * lost is settled by asking, on a new session, whether the load id committed.
+ */
+import { Writable } from 'node:stream';
+import { pipeline as pipe } from 'node:stream/promises';
+import type pg from 'pg';
+import copyStreams from 'pg-copy-streams';
+import { DestinationError } from '../../core/errors.js';
+import { redact } from '../../core/logger.js';
+import type { Column, ColumnType, Row, Value } from '../../core/types.js';
+import {
+  checkIdentifierLength,
+  connectPostgres,
+  describeUrl,
+  ensureSchema,
+  pgParams,
+  toDollarPlaceholders,
+} from '../../shared/postgres-client.js';
+import { quoteIdent } from '../../shared/sql.js';
+import { SqlDestination } from '../sql/sql-destination.js';
+import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
+
+export interface PostgresDestinationOptions {
+  readonly url: string;
+  /** Created when missing. */
+  readonly schema?: string;
+}
+
+export function postgresColumnType(type: ColumnType): string {
+  switch (type.kind) {
+    case 'boolean': return 'BOOLEAN';
+    case 'int16': return 'SMALLINT';
+    case 'int32': return 'INTEGER';
+    case 'int64': return 'BIGINT';
+    // 0 … 2^64-1 does not fit BIGINT; NUMERIC(20,0) holds it exactly.
+    case 'uint64': return 'NUMERIC(20,0)';
+    case 'decimal':
+      return type.precision !== undefined && type.precision <= 1000 ? `NUMERIC(${type.precision},${type.scale ?? 0})` : 'NUMERIC';
+    case 'float32': return 'REAL';
+    case 'float64': return 'DOUBLE PRECISION';
+    case 'text': return 'TEXT';
+    case 'bytes': return 'BYTEA';
+    case 'uuid': return 'UUID';
+    // json (not jsonb) keeps the document's exact text: key order, duplicate keys, number spelling.
+    case 'json': return 'JSON';
+    case 'date': return 'DATE';
+    case 'time': return 'TIME(6)';
+    case 'timestamp': return 'TIMESTAMP(6)';
+    case 'timestamptz': return 'TIMESTAMPTZ(6)';
+    // Interval spellings differ between sources; text keeps each one exactly.
+    case 'interval': return 'TEXT';
+  }
+}
+
+/** One value in COPY text format: `\N` for NULL, backslash escapes for the four special characters. */
+export function copyText(type: ColumnType, value: Value): string {
+  if (value === null) return '\\N';
+  if (value instanceof Uint8Array) return `\\\\x${Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('hex')}`;
+  switch (typeof value) {
+    case 'boolean':
+      return value ? 't' : 'f';
+    case 'bigint':
+      return value.toString();
+    case 'number':
+      if (Object.is(value, -0)) return '-0';
+      // JS prints the shortest text that reads back as the same double; Postgres parses it exactly.
+      return String(value);
+    default:
+      return escapeCopy(type.kind === 'timestamptz' && !value.endsWith('Z') ? `${value}Z` : value);
+  }
+}
+
+function escapeCopy(text: string): string {
+  if (!/[\\\n\r\t]/.test(text)) return text;
+  return text.replace(/[\\\n\r\t]/g, (c) => (c === '\\' ? '\\\\' : c === '\n' ? '\\n' : c === '\r' ? '\\r' : '\\t'));
+}
+
+const COPY_CHUNK_BYTES = 1 << 20;
+
+class PostgresExecutor implements SqlExecutor {
+  private inTransaction = false;
+  private broken = false;
+
+  constructor(
+    public client: pg.Client,
+    private readonly url: string,
+    private readonly schema: string,
+  ) {
+    this.watch(client);
+  }
+
+  private watch(client: pg.Client): void {
+    client.on('error', () => (this.broken = true));
+    client.on('end', () => (this.broken = true));
+  }
+
+  async query(sql: string, params: readonly SqlParam[] = []): Promise<SqlRow[]> {
+    await this.ready();
+    try {
+      const result = await this.client.query(toDollarPlaceholders(sql), pgParams(params));
+      return result.rows as SqlRow[];
+    } catch (error) {
+      throw clean(error);
+    }
+  }
+
+  async run(sql: string, params: readonly SqlParam[] = []): Promise<void> {
+    const statement = sql.trim().toUpperCase();
+    if (statement === 'BEGIN') {
+      await this.ready();
+      this.inTransaction = true;
+    }
+    try {
+      await this.query(sql, params);
+    } finally {
+      if (statement === 'COMMIT' || statement === 'ROLLBACK') this.inTransaction = false;
+    }
+  }
+
+  /**
+   * Outside a transaction a lost session is replaced at once; inside one the statement fails instead, because
+   * running the rest of a transaction's statements on a new session would commit them one by one.
+   */
+  private async ready(): Promise<void> {
+    if (!this.broken) return;
+    if (this.inTransaction) throw new Error('the connection to Postgres was lost inside the transaction');
+    await this.reconnect();
+  }
+
+  async reconnect(): Promise<void> {
+    this.inTransaction = false;
+    const old = this.client;
+    void old.end().catch(() => undefined);
+    let lastError: unknown;
+    for (let attempt = 0, delay = 100; attempt < 6; attempt += 1, delay *= 2) {
+      try {
+        this.client = await connectPostgres(this.url);
+        await this.client.query(`SET search_path = ${quoteIdent(this.schema)}, public`);
+        this.broken = false;
+        this.watch(this.client);
+        return;
+      } catch (error) {
+        lastError = error;
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+    }
+    throw new DestinationError(`lost the connection to ${describeUrl(this.url)} and could not reconnect`, { cause: lastError, retryable: true });
+  }
+
+  async copyIn(sql: string, lines: AsyncIterable<string> | Iterable<string>): Promise<void> {
+    await this.ready();
+    const stream = this.client.query(copyStreams.from(sql));
+    try {
+      await pipe(lines, stream as unknown as Writable);
+    } catch (error) {
+      throw clean(error);
+    }
+  }
+
+  async end(): Promise<void> {
+    this.broken = true;
+    await this.client.end().catch(() => undefined);
+  }
+}
+
+/** Driver errors keep their SQLSTATE as `cause`; the message never carries a password. */
+function clean(error: unknown): Error {
+  const e = error as Error & { code?: string };
+  const out = new Error(redact(e.message ?? String(error)), { cause: error });
+  return out;
+}
+
+function* copyLines(columns: readonly Column[], rows: readonly Row[], firstSeq: number): Generator<string> {
+  let chunk = '';
+  let seq = firstSeq;
+  for (const row of rows) {
+    let line = '';
+    for (let i = 0; i < columns.length; i += 1) line += `${copyText(columns[i]!.type, row[i] ?? null)}\t`;
+    chunk += `${line}${seq}\n`;
+    seq += 1;
+    if (chunk.length >= COPY_CHUNK_BYTES) {
+      yield chunk;
+      chunk = '';
+    }
+  }
+  if (chunk.length > 0) yield chunk;
+}
+
+function postgresDialect(exec: PostgresExecutor, schema: string): SqlDialect {
+  const qualified = (name: string) => {
+    checkIdentifierLength(name, 'table name');
+    return `${quoteIdent(schema)}.${quoteIdent(name)}`;
+  };
+  return {
+    name: 'postgres',
+    beginStatement: 'BEGIN',
+    table: qualified,
+    columnType: postgresColumnType,
+    // COPY parses text straight into the target types, so the stage already holds typed values.
+    stageType: postgresColumnType,
+    castFromStage: (expression) => expression,
+    async tableColumns(e, name) {
+      const rows = await e.query(
+        `SELECT a.attname AS name FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = ? AND c.relname = ? AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
+        [schema, name],
+      );
+      return rows.length ? rows.map((r) => String(r.name)) : undefined;
+    },
+    async createStage(e, stage, columnsDdl) {
+      await e.run(`DROP TABLE IF EXISTS pg_temp.${quoteIdent(stage)}`);
+      await e.run(`CREATE TEMP TABLE ${quoteIdent(stage)} (${columnsDdl})`);
+    },
+    async appendToStage(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number) {
+      const names = [...columns.map((c) => quoteIdent(c.name)), '_tidemark_seq'].join(', ');
+      await exec.copyIn(`COPY pg_temp.${quoteIdent(stage)} (${names}) FROM STDIN`, copyLines(columns, rows, firstSeq));
+    },
+    renameTable: (from, to) => `ALTER TABLE ${qualified(from)} RENAME TO ${quoteIdent(to)}`,
+    async lockPipeline(e, pipeline) {
+      await e.query(`SELECT pg_advisory_xact_lock(hashtext('tidemark.commit'), hashtext(?))`, [`${schema}.${pipeline}`]);
+    },
+    async afterCreateTable(e, table, primaryKey) {
+      if (primaryKey.length === 0) return;
+      // Not unique: an append stream may legitimately hold several versions of a key.
+      // Unnamed: Postgres picks a free name, so a build table's index never collides with the live table's.
+      await e.run(`CREATE INDEX ON ${qualified(table)} (${primaryKey.map((c) => quoteIdent(c)).join(', ')})`);
+    },
+  };
+}
+
+export class PostgresDestination extends SqlDestination {
+  private constructor(
+    private readonly executor: PostgresExecutor,
+    readonly schema: string,
+  ) {
+    super(executor, postgresDialect(executor, schema));
+  }
+
+  static async open(options: PostgresDestinationOptions): Promise<PostgresDestination> {
+    const schema = options.schema ?? 'public';
+    let client: pg.Client;
+    try {
+      checkIdentifierLength(schema, 'schema name');
+      client = await connectPostgres(options.url);
+    } catch (error) {
+      throw new DestinationError((error as Error).message, { context: { phase: 'connect' }, cause: error, retryable: true });
+    }
+    try {
+      await ensureSchema(client, schema, quoteIdent(schema));
+      // Unqualified names resolve to the temp stage first, then to this schema.
+      await client.query(`SET search_path = ${quoteIdent(schema)}, public`);
+    } catch (error) {
+      await client.end().catch(() => undefined);
+      throw new DestinationError(`cannot prepare schema ${schema} in ${describeUrl(options.url)}: ${redact((error as Error).message)}`, {
+        context: { phase: 'connect' },
+        cause: error,
+      });
+    }
+    return new PostgresDestination(new PostgresExecutor(client, options.url, schema), schema);
+  }
+
+  /** Every logical type maps onto an exact Postgres type (NUL in text is refused earlier, by the value codec). */
+  rejectReason(): string | undefined {
+    return undefined;
+  }
+
+  /** Read-only SQL for tests, `ledger verify` and the UI (`?` placeholders). */
+  query(sql: string, params: readonly SqlParam[] = []): Promise<SqlRow[]> {
+    return this.exec.query(sql, params);
+  }
+
+  /** For tests of ambiguous commits: the live session. */
+  get session(): pg.Client {
+    return this.executor.client;
+  }
+
+  async close(): Promise<void> {
+    await this.executor.end();
+  }
+}

@@ -1,0 +1,326 @@
+/**
+ * Loading a partitioned stream (`strategy: partitioned`): compare the source's listing with the ledger, then load
+ * each new or changed partition in ONE commit that holds its rows (replacing the partition's old rows), its ledger
+ * row, the next state and the run record. A crash inside a partition leaves none of its rows and no ledger mark.
+ */
+import { hostname } from 'node:os';
+import type { LedgerStore, LoadTransaction, OpenedPartition, PartitionListing, PartitionedSource } from '../core/connector.js';
+import { DestinationError, SourceError, TidemarkError, withContext } from '../core/errors.js';
+import { failpoint } from '../core/failpoints.js';
+import type { Column, LedgerEntry, PartitionFile, PipelineState, Reject, Row, RunRecord, StreamResult } from '../core/types.js';
+import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
+import type { StreamConfig } from '../config/load.js';
+import type { StreamContext, StreamOutcome } from './stream-load.js';
+
+export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload';
+
+export interface PartitionPlan {
+  readonly partition: string;
+  readonly status: PartitionStatus;
+  readonly listing: PartitionListing;
+  readonly entry?: LedgerEntry;
+  /** What changed, for messages (`trips/2024-01.parquet: size 100 → 120`). */
+  readonly change?: string;
+}
+
+function partitionsOf(ctx: Pick<StreamContext, 'source' | 'pipeline'>, stream: StreamConfig): PartitionedSource {
+  if (!ctx.source.partitions || !stream.files) {
+    throw new SourceError(`the source of stream ${stream.name} does not list partitions`, { context: { pipeline: ctx.pipeline, stream: stream.name, phase: 'plan' } });
+  }
+  return ctx.source.partitions;
+}
+
+export function ledgerOf(destination: { ledger?: LedgerStore }, pipeline: string, stream: string): LedgerStore {
+  if (!destination.ledger) {
+    throw new DestinationError('this destination keeps no partition ledger, so it cannot load partitioned streams', { context: { pipeline, stream, phase: 'plan' } });
+  }
+  return destination.ledger;
+}
+
+/**
+ * What differs between the files a partition was loaded from and the files listed now, or undefined when nothing
+ * does. Only metadata is compared, except for a file whose size is equal but modified time moved: then its content
+ * hash decides (a `touch` is not a change).
+ */
+async function changeOf(source: PartitionedSource, stream: StreamConfig, loaded: readonly PartitionFile[], listed: readonly PartitionFile[]): Promise<string | undefined> {
+  const before = new Map(loaded.map((f) => [f.path, f]));
+  for (const file of listed) {
+    const old = before.get(file.path);
+    if (!old) return `new file ${file.path}`;
+    if (file.hash !== undefined && old.hash !== undefined && file.hash.startsWith('etag:')) {
+      if (file.hash !== old.hash) return `${file.path}: ETag ${old.hash.slice(5)} → ${file.hash.slice(5)}`;
+      continue;
+    }
+    if (file.size !== old.size) return `${file.path}: size ${old.size} → ${file.size} bytes`;
+    if (file.modified === old.modified) continue;
+    const hash = await source.hash(stream, file);
+    if (hash !== old.hash) return `${file.path}: content changed (modified ${file.modified})`;
+  }
+  const now = new Set(listed.map((f) => f.path));
+  const gone = loaded.find((f) => !now.has(f.path));
+  return gone ? `file ${gone.path} is gone` : undefined;
+}
+
+/** Listing against ledger: which partitions are new, changed, unchanged, or asked to be reloaded. */
+export async function planPartitions(
+  ctx: Pick<StreamContext, 'source' | 'destination' | 'pipeline' | 'signal'>,
+  stream: StreamConfig,
+  reload: readonly string[] = [],
+): Promise<PartitionPlan[]> {
+  const source = partitionsOf(ctx, stream);
+  const ledger = ledgerOf(ctx.destination, ctx.pipeline, stream.name);
+  const [listing, entries] = await Promise.all([source.list(stream, ctx.signal), ledger.list(ctx.pipeline, stream.name)]);
+  const loaded = new Map(entries.map((e) => [e.partition, e]));
+  const wanted = new Set(reload);
+  const plans: PartitionPlan[] = [];
+  for (const listed of listing) {
+    const entry = loaded.get(listed.partition);
+    const base = { partition: listed.partition, listing: listed, ...(entry ? { entry } : {}) };
+    if (wanted.has(listed.partition)) {
+      plans.push({ ...base, status: 'reload' });
+      continue;
+    }
+    if (!entry) {
+      plans.push({ ...base, status: 'new' });
+      continue;
+    }
+    const change = await changeOf(source, stream, entry.files, listed.files);
+    plans.push(change === undefined ? { ...base, status: 'unchanged' } : { ...base, status: 'changed', change });
+  }
+  const missing = reload.filter((p) => !listing.some((l) => l.partition === p));
+  if (missing.length > 0) {
+    throw new SourceError(`no files of partition ${missing.join(', ')} match ${stream.files!.pattern}; nothing to reload`, {
+      context: { pipeline: ctx.pipeline, stream: stream.name, phase: 'plan' },
+    });
+  }
+  return plans;
+}
+
+/**
+ * A `loadStream` for partitioned streams; `reload` names partitions to load again whatever the ledger says; `only`
+ * (a queue job's partition) limits the load to those of the pending partitions.
+ */
+export function partitionLoader(reload: readonly string[] = [], only?: readonly string[]) {
+  return (ctx: StreamContext, stream: StreamConfig, state: PipelineState): Promise<StreamOutcome> => new PartitionLoader(ctx, stream, state, only).load(reload);
+}
+
+class PartitionLoader {
+  private readonly started = Date.now();
+  private rowsRead = 0;
+  private rowsLoaded = 0;
+  private rowsRejected = 0;
+  private commits = 0;
+  private skipped = 0;
+  private readonly loaded: string[] = [];
+
+  constructor(
+    private readonly ctx: StreamContext,
+    private readonly stream: StreamConfig,
+    private state: PipelineState,
+    private readonly only?: readonly string[],
+  ) {}
+
+  async load(reload: readonly string[]): Promise<StreamOutcome> {
+    const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
+    const plans = await planPartitions(this.ctx, this.stream, reload).catch((e: unknown) => {
+      throw withContext(e, { ...context, phase: 'plan' }, 'source');
+    });
+    const changed = plans.filter((p) => p.status === 'changed');
+    if (changed.length > 0 && this.stream.onChange === 'error') {
+      const first = changed[0]!;
+      throw new SourceError(
+        `partition ${first.partition} changed since it was loaded (${first.change})${changed.length > 1 ? ` and ${changed.length - 1} more` : ''}; ` +
+          `on_change is error: reload it with \`tidemark ledger reload ${first.partition}\` or set on_change: reload`,
+        { context: { ...context, phase: 'plan' } },
+      );
+    }
+    for (const p of changed) {
+      if (this.stream.onChange === 'ignore') this.ctx.onWarning?.(this.stream.name, `partition ${p.partition} changed (${p.change}); on_change: ignore keeps the loaded rows`);
+    }
+    const pending = plans
+      .filter((p) => p.status === 'new' || p.status === 'reload' || (p.status === 'changed' && this.stream.onChange === 'reload'))
+      .filter((p) => this.only === undefined || this.only.includes(p.partition));
+    this.skipped = plans.length - pending.length;
+    for (const [i, plan] of pending.entries()) {
+      this.ctx.signal?.throwIfAborted();
+      await this.loadPartition(plan, i === pending.length - 1);
+    }
+    return { state: this.state, result: this.result() };
+  }
+
+  private async loadPartition(plan: PartitionPlan, final: boolean): Promise<void> {
+    const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
+    const source = partitionsOf(this.ctx, this.stream);
+    const opened = await source
+      .open(this.stream, plan.listing, { batchRows: this.stream.batchRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })
+      .catch((e: unknown) => {
+        throw withContext(e, { ...context, phase: 'extract' }, 'source');
+      });
+    try {
+      const txn = await this.ctx.destination.begin({
+        pipeline: this.ctx.pipeline,
+        runId: this.ctx.runId,
+        target: {
+          schema: opened.schema,
+          write: 'append',
+          replacePartition: { column: this.stream.files!.partitionColumn, value: plan.partition },
+        },
+        fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
+      });
+      try {
+        const counts = await this.copy(opened, txn);
+        const entry: LedgerEntry = {
+          pipeline: this.ctx.pipeline,
+          stream: this.stream.name,
+          partition: plan.partition,
+          files: opened.files,
+          rows: counts.loaded,
+          bytes: opened.bytes,
+          status: 'loaded',
+          runId: this.ctx.runId,
+          loadedAt: new Date().toISOString(),
+        };
+        this.rowsRead += counts.loaded + counts.rejects.length;
+        this.rowsLoaded += counts.loaded;
+        this.rowsRejected += counts.rejects.length;
+        const next = this.nextState();
+        await this.ctx.lease.assertHeld();
+        await txn.commit({
+          state: next,
+          run: this.runRecord(final ? 'committed' : 'running'),
+          rejects: counts.rejects,
+          swap: false,
+          ledger: [entry],
+          verify: () => this.ctx.lease.assertHeld(),
+        });
+        await failpoint('load.after_commit');
+        this.commits += 1;
+        this.state = next;
+        this.loaded.push(plan.partition);
+        this.ctx.onCommit?.(this.result());
+      } catch (error) {
+        await txn.rollback().catch(() => undefined);
+        throw error;
+      }
+    } catch (error) {
+      const phase = error instanceof TidemarkError ? (error.context.phase ?? 'extract') : 'extract';
+      throw withContext(error, { ...context, phase }, 'source');
+    } finally {
+      await opened.close();
+    }
+  }
+
+  /** Moves a partition's rows into the transaction: natively when both ends run the same engine, else row by row. */
+  private async copy(opened: OpenedPartition, txn: LoadTransaction): Promise<{ loaded: number; rejects: Reject[] }> {
+    const scan = opened.scan;
+    if (scan && txn.writeScan && this.ctx.destination.capabilities.nativeScan?.includes(scan.engine)) {
+      let loaded: number;
+      try {
+        loaded = await txn.writeScan(scan);
+      } catch (error) {
+        throw await opened.explain(error);
+      }
+      await failpoint('load.after_write');
+      this.ctx.onProgress?.(this.stream.name, this.rowsRead + loaded);
+      return { loaded, rejects: [] };
+    }
+    const columns = opened.schema.columns;
+    const rejects: Reject[] = [];
+    let loaded = 0;
+    for await (const batch of opened.batches()) {
+      await failpoint('extract.after_batch');
+      const rows: Row[] = [];
+      for (const raw of batch.rows) {
+        const checked = opened.canonical ? this.checkCanonical(columns, raw, rejects) : this.check(columns, raw, rejects);
+        if (checked) rows.push(checked);
+      }
+      await txn.write(rows);
+      loaded += rows.length;
+      await failpoint('load.after_write');
+      this.ctx.onProgress?.(this.stream.name, this.rowsRead + loaded + rejects.length);
+    }
+    return { loaded, rejects };
+  }
+
+  /** A value the column or the destination cannot hold makes the row a reject, with its reason. */
+  private check(columns: readonly Column[], raw: Row, rejects: Reject[]): Row | undefined {
+    const row: Row = new Array(columns.length);
+    for (let i = 0; i < columns.length; i += 1) {
+      const column = columns[i]!;
+      try {
+        const value = coerceValue(column.type, raw[i]);
+        const refused = value === null ? undefined : this.ctx.destination.rejectReason(column.type, value);
+        if (refused !== undefined) throw new ValueRejection(refused);
+        row[i] = value;
+      } catch (error) {
+        if (!(error instanceof ValueRejection)) throw error;
+        rejects.push({ column: column.name, reason: `column ${column.name}: ${error.message}`, row: rowToJson(columns, raw) });
+        return undefined;
+      }
+    }
+    return row;
+  }
+
+  /** Values already canonical for their type: only what the destination cannot hold is rejected. */
+  private checkCanonical(columns: readonly Column[], raw: Row, rejects: Reject[]): Row | undefined {
+    for (let i = 0; i < columns.length; i += 1) {
+      const value = raw[i] ?? null;
+      if (value === null) continue;
+      const refused = this.ctx.destination.rejectReason(columns[i]!.type, value);
+      if (refused !== undefined) {
+        rejects.push({ column: columns[i]!.name, reason: `column ${columns[i]!.name}: ${refused}`, row: rowToJson(columns, raw) });
+        return undefined;
+      }
+    }
+    return raw;
+  }
+
+  private nextState(): PipelineState {
+    return {
+      pipeline: this.ctx.pipeline,
+      version: this.state.version + 1,
+      streams: {
+        ...this.state.streams,
+        [this.stream.name]: { strategy: 'partitioned', primaryKey: this.stream.primaryKey, updatedAt: new Date().toISOString(), lastRunId: this.ctx.runId },
+      },
+    };
+  }
+
+  private runRecord(outcome: RunRecord['outcome']): RunRecord {
+    return {
+      runId: this.ctx.runId,
+      pipeline: this.ctx.pipeline,
+      stream: this.stream.name,
+      startedAt: this.ctx.startedAt,
+      finishedAt: new Date().toISOString(),
+      outcome,
+      rowsRead: this.rowsRead,
+      rowsLoaded: this.rowsLoaded,
+      rowsRejected: this.rowsRejected,
+      commits: this.commits + 1,
+      cursorMin: null,
+      cursorMax: null,
+      full: false,
+      worker: this.ctx.worker ?? `${hostname()}:${process.pid}`,
+      error: null,
+    };
+  }
+
+  private result(): StreamResult {
+    return {
+      stream: this.stream.name,
+      outcome: 'committed',
+      rows_read: this.rowsRead,
+      rows_loaded: this.rowsLoaded,
+      rows_rejected: this.rowsRejected,
+      commits: this.commits,
+      cursor_min: null,
+      cursor_max: null,
+      watermark: null,
+      duration_ms: Date.now() - this.started,
+      full: false,
+      partitions_loaded: [...this.loaded],
+      partitions_skipped: this.skipped,
+    };
+  }
+}

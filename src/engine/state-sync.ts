@@ -1,0 +1,199 @@
+/**
+ * Keeping a separate state store (`state: {type: file | sqlite | postgres | …}`) in step with the destination.
+ *
+ * The destination stays the record of committed loads: every commit writes its state there in the same transaction
+ * as the data. The store gets the same state right after each commit. At run start the two are reconciled —
+ * explicit store first, then destination, then a full refresh (empty state):
+ *
+ * - store and destination at the same version: in step;
+ * - store behind (a crash between the data commit and the store save, or a lost store): the store is repaired from
+ *   the destination, so nothing is read or loaded twice;
+ * - store ahead (edited outside a run, or migrated into): the store wins and its state is written into the
+ *   destination, so the next commit's compare-and-set starts from it;
+ * - store torn, empty or corrupt: repaired from the destination — never taken for "no state".
+ */
+import type { CommitRequest, Destination, LoadInfo, LoadTransaction, NativeScan, SaveMeta, StateStore } from '../core/connector.js';
+import { ConflictError, StateError, errorMessage } from '../core/errors.js';
+import { failpoint } from '../core/failpoints.js';
+import type { Logger } from '../core/logger.js';
+import type { PipelineState, Row } from '../core/types.js';
+import type { PipelineConfig } from '../config/load.js';
+import { createStateStore, openDestination, type OpenDestinationOptions } from '../registry/index.js';
+import { CorruptStateError, type ExternalStateStore } from '../state/state-store.js';
+
+export type ReconcileAction = 'fresh' | 'in-step' | 'seeded-store' | 'repaired-store' | 'caught-up-store' | 'adopted-store';
+
+export interface Reconciled {
+  /** The state both sides hold now (version 0 and no streams when neither had any). */
+  readonly state: PipelineState;
+  readonly action: ReconcileAction;
+}
+
+const meta = (reason: string): SaveMeta => ({ runId: null, reason });
+
+/** Brings the store and the destination to the same state and version; see the module comment for the rules. */
+export async function reconcile(pipeline: string, store: ExternalStateStore, destination: StateStore, logger: Logger): Promise<Reconciled> {
+  const recorded = await destination.load(pipeline);
+  let cached: PipelineState | undefined;
+  try {
+    cached = await store.load(pipeline);
+  } catch (error) {
+    if (!(error instanceof CorruptStateError)) throw error;
+    if (recorded === undefined) {
+      throw new StateError(
+        `${error.message}; the destination holds no state to repair it from (restore one with tidemark state rollback, or start over with tidemark state reset)`,
+        { context: { pipeline, phase: 'state' }, cause: error },
+      );
+    }
+    await store.repair(recorded, meta(`repaired from the destination: ${error.message}`));
+    logger.log('warn', `pipeline ${pipeline}: ${error.message}; repaired ${store.description} from the destination (version ${recorded.version})`);
+    return { state: recorded, action: 'repaired-store' };
+  }
+  if (cached === undefined && recorded === undefined) return { state: { pipeline, version: 0, streams: {} }, action: 'fresh' };
+  if (cached === undefined) {
+    await store.save(recorded!, undefined, meta('seeded from the destination'));
+    return { state: recorded!, action: 'seeded-store' };
+  }
+  if (recorded === undefined || cached.version > recorded.version) {
+    await destination.save(cached, recorded?.version, meta(`adopted from ${store.description}`));
+    logger.log('info', `pipeline ${pipeline}: using state version ${cached.version} of ${store.description} (destination had ${recorded?.version ?? 'none'})`);
+    return { state: cached, action: 'adopted-store' };
+  }
+  if (cached.version < recorded.version) {
+    await store.save(recorded, cached.version, meta(`caught up with the destination (was version ${cached.version})`));
+    logger.log('warn', `pipeline ${pipeline}: ${store.description} was behind the destination (version ${cached.version} < ${recorded.version}); caught it up`);
+    return { state: recorded, action: 'caught-up-store' };
+  }
+  return { state: cached, action: 'in-step' };
+}
+
+/**
+ * Opens the pipeline's destination; with a separate state store, reconciles the two and returns the destination
+ * wrapped so that every commit also saves its state to the store. Closing it closes both.
+ */
+export async function openPipelineDestination(pipeline: PipelineConfig, logger: Logger, options: OpenDestinationOptions = {}): Promise<Destination> {
+  const destination = await openDestination(pipeline.destination, options);
+  if (pipeline.state === 'destination') return destination;
+  const store = await reconciledStore(pipeline, destination, logger);
+  return new MirroredDestination(destination, store.store, store.state.version, logger);
+}
+
+/** The pipeline's state, reconciled, for edits outside a run (`tidemark state set|reset|rollback|import`). */
+export interface PipelineStateHandle {
+  readonly state: PipelineState;
+  /** Compare-and-set on `state.version`: the destination (the record) first, then the store. */
+  save(next: PipelineState, meta: SaveMeta): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function openPipelineState(pipeline: PipelineConfig, logger: Logger): Promise<PipelineStateHandle> {
+  const destination = await openDestination(pipeline.destination);
+  if (pipeline.state === 'destination') {
+    const state = (await destination.state.load(pipeline.name).catch(async (e: unknown) => {
+      await destination.close();
+      throw e;
+    })) ?? { pipeline: pipeline.name, version: 0, streams: {} };
+    return {
+      state,
+      save: (next, m) => destination.state.save(next, state.version === 0 ? undefined : state.version, m),
+      close: () => destination.close(),
+    };
+  }
+  const { store, state } = await reconciledStore(pipeline, destination, logger);
+  const expected = state.version === 0 ? undefined : state.version;
+  return {
+    state,
+    async save(next, m) {
+      await destination.state.save(next, expected, m);
+      await store.save(next, expected, m);
+    },
+    async close() {
+      try {
+        await store.close();
+      } finally {
+        await destination.close();
+      }
+    },
+  };
+}
+
+async function reconciledStore(pipeline: PipelineConfig, destination: Destination, logger: Logger): Promise<{ store: ExternalStateStore; state: PipelineState }> {
+  let store: ExternalStateStore | undefined;
+  try {
+    if (pipeline.state === 'destination') throw new Error('reconciledStore needs a separate state store');
+    store = await createStateStore(pipeline.state);
+    const { state } = await reconcile(pipeline.name, store, destination.state, logger);
+    return { store, state };
+  } catch (error) {
+    await store?.close().catch(() => undefined);
+    await destination.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** The destination, with each committed state also saved to the store; the destination alone decides success. */
+class MirroredDestination implements Destination {
+  readonly capabilities: Destination['capabilities'];
+  readonly state: StateStore;
+  readonly ledger?: Destination['ledger'];
+  /** Set when a save to the store failed: the store is left for the next run's reconciliation to repair. */
+  private stale = false;
+
+  constructor(
+    private readonly inner: Destination,
+    private readonly store: ExternalStateStore,
+    private storeVersion: number,
+    private readonly logger: Logger,
+  ) {
+    this.capabilities = inner.capabilities;
+    this.state = inner.state;
+    if (inner.ledger !== undefined) this.ledger = inner.ledger;
+  }
+
+  async begin(load: LoadInfo): Promise<LoadTransaction> {
+    const txn = await this.inner.begin(load);
+    const mirrored: LoadTransaction = {
+      write: (rows: readonly Row[]) => txn.write(rows),
+      commit: async (request: CommitRequest) => {
+        await txn.commit(request);
+        await this.mirror(request.state, load.runId);
+      },
+      rollback: () => txn.rollback(),
+    };
+    if (txn.writeScan !== undefined) {
+      const writeScan = txn.writeScan.bind(txn);
+      return { ...mirrored, writeScan: (scan: NativeScan) => writeScan(scan) };
+    }
+    return mirrored;
+  }
+
+  private async mirror(next: PipelineState, runId: string): Promise<void> {
+    if (this.stale) return;
+    await failpoint('state.before_store_save');
+    try {
+      await this.store.save(next, this.storeVersion === 0 ? undefined : this.storeVersion, { runId, reason: 'run' });
+      this.storeVersion = next.version;
+    } catch (error) {
+      // The data and its state are committed in the destination; the store catches up at the next run.
+      this.stale = true;
+      const what = error instanceof ConflictError ? 'moved underneath this run' : 'could not be written';
+      this.logger.log('warn', `${this.store.description} ${what} (${errorMessage(error)}); it is repaired from the destination at the next run`);
+    }
+  }
+
+  rejectReason(...args: Parameters<Destination['rejectReason']>): string | undefined {
+    return this.inner.rejectReason(...args);
+  }
+
+  dropBuild(stream: string): Promise<void> {
+    return this.inner.dropBuild(stream);
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.store.close();
+    } finally {
+      await this.inner.close();
+    }
+  }
+}

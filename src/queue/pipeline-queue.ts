@@ -1,0 +1,154 @@
+/**
+ * The producer side: turns "run this pipeline" into jobs. A partitioned stream fans out into one job per pending
+ * partition; any other stream is one job. Listing partitions reads only metadata (a LIST or stat and the ledger).
+ */
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { TidemarkError, UsageError, errorMessage } from '../core/errors.js';
+import { newRunId } from '../core/ids.js';
+import type { Logger } from '../core/logger.js';
+import { silentLogger } from '../core/logger.js';
+import type { PipelineConfig, StreamConfig } from '../config/load.js';
+import { planPartitions } from '../engine/partition-load.js';
+import { selectStreams } from '../engine/run.js';
+import { openDestination, openSource } from '../registry/index.js';
+import { connectRedis, type QueueTarget } from './queue-connection.js';
+import { JOB_NAME, jobIdFor, unitKey, type PipelineJobData } from './pipeline-job.js';
+
+export interface EnqueueOptions {
+  /** Only these streams (default: all). */
+  readonly streams?: readonly string[];
+  /** Only these partitions of the (single selected) partitioned stream, instead of every pending one. */
+  readonly partitions?: readonly string[];
+  readonly full?: boolean;
+  readonly reason?: string;
+  /**
+   * `queue`: a unit whose job is already running gets one follow-up job (the scheduler's `overlap: queue`).
+   * `skip` (default): while a job of the unit waits or runs, another enqueue of it is dropped.
+   */
+  readonly overlap?: 'skip' | 'queue';
+  /** Attempts per job before it is failed (default 3; lease waits and stalls do not count). */
+  readonly attempts?: number;
+}
+
+export interface EnqueuedJob {
+  readonly unit: string;
+  readonly jobId: string;
+  /** The unit already had a waiting or running job; no new job was added. */
+  readonly duplicate: boolean;
+}
+
+export class PipelineQueue {
+  private closed = false;
+
+  private constructor(
+    private readonly queue: Queue<PipelineJobData>,
+    private readonly connection: Redis,
+    private readonly logger: Logger,
+  ) {}
+
+  static async open(target: QueueTarget, logger: Logger = silentLogger): Promise<PipelineQueue> {
+    const { Queue: BullQueue } = await import('bullmq');
+    const connection = await connectRedis(target.url, { failFast: true });
+    const queue = new BullQueue<PipelineJobData>(target.name, { connection, prefix: target.prefix });
+    return new PipelineQueue(queue, connection, logger);
+  }
+
+  /** Puts one job per unit of the pipeline on the queue (partitions of a partitioned stream fan out). */
+  async enqueue(pipeline: PipelineConfig, options: EnqueueOptions = {}): Promise<EnqueuedJob[]> {
+    if (this.closed) throw new UsageError('the queue is closed');
+    if (pipeline.file === undefined) throw new UsageError(`pipeline ${pipeline.name} has no file; workers read pipelines from files`);
+    const units = await this.units(pipeline, options);
+    const jobs: EnqueuedJob[] = [];
+    for (const unit of units) jobs.push(await this.add({ ...unit, file: pipeline.file, reason: options.reason ?? 'enqueue' }, options));
+    return jobs;
+  }
+
+  async counts(): Promise<Readonly<Record<string, number>>> {
+    return this.queue.getJobCounts('waiting', 'active', 'delayed', 'completed', 'failed', 'prioritized');
+  }
+
+  /** The BullMQ queue itself, for inspection (tests, dashboards). */
+  get bull(): Queue<PipelineJobData> {
+    return this.queue;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.queue.close();
+    await this.connection.quit().catch(() => this.connection.disconnect());
+  }
+
+  private async add(data: PipelineJobData, options: EnqueueOptions): Promise<EnqueuedJob> {
+    const unit = unitKey(data);
+    const jobId = jobIdFor(unit, newRunId());
+    const job = await this.queue.add(JOB_NAME, data, {
+      jobId,
+      deduplication: { id: unit, ...(options.overlap === 'queue' ? { keepLastIfActive: true } : {}) },
+      attempts: options.attempts ?? 3,
+      backoff: { type: 'exponential', delay: 1000 },
+      // Run history lives in the destination (`tidemark runs`); the queue keeps a bounded tail for inspection.
+      removeOnComplete: { count: 1000 },
+      removeOnFail: { count: 1000 },
+    });
+    const duplicate = job.id !== jobId;
+    this.logger.log('info', `${duplicate ? 'already queued' : 'queued'}: ${unit} (job ${job.id ?? jobId})`);
+    return { unit, jobId: job.id ?? jobId, duplicate };
+  }
+
+  private async units(pipeline: PipelineConfig, options: EnqueueOptions): Promise<Omit<PipelineJobData, 'file' | 'reason'>[]> {
+    const streams = selectStreams(pipeline, options.streams);
+    const base = { pipeline: pipeline.name, ...(options.full ? { full: true } : {}) };
+    if (options.partitions?.length) {
+      const partitioned = streams.filter((s) => s.strategy === 'partitioned');
+      if (partitioned.length !== 1) {
+        throw new UsageError(
+          partitioned.length === 0
+            ? `pipeline ${pipeline.name} has no partitioned stream${options.streams?.length ? ' among the selected streams' : ''}; --partition needs one`
+            : `pipeline ${pipeline.name} has several partitioned streams (${partitioned.map((s) => s.name).join(', ')}); choose one with --stream`,
+        );
+      }
+      return options.partitions.map((partition) => ({ ...base, stream: partitioned[0]!.name, partition }));
+    }
+    const units: Omit<PipelineJobData, 'file' | 'reason'>[] = [];
+    for (const stream of streams) {
+      if (stream.strategy !== 'partitioned' || options.full) {
+        units.push({ ...base, stream: stream.name });
+        continue;
+      }
+      const pending = await this.pendingPartitions(pipeline, stream);
+      if (pending === undefined) units.push({ ...base, stream: stream.name });
+      else if (pending.length === 0) this.logger.log('info', `${pipeline.name}.${stream.name}: no pending partitions`);
+      else for (const partition of pending) units.push({ ...base, stream: stream.name, partition });
+    }
+    return units;
+  }
+
+  /**
+   * New and changed partitions per the ledger, or undefined when they cannot be listed now (e.g. a DuckDB file held
+   * by a running worker): one job for the whole stream then does the same work, serially.
+   */
+  private async pendingPartitions(pipeline: PipelineConfig, stream: StreamConfig): Promise<string[] | undefined> {
+    try {
+      const destination = await openDestination(pipeline.destination, { openTimeoutMs: 2000 });
+      try {
+        const source = await openSource(pipeline.source);
+        try {
+          const plans = await planPartitions({ source, destination, pipeline: pipeline.name }, stream);
+          return plans
+            .filter((p) => p.status === 'new' || (p.status === 'changed' && stream.onChange === 'reload'))
+            .map((p) => p.partition);
+        } finally {
+          await source.close();
+        }
+      } finally {
+        await destination.close();
+      }
+    } catch (error) {
+      if (error instanceof TidemarkError && (error.kind === 'config' || error.kind === 'usage')) throw error;
+      this.logger.log('warn', `${pipeline.name}.${stream.name}: cannot list pending partitions (${errorMessage(error)}); queuing one job for the stream`);
+      return undefined;
+    }
+  }
+}

@@ -1,0 +1,167 @@
+/**
+ * The consumer side: a BullMQ worker that runs queue jobs with the ordinary run loop. Safety does not rest on the
+ * queue: BullMQ may hand a stalled job to a second worker while the first is only paused, and then the pipeline's
+ * lease and fencing token (checked inside every commit) keep the displaced worker from committing anything.
+ *
+ * A job whose pipeline lease is held elsewhere is put back as delayed (not a failed attempt) and retried, so jobs of
+ * one pipeline run one at a time across all workers. Jobs for a DuckDB destination also take the file's writer lease,
+ * because DuckDB allows one writer process per file: they are serialised per file, whatever the pipeline.
+ */
+import { hostname } from 'node:os';
+import type { Job, Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Lease } from '../core/connector.js';
+import { ConflictError, TidemarkError, errorMessage } from '../core/errors.js';
+import type { Logger } from '../core/logger.js';
+import { silentLogger } from '../core/logger.js';
+import { loadPipeline, type PipelineConfig } from '../config/load.js';
+import { run } from '../engine/run.js';
+import { leaseProviderFor } from '../registry/index.js';
+import { connectRedis, type QueueTarget } from './queue-connection.js';
+import type { PipelineJobData, PipelineJobResult } from './pipeline-job.js';
+
+export interface PipelineWorkerOptions {
+  readonly target: QueueTarget;
+  /** Jobs this process runs at once (default 1). */
+  readonly concurrency?: number;
+  /** Shown in run records as `<name>#<job id>` (default `host:pid`). */
+  readonly name?: string;
+  /**
+   * How long a job's BullMQ lock lives without renewal (default 30 s). A worker that stops renewing (killed, paused)
+   * loses its jobs to the stalled-job check after about this long.
+   */
+  readonly lockDurationMs?: number;
+  /** How often this worker looks for stalled jobs (default 30 s). */
+  readonly stalledIntervalMs?: number;
+  /** How many times a job may stall before it is failed (default 3). */
+  readonly maxStalledCount?: number;
+  readonly logger?: Logger;
+}
+
+/** The lease name that serialises writers of one DuckDB file; a pipeline name cannot start with a dot. */
+const DUCKDB_WRITER = '.duckdb-writer';
+/** Retry delay of a job whose lease is held elsewhere: short, jittered so waiting workers do not move in step. */
+const LEASE_RETRY_MS = 400;
+
+export class PipelineWorker {
+  private stopping: Promise<boolean> | undefined;
+
+  private constructor(
+    private readonly worker: Worker<PipelineJobData, PipelineJobResult>,
+    private readonly connection: Redis,
+    readonly name: string,
+    /** Runs in flight, shared with the processor, so a shutdown past its grace can abort them. */
+    private readonly active: Set<AbortController>,
+  ) {}
+
+  static async start(options: PipelineWorkerOptions): Promise<PipelineWorker> {
+    const { Worker: BullWorker, DelayedError, UnrecoverableError } = await import('bullmq');
+    const logger = options.logger ?? silentLogger;
+    const name = options.name ?? `${hostname()}:${process.pid}`;
+    const connection = await connectRedis(options.target.url);
+    const active = new Set<AbortController>();
+
+    const processor = async (job: Job<PipelineJobData, PipelineJobResult>, token?: string): Promise<PipelineJobResult> => {
+      const label = `${name}#${job.id ?? '?'}`;
+      const what = describeJob(job.data);
+      let pipeline: PipelineConfig;
+      try {
+        pipeline = await loadPipeline(job.data.file);
+      } catch (error) {
+        // A config error will not heal by retrying.
+        throw new UnrecoverableError(`${what}: ${errorMessage(error)}`);
+      }
+      const controller = new AbortController();
+      active.add(controller);
+      let writer: Lease | undefined;
+      try {
+        if (pipeline.destination.type === 'duckdb') {
+          writer = await leaseProviderFor(pipeline.destination, pipeline.state).acquire(DUCKDB_WRITER, { ttlMs: pipeline.lockTtlMs });
+        }
+        logger.log('info', `${label}: ${what}: started (attempt ${job.attemptsMade + 1})`);
+        const result = await run(pipeline, {
+          ...(job.data.stream !== undefined ? { streams: [job.data.stream] } : {}),
+          ...(job.data.partition !== undefined ? { partitions: [job.data.partition] } : {}),
+          ...(job.data.full ? { full: true } : {}),
+          worker: label,
+          signal: controller.signal,
+          logger,
+        });
+        const failed = result.streams.filter((s) => s.outcome !== 'committed');
+        if (failed.length > 0) throw new Error(`${what}: ${failed.map((s) => `${s.stream}: ${s.error ?? s.outcome}`).join('; ')}`);
+        const loaded = result.streams.reduce((n, s) => n + s.rows_loaded, 0);
+        logger.log('info', `${label}: ${what}: committed, ${loaded} rows loaded (run ${result.run_id})`);
+        return {
+          runId: result.run_id,
+          worker: label,
+          streams: result.streams.map((s) => ({ stream: s.stream, rowsLoaded: s.rows_loaded, ...(s.partitions_loaded ? { partitions: s.partitions_loaded } : {}) })),
+        };
+      } catch (error) {
+        if (error instanceof ConflictError && error.context.phase === 'lock' && !controller.signal.aborted && token !== undefined) {
+          logger.log('debug', `${label}: ${what}: ${errorMessage(error)}; retrying shortly`);
+          await job.moveToDelayed(Date.now() + LEASE_RETRY_MS + Math.floor(Math.random() * LEASE_RETRY_MS), token);
+          throw new DelayedError();
+        }
+        if (error instanceof ConflictError) logger.log('warn', `${label}: ${what}: fenced, nothing committed by this attempt after the takeover: ${errorMessage(error)}`);
+        else logger.log('error', `${label}: ${what}: ${errorMessage(error)}`);
+        if (error instanceof TidemarkError && (error.kind === 'config' || error.kind === 'usage')) throw new UnrecoverableError(errorMessage(error));
+        throw error instanceof Error ? error : new Error(errorMessage(error));
+      } finally {
+        active.delete(controller);
+        await writer?.release();
+      }
+    };
+
+    const worker = new BullWorker<PipelineJobData, PipelineJobResult>(options.target.name, processor, {
+      connection,
+      prefix: options.target.prefix,
+      concurrency: options.concurrency ?? 1,
+      name,
+      ...(options.lockDurationMs !== undefined ? { lockDuration: options.lockDurationMs } : {}),
+      ...(options.stalledIntervalMs !== undefined ? { stalledInterval: options.stalledIntervalMs } : {}),
+      maxStalledCount: options.maxStalledCount ?? 3,
+      // Short long-polls so a stopping worker does not sit in a blocking call for long.
+      drainDelay: 1,
+    });
+    worker.on('error', (error) => logger.log('warn', `worker ${name}: ${errorMessage(error)}`));
+    worker.on('stalled', (jobId) => logger.log('warn', `worker ${name}: job ${jobId} stalled (its worker stopped renewing the lock); it goes back to the queue`));
+    worker.on('failed', (job, error) => {
+      if (job && error.name !== 'DelayedError') logger.log('warn', `worker ${name}: job ${job.id} failed (attempt ${job.attemptsMade}): ${error.message}`);
+    });
+    await worker.waitUntilReady();
+    const started = new PipelineWorker(worker, connection, name, active);
+    logger.log('info', `worker ${name}: waiting for jobs on ${options.target.name} (concurrency ${options.concurrency ?? 1})`);
+    return started;
+  }
+
+  /**
+   * Takes no new jobs, lets running ones finish within `graceMs`, then aborts them (their open transactions roll back
+   * and the jobs are retried elsewhere). Returns whether everything finished within the grace period.
+   */
+  stop(graceMs: number): Promise<boolean> {
+    this.stopping ??= this.shutdown(graceMs);
+    return this.stopping;
+  }
+
+  private async shutdown(graceMs: number): Promise<boolean> {
+    const closing = this.worker.close();
+    let timer: NodeJS.Timeout | undefined;
+    const inTime = await Promise.race([
+      closing.then(() => true),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), graceMs))),
+    ]);
+    clearTimeout(timer);
+    if (!inTime) {
+      for (const c of this.active) c.abort(new Error('the worker is shutting down'));
+      // An aborted run stops at its next batch; bounded, then the connection goes regardless.
+      await Promise.race([closing, new Promise((resolve) => setTimeout(resolve, 10_000).unref())]);
+      await this.worker.close(true).catch(() => undefined);
+    }
+    await this.connection.quit().catch(() => this.connection.disconnect());
+    return inTime;
+  }
+}
+
+function describeJob(data: PipelineJobData): string {
+  return `${data.pipeline}${data.stream !== undefined ? `.${data.stream}` : ''}${data.partition !== undefined ? ` partition ${data.partition}` : ''}${data.full ? ' (full)' : ''}`;
+}

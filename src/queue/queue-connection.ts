@@ -1,0 +1,54 @@
+/**
+ * Where the job queue lives: a Redis URL, a BullMQ queue name and a key prefix. ioredis and BullMQ load only when a
+ * queue is used, so `tidemark run` never pays for them.
+ */
+import type { Redis } from 'ioredis';
+import { UsageError } from '../core/errors.js';
+
+export interface QueueTarget {
+  /** `redis://[user:password@]host:port[/db]` or `rediss://…`. */
+  readonly url: string;
+  /** The BullMQ queue name (default `tidemark`). */
+  readonly name: string;
+  /** Prefix of every Redis key of the queue (default `tidemark`), so queues of several deployments can share a server. */
+  readonly prefix: string;
+}
+
+export const DEFAULT_QUEUE_NAME = 'tidemark';
+export const DEFAULT_QUEUE_PREFIX = 'tidemark';
+
+export function queueTarget(url: string, options: { name?: string | undefined; prefix?: string | undefined } = {}): QueueTarget {
+  if (!/^rediss?:\/\/[^\s]+$/.test(url)) throw new UsageError(`--queue must be a redis:// or rediss:// URL, got ${JSON.stringify(redactUrl(url))}`);
+  const name = options.name ?? DEFAULT_QUEUE_NAME;
+  // BullMQ builds keys as prefix:name:…, so a colon in either would read as another queue's keys.
+  if (!/^[A-Za-z0-9_.-]+$/.test(name)) throw new UsageError(`--queue-name: use letters, digits, _ . - (got ${JSON.stringify(name)})`);
+  const prefix = options.prefix ?? DEFAULT_QUEUE_PREFIX;
+  if (!/^[A-Za-z0-9_.-]+$/.test(prefix)) throw new UsageError(`--queue-prefix: use letters, digits, _ . - (got ${JSON.stringify(prefix)})`);
+  return { url, name, prefix };
+}
+
+/** The URL without its password, for messages. */
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
+}
+
+/**
+ * BullMQ needs `maxRetriesPerRequest: null` on the connections its workers block on; a connection that cannot reach
+ * Redis fails the first command after a few quick retries instead of hanging a CLI forever.
+ */
+export async function connectRedis(url: string, options: { failFast?: boolean } = {}): Promise<Redis> {
+  const { Redis: RedisClient } = await import('ioredis');
+  const client = new RedisClient(url, {
+    maxRetriesPerRequest: null,
+    lazyConnect: true,
+    ...(options.failFast ? { retryStrategy: (times: number) => (times > 3 ? null : 200 * times) } : {}),
+  });
+  client.on('error', () => undefined); // reported by the command that fails; ioredis would otherwise print every retry
+  try {
+    await client.connect();
+  } catch (cause) {
+    client.disconnect();
+    throw new UsageError(`cannot connect to the queue at ${redactUrl(url)}: ${(cause as Error).message}`, { cause });
+  }
+  return client;
+}

@@ -1,0 +1,116 @@
+/**
+ * DuckDB column types (as DESCRIBE prints them) → tidemark column types, with the SQL that reads each one
+ * losslessly: values that JS cannot hold exactly (decimals, huge integers, timestamps) come out as canonical text.
+ */
+import type { ColumnType } from '../../core/types.js';
+import { formatMicros } from '../../core/values.js';
+import { quoteIdent } from '../../shared/sql.js';
+
+export interface ColumnReader {
+  readonly type: ColumnType;
+  /** Expression for the row path: a JS-friendly exact value. */
+  rowExpression(column: string): string;
+  /** Expression for a native scan into a DuckDB destination: the value in its own type where the target holds it. */
+  scanExpression(column: string): string;
+  /** The row path receives DuckDB blob values and takes their bytes. */
+  readonly blob?: boolean;
+  /** A native scan would lose something (nanoseconds): the partition then goes through the row path. */
+  readonly rowPathOnly?: boolean;
+  /** The row path receives epoch microseconds (bigint) to format as a naive timestamp. */
+  readonly micros?: boolean;
+}
+
+const DAY_US = 86_400_000_000;
+let cachedDay = Number.NaN;
+let cachedDate = '';
+
+function pad(n: number, width: number): string {
+  return String(n).padStart(width, '0');
+}
+
+/** Epoch microseconds → 'YYYY-MM-DD HH:MM:SS.ffffff' (tidemark's canonical naive timestamp). */
+export function formatTimestampMicros(micros: bigint): string {
+  const n = Number(micros);
+  const day = Math.floor(n / DAY_US);
+  if (!Number.isSafeInteger(n) || day < -719162 || day > 2932896) return formatMicros(micros, false);
+  if (day !== cachedDay) {
+    cachedDate = new Date(day * 86_400_000).toISOString().slice(0, 10);
+    cachedDay = day;
+  }
+  let rest = n - day * DAY_US;
+  const h = Math.floor(rest / 3_600_000_000);
+  rest -= h * 3_600_000_000;
+  const m = Math.floor(rest / 60_000_000);
+  rest -= m * 60_000_000;
+  const s = Math.floor(rest / 1_000_000);
+  return `${cachedDate} ${pad(h, 2)}:${pad(m, 2)}:${pad(s, 2)}.${pad(rest - s * 1_000_000, 6)}`;
+}
+
+const same = (c: string) => c;
+const asText = (c: string) => `CAST(${c} AS VARCHAR)`;
+const json = (c: string) => `CAST(to_json(${c}) AS VARCHAR)`;
+
+function reader(type: ColumnType, row: (c: string) => string = same, scan: (c: string) => string = same, extra: Partial<ColumnReader> = {}): ColumnReader {
+  return { type, rowExpression: row, scanExpression: scan, ...extra };
+}
+
+export function columnReader(duckType: string): ColumnReader {
+  const t = duckType.trim().toUpperCase();
+  const decimal = /^DECIMAL\((\d+),\s*(\d+)\)$/.exec(t);
+  if (decimal) return reader({ kind: 'decimal', precision: Number(decimal[1]), scale: Number(decimal[2]) }, asText);
+  if (t.endsWith('[]') || /^(STRUCT|MAP|UNION|LIST)\b/.test(t) || /\[\d+\]$/.test(t)) return reader({ kind: 'json' }, json, json);
+  if (t.startsWith('ENUM')) return reader({ kind: 'text' }, asText, asText);
+  switch (t) {
+    case 'BOOLEAN':
+      return reader({ kind: 'boolean' });
+    case 'TINYINT':
+    case 'SMALLINT':
+    case 'UTINYINT':
+      return reader({ kind: 'int16' });
+    case 'USMALLINT':
+    case 'INTEGER':
+      return reader({ kind: 'int32' });
+    case 'UINTEGER':
+    case 'BIGINT':
+      return reader({ kind: 'int64' });
+    case 'UBIGINT':
+      return reader({ kind: 'uint64' });
+    case 'HUGEINT':
+    case 'UHUGEINT':
+      return reader({ kind: 'decimal' }, asText, asText);
+    case 'FLOAT':
+      return reader({ kind: 'float32' });
+    case 'DOUBLE':
+      return reader({ kind: 'float64' });
+    case 'VARCHAR':
+      return reader({ kind: 'text' });
+    case 'BLOB':
+      return reader({ kind: 'bytes' }, same, same, { blob: true });
+    case 'UUID':
+      return reader({ kind: 'uuid' }, asText);
+    case 'JSON':
+      return reader({ kind: 'json' }, asText);
+    case 'DATE':
+      return reader({ kind: 'date' }, (c) => `strftime(${c}, '%Y-%m-%d')`);
+    case 'TIME':
+      return reader({ kind: 'time' }, asText);
+    case 'TIMESTAMP':
+    case 'TIMESTAMP_S':
+    case 'TIMESTAMP_MS':
+      // Microseconds as BIGINT, formatted in JS: measured ~2.5× faster than strftime text through the binding.
+      return reader({ kind: 'timestamp' }, (c) => `epoch_us(${c})`, same, { micros: true });
+    case 'TIMESTAMP_NS':
+      // Nine digits, so a value finer than microseconds is rejected rather than silently truncated.
+      return reader({ kind: 'timestamp' }, (c) => `strftime(${c}, '%Y-%m-%d %H:%M:%S.%n')`, same, { rowPathOnly: true });
+    case 'TIMESTAMP WITH TIME ZONE':
+      return reader({ kind: 'timestamptz' }, (c) => `strftime(${c}, '%Y-%m-%dT%H:%M:%S.%fZ')`);
+    case 'INTERVAL':
+      return reader({ kind: 'interval' }, asText, asText);
+    default:
+      return reader({ kind: 'text' }, asText, asText);
+  }
+}
+
+export function quoted(name: string): string {
+  return quoteIdent(name);
+}

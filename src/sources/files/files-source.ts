@@ -1,0 +1,297 @@
+/**
+ * Files as a source: a local directory or an S3-compatible bucket of Parquet, CSV or JSONL files (optionally .gz
+ * or .zst), grouped into partitions by the captures of a pattern. DuckDB's native readers parse the files; rows
+ * stream out in chunks, so memory stays flat however large a file is. Objects in a bucket are first streamed to a
+ * temp file (DuckDB's httpfs is not available offline) that is removed when the partition is closed.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+import type { DuckDBConnection, DuckDBInstance, DuckDBValue } from '@duckdb/node-api';
+import type {
+  Batch,
+  CsvOptions,
+  FilesStreamSpec,
+  NativeScan,
+  OpenedPartition,
+  OpenedRead,
+  PartitionListing,
+  PartitionedSource,
+  Source,
+  StreamSpec,
+} from '../../core/connector.js';
+import { SourceError } from '../../core/errors.js';
+import type { Column, PartitionFile, Row, StreamSchema } from '../../core/types.js';
+import { hashFile, openObjectStore, type ObjectStore, type ObjectStoreOptions } from '../../shared/object-store.js';
+import { quoteIdent } from '../../shared/sql.js';
+import { columnReader, formatTimestampMicros, type ColumnReader } from './duckdb-types.js';
+import { compilePattern } from './file-pattern.js';
+import { explainReadError, type ReadFile } from './read-errors.js';
+
+export interface FilesSourceOptions extends ObjectStoreOptions {
+  readonly location: string;
+}
+
+function filesOf(stream: StreamSpec): FilesStreamSpec {
+  if (!stream.files) throw new SourceError(`stream ${stream.name} has no pattern; a files source reads file sets`, { context: { stream: stream.name } });
+  return stream.files;
+}
+
+type Param = string | readonly string[];
+
+let duckApi: typeof import('@duckdb/node-api') | undefined;
+
+/** `read_parquet(…)` / `read_csv(…)` / `read_json(…)` with explicit options; file names and user strings bound. */
+function readerSql(spec: FilesStreamSpec, paths: readonly string[], params: Param[]): string {
+  const bind = (value: Param) => {
+    params.push(value);
+    return `$${params.length}`;
+  };
+  const files = `${bind(paths)}::VARCHAR[]`;
+  const union = paths.length > 1 ? ', union_by_name = true' : '';
+  switch (spec.format) {
+    case 'parquet':
+      return `read_parquet(${files}${union})`;
+    case 'jsonl':
+      return `read_json(${files}, format = 'newline_delimited'${union})`;
+    case 'csv': {
+      const csv: CsvOptions = spec.csv!;
+      const quote = csv.quote === '' ? `quote = ''` : `quote = ${bind(csv.quote)}`;
+      return (
+        `read_csv(${files}, header = ${csv.header ? 'true' : 'false'}, delim = ${bind(csv.delimiter)}, ${quote}, ` +
+        `escape = ${bind(csv.escape)}, encoding = ${bind(csv.encoding)}, strict_mode = true${union})`
+      );
+    }
+  }
+}
+
+export class FilesSource implements Source {
+  private store: ObjectStore | undefined;
+  private duck: { instance: DuckDBInstance; connection: DuckDBConnection } | undefined;
+  readonly partitions: PartitionedSource;
+
+  private constructor(private readonly options: FilesSourceOptions) {
+    this.partitions = {
+      list: (stream, signal) => this.list(stream, signal),
+      hash: (stream, file) => this.hash(stream, file),
+      open: (stream, partition, o) => this.openPartition(stream, partition, o.batchRows),
+    };
+  }
+
+  static async open(options: FilesSourceOptions): Promise<FilesSource> {
+    return new FilesSource(options);
+  }
+
+  private async objects(): Promise<ObjectStore> {
+    this.store ??= await openObjectStore(this.options.location, this.options);
+    return this.store;
+  }
+
+  /** DuckDB loads only when a partition is read: a run that skips everything never starts it. */
+  private async connection(): Promise<DuckDBConnection> {
+    if (!this.duck) {
+      duckApi ??= await import('@duckdb/node-api');
+      const instance = await duckApi.DuckDBInstance.create(':memory:');
+      const connection = await instance.connect();
+      await connection.run(`SET TimeZone = 'UTC'`);
+      this.duck = { instance, connection };
+    }
+    return this.duck.connection;
+  }
+
+  private async list(stream: StreamSpec, signal?: AbortSignal): Promise<PartitionListing[]> {
+    const spec = filesOf(stream);
+    const pattern = compilePattern(spec.pattern);
+    const store = await this.objects();
+    const groups = new Map<string, PartitionFile[]>();
+    for await (const object of store.list(pattern.prefix, signal)) {
+      const partition = pattern.partitionOf(object.key);
+      if (partition === undefined) continue;
+      const file: PartitionFile = {
+        path: object.key,
+        size: object.size,
+        modified: object.modified,
+        ...(object.etag !== undefined ? { hash: `etag:${object.etag}` } : {}),
+      };
+      const files = groups.get(partition);
+      if (files) files.push(file);
+      else groups.set(partition, [file]);
+    }
+    return [...groups.entries()]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([partition, files]) => ({ partition, files: files.sort((a, b) => (a.path < b.path ? -1 : 1)) }));
+  }
+
+  private async hash(_stream: StreamSpec, file: PartitionFile): Promise<string> {
+    const store = await this.objects();
+    const local = store.localPath(file.path);
+    if (local !== undefined) return `sha256:${await hashFile(local)}`;
+    const head = await store.head(file.path);
+    if (!head) throw new SourceError(`${store.describe(file.path)} disappeared while it was being compared`);
+    return `etag:${head.etag ?? ''}`;
+  }
+
+  async discover(stream: StreamSpec): Promise<StreamSchema> {
+    const listing = await this.list(stream);
+    if (listing.length === 0) {
+      const store = await this.objects();
+      throw new SourceError(`no file under ${store.location} matches ${filesOf(stream).pattern}`, { context: { stream: stream.name, phase: 'discover' } });
+    }
+    const opened = await this.openPartition(stream, listing[listing.length - 1]!, 1);
+    await opened.close();
+    return opened.schema;
+  }
+
+  async open(request: { stream: StreamSpec }): Promise<OpenedRead> {
+    throw new SourceError(`stream ${request.stream.name} of a files source loads by partition (strategy: partitioned)`, {
+      context: { stream: request.stream.name, phase: 'plan' },
+    });
+  }
+
+  private async openPartition(stream: StreamSpec, partition: PartitionListing, batchRows: number): Promise<OpenedPartition> {
+    const spec = filesOf(stream);
+    const store = await this.objects();
+    let tempDir: string | undefined;
+    const cleanup = async () => {
+      if (tempDir !== undefined) await rm(tempDir, { recursive: true, force: true });
+    };
+    try {
+      const read: ReadFile[] = [];
+      const files: PartitionFile[] = [];
+      for (const [i, listed] of partition.files.entries()) {
+        const local = store.localPath(listed.path);
+        if (local !== undefined) {
+          // Hash first, then stat: a file rewritten meanwhile shows a newer mtime and is compared again next run.
+          const hash = `sha256:${await hashFile(local)}`;
+          const info = await store.head(listed.path);
+          if (!info) throw new SourceError(`${store.describe(listed.path)} disappeared after it was listed`);
+          files.push({ path: listed.path, size: info.size, modified: info.modified, hash });
+          read.push({ local, display: store.describe(listed.path) });
+        } else {
+          tempDir ??= await mkdtemp(join(tmpdir(), 'tidemark-files-'));
+          // Keep the extension: DuckDB picks the decompressor (.gz, .zst) by it.
+          const file = join(tempDir, `${i}-${basename(listed.path)}`);
+          const info = await store.download(listed.path, file);
+          files.push({ path: listed.path, size: info.size, modified: info.modified, hash: `etag:${info.etag ?? ''}` });
+          read.push({ local: file, display: store.describe(listed.path) });
+        }
+      }
+      const connection = await this.connection();
+      const params: Param[] = [];
+      const from = readerSql(spec, read.map((f) => f.local), params);
+      const explain = async (error: unknown): Promise<Error> => {
+        if (error instanceof SourceError) return error;
+        const message = error instanceof Error ? error.message : String(error);
+        const failure = await explainReadError(message, read, spec.format, spec.csv);
+        return new SourceError(
+          `cannot read ${failure.file}${failure.line !== undefined ? ` at line ${failure.line}` : ''}: ${failure.reason} (partition ${partition.partition}; nothing of it was loaded)`,
+          { cause: error, context: { phase: 'extract' } },
+        );
+      };
+      let described;
+      try {
+        described = (await connection.runAndReadAll(`DESCRIBE SELECT * FROM ${from}`, bindValues(params))).getRowObjectsJS();
+      } catch (error) {
+        throw await explain(error);
+      }
+      const readers: ColumnReader[] = [];
+      const columns: Column[] = [];
+      for (const d of described) {
+        const name = String(d.column_name);
+        if (name === spec.partitionColumn) {
+          throw new SourceError(`${read[0]!.display} already has a column ${name}; choose another partition_column`, { context: { phase: 'discover' } });
+        }
+        const r = columnReader(String(d.column_type));
+        readers.push(r);
+        columns.push({ name, type: r.type, nullable: true });
+      }
+      columns.push({ name: spec.partitionColumn, type: { kind: 'text' }, nullable: false });
+      const schema: StreamSchema = { name: stream.name, columns, primaryKey: [] };
+      const names = described.map((d) => quoteIdent(String(d.column_name)));
+      const rowSql = `SELECT ${names.map((n, i) => readers[i]!.rowExpression(n)).join(', ')} FROM ${from}`;
+      const scanParams: Param[] = [...params, partition.partition];
+      const scan: NativeScan | undefined = readers.some((r) => r.rowPathOnly)
+        ? undefined
+        : {
+            engine: 'duckdb',
+            sql: `SELECT ${[...names.map((n, i) => `${readers[i]!.scanExpression(n)} AS ${n}`), `$${scanParams.length}::VARCHAR AS ${quoteIdent(spec.partitionColumn)}`].join(', ')} FROM ${from}`,
+            params: scanParams,
+          };
+      const bytes = files.reduce((sum, f) => sum + f.size, 0);
+      return {
+        schema,
+        files,
+        bytes,
+        canonical: true,
+        ...(scan ? { scan } : {}),
+        batches: () => this.rows(connection, rowSql, params, readers, partition.partition, batchRows, explain),
+        explain,
+        close: cleanup,
+      };
+    } catch (error) {
+      await cleanup();
+      throw error;
+    }
+  }
+
+  private async *rows(
+    connection: DuckDBConnection,
+    sql: string,
+    params: readonly Param[],
+    readers: readonly ColumnReader[],
+    partitionValue: string,
+    batchRows: number,
+    explain: (error: unknown) => Promise<Error>,
+  ): AsyncGenerator<Batch> {
+    let result;
+    try {
+      result = await connection.stream(sql, bindValues(params));
+    } catch (error) {
+      throw await explain(error);
+    }
+    const width = readers.length;
+    let rows: Row[] = [];
+    for (;;) {
+      let chunk;
+      try {
+        chunk = await result.fetchChunk();
+      } catch (error) {
+        throw await explain(error);
+      }
+      if (!chunk || chunk.rowCount === 0) break;
+      const count = chunk.rowCount;
+      const vectors: DuckDBValue[][] = [];
+      for (let c = 0; c < width; c += 1) vectors.push(chunk.getColumnValues(c));
+      for (let r = 0; r < count; r += 1) {
+        const row: Row = new Array(width + 1);
+        for (let c = 0; c < width; c += 1) {
+          const v = vectors[c]![r]!;
+          const reader = readers[c]!;
+          row[c] =
+            v === null ? null : reader.micros ? formatTimestampMicros(v as bigint) : reader.blob ? (v as { bytes: Uint8Array }).bytes : (v as Row[number]);
+        }
+        row[width] = partitionValue;
+        rows.push(row);
+      }
+      if (rows.length >= batchRows) {
+        yield { rows };
+        rows = [];
+      }
+    }
+    if (rows.length > 0) yield { rows };
+  }
+
+  async close(): Promise<void> {
+    if (this.duck) {
+      this.duck.connection.closeSync();
+      this.duck.instance.closeSync();
+      this.duck = undefined;
+    }
+    await this.store?.close();
+  }
+}
+
+/** File lists bind as `VARCHAR[]`; the rest as text. Called only after `connection()` loaded DuckDB. */
+function bindValues(params: readonly Param[]): DuckDBValue[] {
+  return params.map((p) => (typeof p === 'string' ? p : duckApi!.listValue([...p])));
+}

@@ -1,0 +1,460 @@
+/**
+ * HTTP/REST APIs as a source. A read is one window `[since, until)` fixed before the first request; its pages are
+ * fetched one by one, and each page's batch carries a resume token (the window plus the next page), so a killed
+ * run continues at the first uncommitted page of the same window. The last page clears the token.
+ */
+import type { Batch, DeclaredColumn, HttpPagination, HttpStreamSpec, JsonValue, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import { parseDuration } from '../../core/duration.js';
+import { ConfigError, SourceError } from '../../core/errors.js';
+import { registerSecret } from '../../core/logger.js';
+import type { Column, ColumnKind, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
+import { ValueRejection, canonicalTimestamp, coerceValue, compareCanonical, encodeValue, formatMicros } from '../../core/values.js';
+import type { HttpSourceConfig } from '../../config/schema.js';
+import { JsonNumber, inferJsonType, isJsonObject, jsonPath, jsonToRaw, stringifyExactJson, widenType, type ExactJson } from '../../shared/exact-json.js';
+import { HttpClient, type Fetch, type JsonResponse } from './http-client.js';
+
+/** Where the next request of a window goes. */
+type PageState = { readonly page: number } | { readonly offset: number } | { readonly cursor: string | null } | { readonly url: string } | { readonly first: true };
+
+/** The fixed bounds of one window; stored in the resume token so a resumed read asks for exactly the same window. */
+interface Window {
+  readonly since?: string;
+  readonly until?: string;
+  /** Rows at or below this tuple were committed before the window started. */
+  readonly after?: Watermark;
+  /** Lookback: rows from this cursor value on. */
+  readonly from?: TypedValue;
+}
+
+interface ResumeToken {
+  readonly v: 1;
+  readonly window: Window;
+  readonly next: PageState;
+}
+
+/** Column holding the record keys not among the inferred columns, so an undeclared schema never drops data. */
+export const EXTRA_COLUMN = '_extra';
+
+const TIME_KINDS: ReadonlySet<ColumnKind> = new Set(['timestamptz', 'timestamp', 'date']);
+const TEMPLATE_RE = /\{\{\s*(since|until)\s*\}\}/g;
+
+export class HttpSource implements Source {
+  private readonly client: HttpClient;
+  private readonly base: URL;
+  private readonly lagMs: number;
+
+  constructor(
+    private readonly config: HttpSourceConfig,
+    fetchImpl?: Fetch,
+  ) {
+    this.base = new URL(config.base_url.endsWith('/') ? config.base_url : `${config.base_url}/`);
+    const auth = config.auth;
+    if (auth?.type === 'query') {
+      // The value appears percent-encoded in URLs; both forms must be hidden.
+      registerSecret(auth.value);
+      registerSecret(encodeURIComponent(auth.value));
+      registerSecret(new URLSearchParams({ v: auth.value }).toString().slice(2));
+    }
+    this.lagMs = config.lag !== undefined ? (parseDuration(config.lag) ?? 0) : 0;
+    this.client = new HttpClient(
+      {
+        maxRetries: config.max_retries ?? 5,
+        backoffMs: duration(config.backoff, 500),
+        maxBackoffMs: duration(config.max_backoff, 30_000),
+        timeoutMs: duration(config.timeout, 30_000),
+      },
+      (url) => this.display(url),
+      fetchImpl,
+    );
+  }
+
+  async discover(stream: StreamSpec): Promise<StreamSchema> {
+    const spec = httpSpec(stream);
+    if (spec.columns) return declaredSchema(stream, spec.columns);
+    const first = await this.client.getJson(this.pageUrl(spec, {}, { first: true }), this.headers(spec));
+    return inferSchema(stream, this.records(spec, first), 'text');
+  }
+
+  async open(request: ReadRequest): Promise<OpenedRead> {
+    const stream = request.stream;
+    const spec = httpSpec(stream);
+    const context = { stream: stream.name, phase: 'extract' };
+    const token = readToken(request.resume, stream.name);
+    const declaredCursor = spec.columns?.find((c) => c.name === stream.cursor)?.type.kind;
+    const cursorKind: ColumnKind | undefined =
+      stream.cursor === undefined ? undefined : (declaredCursor ?? request.after?.cursor.type ?? request.from?.type ?? 'timestamptz');
+    const window = token?.window ?? this.newWindow(request, cursorKind);
+    const vars = { since: window.since, until: window.until };
+    let next: PageState = token?.next ?? initialPage(spec.pagination);
+
+    // Without declared columns the schema comes from the first page this read fetches, which then is not fetched again.
+    let prefetched: JsonResponse | undefined;
+    let schema: StreamSchema;
+    if (spec.columns) schema = declaredSchema(stream, spec.columns);
+    else {
+      prefetched = await this.client.getJson(this.pageUrl(spec, vars, next), this.headers(spec), request.signal);
+      schema = inferSchema(stream, this.records(spec, prefetched), cursorKind ?? 'text');
+    }
+    const columns = schema.columns;
+    const cursorIndex = stream.cursor !== undefined ? columns.findIndex((c) => c.name === stream.cursor) : -1;
+    const pkIndexes = schema.primaryKey.map((name) => columns.findIndex((c) => c.name === name));
+    const inferred = spec.columns === undefined;
+    const cursorType = cursorIndex >= 0 ? columns[cursorIndex]!.type : undefined;
+    const firstUrl = this.pageUrl(spec, vars, next);
+
+    const keep = (raw: Row): boolean => {
+      if (cursorIndex < 0 || !request.incremental) return true;
+      let cursor: string;
+      try {
+        const value = coerceValue(cursorType!, raw[cursorIndex]);
+        if (value === null) {
+          if (request.nullCursor === 'error') {
+            throw new SourceError(`a record has no value for the cursor ${stream.cursor} (on_null_cursor: error; use include or exclude)`, { context });
+          }
+          return request.nullCursor === 'include';
+        }
+        cursor = encodeValue(cursorType!.kind, value);
+      } catch (error) {
+        if (error instanceof ValueRejection) return true; // the engine rejects it, with the reason, into quarantine
+        throw error;
+      }
+      const kind = cursorType!.kind;
+      if (window.until !== undefined && compareCanonical(kind, cursor, window.until) >= 0) return false;
+      if (window.from !== undefined) return compareCanonical(kind, cursor, window.from.value) >= 0;
+      if (window.after !== undefined) return isAfter(kind, cursor, pkIndexes.map((i) => raw[i]), columns, pkIndexes, window.after);
+      return true;
+    };
+
+    const toRows = (records: readonly ExactJson[]): Row[] => {
+      const rows: Row[] = [];
+      for (const record of records) {
+        const row = recordToRow(record, columns, spec.columns, inferred);
+        if (keep(row)) rows.push(row);
+      }
+      return rows;
+    };
+
+    const self = this;
+    return {
+      schema,
+      until: window.until !== undefined && cursorKind !== undefined ? { type: cursorKind, value: window.until } : null,
+      nullCursorRows: 0,
+      predicate: `GET ${this.display(firstUrl)}${token ? ' (resuming an unfinished window)' : ''}`,
+      bindings: [window.since, window.until].filter((v): v is string => v !== undefined),
+      ordered: spec.ordered,
+      resumable: true,
+      close: async () => undefined,
+      async *batches(): AsyncIterable<Batch> {
+        const seen = new Set<string>([JSON.stringify(next)]);
+        let previousText: string | undefined;
+        let pages = 0;
+        for (;;) {
+          const url = self.pageUrl(spec, vars, next);
+          const response = prefetched ?? (await self.client.getJson(url, self.headers(spec), request.signal));
+          prefetched = undefined;
+          pages += 1;
+          const records = self.records(spec, response);
+          const following = records.length === 0 ? null : self.nextPage(spec.pagination, next, response, records.length);
+          if (following !== null) {
+            // A paginator that hands out the same position, or a server that ignores the page parameter, would loop forever.
+            const key = JSON.stringify(following);
+            const sameBody = previousText !== undefined && response.text === previousText;
+            if (seen.has(key) || sameBody) {
+              throw new SourceError(
+                `the paginator does not advance: ${self.display(url)} (page ${pages}) leads to a page already read (${describePage(following)}); check pagination`,
+                { context: { ...context, at: self.display(url) } },
+              );
+            }
+            seen.add(key);
+          }
+          previousText = response.text;
+          const rows = toRows(records);
+          if (following === null) {
+            yield { rows, resume: null };
+            return;
+          }
+          next = following;
+          const resume: ResumeToken = { v: 1, window, next: following };
+          yield { rows, resume: resume as unknown as JsonValue };
+        }
+      },
+    };
+  }
+
+  async close(): Promise<void> {}
+
+  private newWindow(request: ReadRequest, cursorKind: ColumnKind | undefined): Window {
+    if (!request.incremental || cursorKind === undefined) return {};
+    const lower = request.from ?? request.after?.cursor;
+    const until = TIME_KINDS.has(cursorKind) ? nowAs(cursorKind, this.lagMs) : undefined;
+    return {
+      ...(lower !== undefined ? { since: lower.value } : {}),
+      ...(until !== undefined ? { until } : {}),
+      ...(request.from !== undefined ? { from: request.from } : request.after !== undefined ? { after: request.after } : {}),
+    };
+  }
+
+  private headers(spec: HttpStreamSpec): Record<string, string> {
+    const headers: Record<string, string> = { accept: 'application/json', 'user-agent': 'tidemark', ...this.config.headers, ...spec.headers };
+    const auth = this.config.auth;
+    if (auth?.type === 'bearer') headers.authorization = `Bearer ${auth.token}`;
+    if (auth?.type === 'basic') headers.authorization = `Basic ${Buffer.from(`${auth.username}:${auth.password}`).toString('base64')}`;
+    if (auth?.type === 'header') headers[auth.name.toLowerCase()] = auth.value;
+    return headers;
+  }
+
+  /** The request URL: parameters are set through URLSearchParams, so window values are always encoded, never spliced. */
+  private pageUrl(spec: HttpStreamSpec, vars: { since?: string | undefined; until?: string | undefined }, page: PageState): URL {
+    let url: URL;
+    if ('url' in page) {
+      url = new URL(page.url);
+    } else {
+      url = new URL(spec.path.replace(/^\//, ''), this.base);
+      const params: Record<string, string> = {};
+      for (const [k, v] of Object.entries({ ...stringParams(this.config.params), ...spec.params })) {
+        const value = fill(v, vars);
+        if (value !== undefined) params[k] = value;
+      }
+      for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
+      const p = spec.pagination;
+      if (p.type === 'page') {
+        url.searchParams.set(p.param, String('page' in page ? page.page : p.start));
+        if (p.sizeParam !== undefined && p.size !== undefined) url.searchParams.set(p.sizeParam, String(p.size));
+      } else if (p.type === 'offset') {
+        url.searchParams.set(p.param, String('offset' in page ? page.offset : 0));
+        url.searchParams.set(p.limitParam, String(p.limit));
+      } else if (p.type === 'cursor' && 'cursor' in page && page.cursor !== null) {
+        url.searchParams.set(p.param, page.cursor);
+      }
+    }
+    const auth = this.config.auth;
+    if (auth?.type === 'query') url.searchParams.set(auth.name, auth.value);
+    return url;
+  }
+
+  /** A URL as shown in messages and stored in resume tokens: the query-string credential masked. */
+  private display(url: URL): string {
+    const auth = this.config.auth;
+    if (auth?.type !== 'query' || !url.searchParams.has(auth.name)) return url.toString();
+    const copy = new URL(url);
+    copy.searchParams.set(auth.name, '***');
+    return copy.toString();
+  }
+
+  private withoutCredential(url: URL): string {
+    const auth = this.config.auth;
+    if (auth?.type !== 'query') return url.toString();
+    const copy = new URL(url);
+    copy.searchParams.delete(auth.name);
+    return copy.toString();
+  }
+
+  private records(spec: HttpStreamSpec, response: JsonResponse): readonly ExactJson[] {
+    const found = spec.records === undefined ? response.body : jsonPath(response.body, spec.records);
+    if (found === undefined || found === null) return [];
+    if (!Array.isArray(found)) {
+      throw new SourceError(`records path ${spec.records ?? '$'} is not an array in the response of ${this.display(new URL(response.url))}`, {
+        context: { phase: 'extract', at: this.display(new URL(response.url)) },
+      });
+    }
+    return found as readonly ExactJson[];
+  }
+
+  private nextPage(p: HttpPagination, current: PageState, response: JsonResponse, count: number): PageState | null {
+    switch (p.type) {
+      case 'none':
+        return null;
+      case 'page':
+        return { page: ('page' in current ? current.page : p.start) + 1 };
+      case 'offset':
+        return { offset: ('offset' in current ? current.offset : 0) + count };
+      case 'cursor': {
+        const token = jsonPath(response.body, p.token);
+        if (token instanceof JsonNumber) return { cursor: token.text };
+        return typeof token === 'string' && token !== '' ? { cursor: token } : null;
+      }
+      case 'link': {
+        const next = nextLink(response.headers.get('link'));
+        return next === undefined ? null : { url: this.sameOrigin(next, response.url) };
+      }
+      case 'next_url': {
+        const next = jsonPath(response.body, p.url);
+        return typeof next === 'string' && next !== '' ? { url: this.sameOrigin(next, response.url) } : null;
+      }
+    }
+  }
+
+  /** Credentials go only to the configured origin; a next link elsewhere is refused rather than followed. */
+  private sameOrigin(link: string, current: string): string {
+    const url = new URL(link, current);
+    if (url.origin !== this.base.origin) {
+      throw new SourceError(`the next-page link points to ${url.origin}, outside ${this.base.origin}; refusing to send credentials there`, { context: { phase: 'extract' } });
+    }
+    return this.withoutCredential(url);
+  }
+}
+
+function duration(text: string | undefined, fallback: number): number {
+  return text === undefined ? fallback : (parseDuration(text) ?? fallback);
+}
+
+function stringParams(params: Readonly<Record<string, string | number | boolean>> | undefined): Record<string, string> {
+  return Object.fromEntries(Object.entries(params ?? {}).map(([k, v]) => [k, String(v)]));
+}
+
+/** Replaces `{{since}}` / `{{until}}`; a parameter that needs a bound the window does not have is left out. */
+function fill(template: string, vars: { since?: string | undefined; until?: string | undefined }): string | undefined {
+  let missing = false;
+  const out = template.replace(TEMPLATE_RE, (_m, name: 'since' | 'until') => {
+    const v = vars[name];
+    if (v === undefined) missing = true;
+    return v ?? '';
+  });
+  return missing ? undefined : out;
+}
+
+function httpSpec(stream: StreamSpec): HttpStreamSpec {
+  if (!stream.http) throw new ConfigError(`stream ${stream.name} of an http source needs a path`, { context: { stream: stream.name } });
+  return stream.http;
+}
+
+function initialPage(p: HttpPagination): PageState {
+  switch (p.type) {
+    case 'page':
+      return { page: p.start };
+    case 'offset':
+      return { offset: 0 };
+    case 'cursor':
+      return { cursor: null };
+    default:
+      return { first: true };
+  }
+}
+
+function describePage(page: PageState): string {
+  if ('page' in page) return `page ${page.page}`;
+  if ('offset' in page) return `offset ${page.offset}`;
+  if ('cursor' in page) return `cursor ${JSON.stringify(page.cursor)}`;
+  if ('url' in page) return page.url;
+  return 'the first page';
+}
+
+function readToken(resume: JsonValue | undefined, stream: string): ResumeToken | undefined {
+  if (resume === undefined || resume === null) return undefined;
+  const token = resume as unknown as Partial<ResumeToken>;
+  if (typeof resume !== 'object' || token.v !== 1 || typeof token.window !== 'object' || typeof token.next !== 'object') {
+    throw new SourceError(`the stored resume position of stream ${stream} is not an HTTP page token; run tidemark state reset ${stream} to start over`, {
+      context: { stream, phase: 'plan' },
+    });
+  }
+  return token as ResumeToken;
+}
+
+function nowAs(kind: ColumnKind, lagMs: number): string {
+  const micros = (BigInt(Date.now()) - BigInt(lagMs)) * 1000n;
+  if (kind === 'timestamptz') return formatMicros(micros, true);
+  if (kind === 'timestamp') return formatMicros(micros, false);
+  return formatMicros(micros, false).slice(0, 10);
+}
+
+/** RFC 8288: the target of the link with rel="next". */
+export function nextLink(header: string | null): string | undefined {
+  if (!header) return undefined;
+  for (const part of header.split(/,(?=\s*<)/)) {
+    const m = /^\s*<([^>]*)>(.*)$/.exec(part);
+    if (m && /;\s*rel\s*=\s*"?(?:[^";]*\s)?next(?:\s[^";]*)?"?/i.test(m[2]!)) return m[1];
+  }
+  return undefined;
+}
+
+function isAfter(kind: ColumnKind, cursor: string, pkRaw: readonly unknown[], columns: readonly Column[], pkIndexes: readonly number[], after: Watermark): boolean {
+  const byCursor = compareCanonical(kind, cursor, after.cursor.value);
+  if (byCursor !== 0) return byCursor > 0;
+  // A watermark without key values sits before every row of its cursor value (as `state set` without --pk).
+  if (after.pk.length === 0 || after.pk.length !== pkIndexes.length) return true;
+  for (let i = 0; i < pkIndexes.length; i += 1) {
+    const column = columns[pkIndexes[i]!]!;
+    let value: string;
+    try {
+      const v = coerceValue(column.type, pkRaw[i]);
+      if (v === null) return true;
+      value = encodeValue(column.type.kind, v);
+    } catch {
+      return true;
+    }
+    const c = compareCanonical(column.type.kind, value, after.pk[i]!.value);
+    if (c !== 0) return c > 0;
+  }
+  return false;
+}
+
+function declaredSchema(stream: StreamSpec, declared: readonly DeclaredColumn[]): StreamSchema {
+  const keys = new Set([...stream.primaryKey, ...(stream.cursor !== undefined ? [stream.cursor] : [])]);
+  return {
+    name: stream.name,
+    columns: declared.map((c) => ({ name: c.name, type: c.type, nullable: !keys.has(c.name) })),
+    primaryKey: stream.primaryKey,
+    ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}),
+  };
+}
+
+/**
+ * Columns from the records of one page: every top-level key, numbers kept exact (int64 or decimal), nested values
+ * as JSON; a cursor of timestamps is typed as such so the window compares instants, not text.
+ */
+export function inferSchema(stream: StreamSpec, records: readonly ExactJson[], cursorKind: ColumnKind): StreamSchema {
+  const types = new Map<string, ColumnType | undefined>();
+  for (const record of records) {
+    if (!isJsonObject(record)) continue;
+    for (const [key, value] of Object.entries(record)) types.set(key, widenType(types.get(key), inferJsonType(value)));
+  }
+  if (stream.cursor !== undefined) {
+    const values = records.map((r) => (isJsonObject(r) ? r[stream.cursor!] : undefined)).filter((v) => v !== undefined && v !== null);
+    types.set(stream.cursor, cursorType(values, cursorKind, types.get(stream.cursor)));
+  }
+  for (const key of stream.primaryKey) if (!types.has(key)) types.set(key, undefined);
+  const columns: Column[] = [...types.entries()].map(([name, type]) => ({
+    name,
+    type: type ?? { kind: 'text' },
+    nullable: !stream.primaryKey.includes(name) && name !== stream.cursor,
+  }));
+  columns.push({ name: EXTRA_COLUMN, type: { kind: 'json' }, nullable: true });
+  return { name: stream.name, columns, primaryKey: stream.primaryKey, ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}) };
+}
+
+function cursorType(values: readonly ExactJson[], fallback: ColumnKind, inferred: ColumnType | undefined): ColumnType {
+  if (values.length === 0) return { kind: fallback } as ColumnType;
+  const strings = values.every((v) => typeof v === 'string');
+  if (strings) {
+    for (const kind of ['timestamptz', 'timestamp'] as const) {
+      const fits = values.every((v) => {
+        try {
+          canonicalTimestamp(v as string, kind === 'timestamptz');
+          return kind === 'timestamptz' ? /(?:Z|[+-]\d{2}:?\d{2})$/i.test((v as string).trim()) : true;
+        } catch {
+          return false;
+        }
+      });
+      if (fits) return { kind };
+    }
+  }
+  return inferred ?? { kind: 'text' };
+}
+
+function recordToRow(record: ExactJson, columns: readonly Column[], declared: readonly DeclaredColumn[] | undefined, inferred: boolean): Row {
+  const object = isJsonObject(record) ? record : undefined;
+  if (declared) return declared.map((c) => jsonToRaw(object ? jsonPath(object, c.path) : undefined, c.type) as Row[number]);
+  const row: Row = [];
+  const known = new Set<string>();
+  for (const column of columns) {
+    if (column.name === EXTRA_COLUMN) continue;
+    known.add(column.name);
+    const has = object !== undefined && Object.prototype.hasOwnProperty.call(object, column.name);
+    row.push(jsonToRaw(has ? object[column.name] : undefined, column.type) as Row[number]);
+  }
+  if (inferred) {
+    const extra = object ? Object.keys(object).filter((k) => !known.has(k)) : [];
+    row.push(extra.length ? `{${extra.map((k) => `${JSON.stringify(k)}:${stringifyExactJson(object![k]!)}`).join(',')}}` : object ? null : stringifyExactJson(record));
+  }
+  return row;
+}

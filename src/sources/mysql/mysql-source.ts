@@ -1,0 +1,346 @@
+/**
+ * MySQL and MariaDB as a source. Each read runs in one `START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY`
+ * (REPEATABLE READ), so the upper bound and the rows come from one InnoDB read view; rows stream through a
+ * server-side prepared statement with every watermark value bound and cast to its column's type.
+ */
+import mysql from 'mysql2/promise';
+import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import { SourceError } from '../../core/errors.js';
+import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
+import { coerceValue, encodeValue } from '../../core/values.js';
+import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan } from '../../shared/sql.js';
+import { safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { castFor, isNotNull, mysqlColumnType, paramValue, typeCast, type MysqlField } from './mysql-types.js';
+
+const ALIAS = '`t`';
+const q = (name: string) => quoteIdent(name, 'backtick');
+const UTC_FORMAT = `'%Y-%m-%dT%H:%i:%s.%fZ'`;
+/**
+ * innodb_trx.trx_started has whole seconds and is set at a transaction's first InnoDB access, a little after the
+ * NOW() of the statement that stamps its rows: one second below it covers both.
+ */
+const MARGIN = 'INTERVAL 1 SECOND';
+
+interface MysqlStream {
+  readonly schema: StreamSchema;
+  readonly relation: string;
+}
+
+interface Bound {
+  readonly sql: string;
+  readonly values: TypedValue[];
+}
+
+type Param = string | Buffer | null;
+
+/** The callback-style connection under mysql2's promise wrapper: the one that streams a prepared statement. */
+interface StreamingConnection {
+  execute(options: { sql: string; values: Param[]; rowsAsArray: boolean }): { stream(options: { highWaterMark: number }): AsyncIterable<unknown> };
+}
+
+function streaming(conn: mysql.Connection): StreamingConnection {
+  return (conn as unknown as { connection: StreamingConnection }).connection;
+}
+
+export class MysqlSource implements Source {
+  private conn: mysql.Connection | undefined;
+  private writerOffsetMinutes = 0;
+  private warned = false;
+  private seesTransactions = true;
+
+  private constructor(private readonly options: ServerSourceOptions) {}
+
+  static async connect(options: ServerSourceOptions): Promise<MysqlSource> {
+    const source = new MysqlSource(options);
+    await source.connection();
+    return source;
+  }
+
+  private async connection(): Promise<mysql.Connection> {
+    if (this.conn) return this.conn;
+    const { url, host, port, user, password, database } = this.options;
+    const settings = {
+      ...(host !== undefined ? { host } : {}),
+      ...(port !== undefined ? { port } : {}),
+      ...(user !== undefined ? { user } : {}),
+      ...(password !== undefined ? { password } : {}),
+      ...(database !== undefined ? { database } : {}),
+      charset: 'utf8mb4',
+      supportBigNumbers: true,
+      bigNumberStrings: true,
+      dateStrings: true,
+      jsonStrings: true,
+      typeCast: typeCast as unknown as mysql.TypeCast,
+    };
+    let conn: mysql.Connection | undefined;
+    try {
+      conn = url !== undefined ? await mysql.createConnection({ uri: url, ...settings }) : await mysql.createConnection(settings);
+      const [rows] = await conn.query<mysql.RowDataPacket[]>(`SELECT TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW()) AS offset_minutes`);
+      this.writerOffsetMinutes = Number(rows[0]!.offset_minutes);
+      // Read-side only: DATETIME/TIMESTAMP text in UTC; no effect on which rows a predicate selects.
+      await conn.query(`SET SESSION time_zone = '+00:00'`);
+      await conn.query(`SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ`);
+    } catch (cause) {
+      await conn?.end().catch(() => undefined);
+      throw new SourceError(`cannot connect to MySQL: ${(cause as Error).message}`, { cause, context: { phase: 'connect' }, retryable: true });
+    }
+    conn.on('error', () => {
+      this.conn = undefined;
+    });
+    this.conn = conn;
+    return conn;
+  }
+
+  private async rows(sql: string, values: readonly Param[] = []): Promise<mysql.RowDataPacket[]> {
+    const conn = await this.connection();
+    const [rows] = values.length ? await conn.execute<mysql.RowDataPacket[]>(sql, values as Param[]) : await conn.query<mysql.RowDataPacket[]>(sql);
+    return rows;
+  }
+
+  async discover(stream: StreamSpec): Promise<StreamSchema> {
+    return (await this.describe(stream)).schema;
+  }
+
+  private async describe(stream: StreamSpec): Promise<MysqlStream> {
+    const context = { stream: stream.name, phase: 'discover' };
+    const relation = stream.table !== undefined ? quoteQualified(stream.table, 'backtick') : `(${stream.query!.replace(/;\s*$/, '')})`;
+    try {
+      const tablePk = stream.table !== undefined ? await this.tableKey(stream.table, context) : [];
+      const conn = await this.connection();
+      const [, fields] = await conn.query(`SELECT * FROM ${relation} AS ${ALIAS} LIMIT 0`);
+      const columns: Column[] = (fields as unknown as MysqlField[]).map((f) => ({ name: f.name, type: mysqlColumnType(f), nullable: !isNotNull(f) }));
+      const primaryKey = stream.primaryKey.length ? stream.primaryKey : tablePk;
+      for (const name of [...primaryKey, ...(stream.cursor !== undefined ? [stream.cursor] : [])]) {
+        if (!columns.some((c) => c.name === name)) {
+          throw new SourceError(`column ${name} is not in ${stream.table ?? 'the query'} (columns: ${columns.map((c) => c.name).join(', ')})`, { context });
+        }
+      }
+      const schema: StreamSchema = { name: stream.name, columns, primaryKey, ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}) };
+      return { schema, relation: `${relation} AS ${ALIAS}` };
+    } catch (cause) {
+      if (cause instanceof SourceError) throw cause;
+      throw new SourceError(`cannot read the schema of ${stream.table ?? 'the query'}: ${(cause as Error).message}`, { cause, context });
+    }
+  }
+
+  /** Checks the table exists and returns its primary key, names bound as values. */
+  private async tableKey(table: string, context: { stream: string; phase: string }): Promise<string[]> {
+    const parts = splitQualified(table);
+    const name = parts[parts.length - 1]!;
+    const schemaName = parts.length > 1 ? parts[0]! : null;
+    const found = await this.rows(
+      `SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`,
+      [schemaName, name],
+    );
+    if (Number(found[0]!.n) === 0) throw new SourceError(`table ${table} does not exist`, { context });
+    const pk = await this.rows(
+      `SELECT column_name AS name FROM information_schema.statistics
+        WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = 'PRIMARY' ORDER BY seq_in_index`,
+      [schemaName, name],
+    );
+    return pk.map((r) => String(r.name));
+  }
+
+  async open(request: ReadRequest): Promise<OpenedRead> {
+    const described = await this.describe(request.stream);
+    const { schema, relation } = described;
+    const cursor = schema.cursor !== undefined ? schema.columns.find((c) => c.name === schema.cursor)! : undefined;
+    const incremental = request.incremental && cursor !== undefined;
+    const horizon = incremental ? await this.horizon(relation, cursor) : undefined;
+    const conn = await this.connection();
+    await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
+    try {
+      const bounds = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
+      const bound = predicate(schema, request, cursor, bounds.until);
+      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, request.from ?? request.after?.cursor) : undefined;
+      const warnings = incremental && !this.seesTransactions && !this.warned ? [this.privilegeWarning()] : [];
+      return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings });
+    } catch (error) {
+      await conn.query('ROLLBACK').catch(() => undefined);
+      throw new SourceError(`cannot plan the read of ${request.stream.name}: ${(error as Error).message}`, {
+        cause: error,
+        context: { stream: request.stream.name, phase: 'plan' },
+      });
+    }
+  }
+
+  private privilegeWarning(): string {
+    this.warned = true;
+    return (
+      'the MySQL user cannot read information_schema.innodb_trx (needs the PROCESS privilege), so rows of transactions that commit late ' +
+      'cannot be bounded; no safe mark is kept and only `lookback` protects against them'
+    );
+  }
+
+  /**
+   * Two autocommit statements just before the read view is taken: the highest cursor first, then the clock and the
+   * open transactions, so every transaction missed by the second began after the first (see SnapshotHorizon).
+   */
+  private async horizon(relation: string, cursor: Column): Promise<SnapshotHorizon | undefined> {
+    const sequence = ['int16', 'int32', 'int64', 'uint64', 'decimal'].includes(cursor.type.kind);
+    const max = sequence ? (await this.rows(`SELECT MAX(${ALIAS}.${q(cursor.name)}) AS m FROM ${relation}`))[0]!.m : null;
+    let open: mysql.RowDataPacket;
+    try {
+      open = (
+        await this.rows(
+          `SELECT DATE_FORMAT(UTC_TIMESTAMP(6) - ${MARGIN}, ${UTC_FORMAT}) AS now_utc,
+                  (SELECT DATE_FORMAT(MIN(trx_started) - ${MARGIN}, ${UTC_FORMAT}) FROM information_schema.innodb_trx
+                    WHERE trx_mysql_thread_id <> CONNECTION_ID()) AS oldest`,
+        )
+      )[0]!;
+    } catch (error) {
+      if ((error as { errno?: number }).errno !== 1227) throw error;
+      this.seesTransactions = false;
+      return undefined;
+    }
+    return {
+      now: String(open.now_utc),
+      oldestOpen: open.oldest === null ? null : String(open.oldest),
+      writerOffsetMinutes: this.writerOffsetMinutes,
+      maxCursorAtNow: max === null || max === undefined ? null : canonical(cursor.type, max),
+    };
+  }
+
+  private async bounds(relation: string, cursor: Column): Promise<{ until: TypedValue | null; nullCursorRows: number }> {
+    const c = `${ALIAS}.${q(cursor.name)}`;
+    const r = (await this.rows(`SELECT (SELECT MAX(${c}) FROM ${relation}) AS until, (SELECT COUNT(*) FROM ${relation} WHERE ${c} IS NULL) AS nulls`))[0]!;
+    const until = r.until === null ? null : { type: cursor.type.kind, value: canonical(cursor.type, r.until) };
+    return { until, nullCursorRows: Number(r.nulls) };
+  }
+
+  private opened(
+    described: MysqlStream,
+    request: ReadRequest,
+    read: {
+      until: TypedValue | null;
+      nullCursorRows: number;
+      bound: Bound;
+      incremental: boolean;
+      cursor: Column | undefined;
+      safeMark: TypedValue | null | undefined;
+      warnings: string[];
+    },
+  ): OpenedRead {
+    const { schema, relation } = described;
+    const select = schema.columns.map((c) => `${ALIAS}.${q(c.name)}`).join(', ');
+    const pk = schema.primaryKey.map((name) => `${ALIAS}.${q(name)}`);
+    const cursorRef = read.cursor ? `${ALIAS}.${q(read.cursor.name)}` : undefined;
+    const order = read.incremental && cursorRef ? [cursorRef, ...pk] : pk;
+    const queries: [string, Param[]][] = [];
+    if (read.incremental && cursorRef && request.nullCursor === 'include') {
+      queries.push([`SELECT ${select} FROM ${relation} WHERE ${cursorRef} IS NULL${pk.length ? ` ORDER BY ${pk.join(', ')}` : ''}`, []]);
+    }
+    const sql = `SELECT ${select} FROM ${relation} WHERE ${read.bound.sql}${order.length ? ` ORDER BY ${order.join(', ')}` : ''}`;
+    queries.push([sql, read.bound.values.map(paramValue)]);
+    let finished = false;
+    const close = async (): Promise<void> => {
+      if (finished) return;
+      finished = true;
+      if (this.conn) await this.conn.query('COMMIT').catch(() => undefined);
+    };
+    return {
+      schema,
+      until: read.until,
+      nullCursorRows: read.nullCursorRows,
+      predicate: read.bound.sql,
+      bindings: read.bound.values.map((v) => v.value),
+      ...(read.safeMark !== undefined ? { safeMark: read.safeMark } : {}),
+      ...(read.warnings.length ? { warnings: read.warnings } : {}),
+      close,
+      batches: () => this.streamBatches(queries, request.batchRows, close),
+    };
+  }
+
+  private async *streamBatches(queries: readonly [string, Param[]][], batchRows: number, close: () => Promise<void>): AsyncIterable<Batch> {
+    const conn = await this.connection();
+    let completed = false;
+    try {
+      for (const [sql, values] of queries) {
+        // A prepared statement streams with real bound parameters (binary protocol), with backpressure.
+        const stream = streaming(conn).execute({ sql, values, rowsAsArray: true }).stream({ highWaterMark: Math.min(batchRows, 10_000) });
+        let rows: Row[] = [];
+        for await (const row of stream as AsyncIterable<Row>) {
+          rows.push(row);
+          if (rows.length >= batchRows) {
+            yield { rows };
+            rows = [];
+          }
+        }
+        if (rows.length) yield { rows };
+      }
+      completed = true;
+    } finally {
+      // An abandoned result set leaves rows on the wire: drop the connection, the next read reconnects.
+      if (!completed) this.dropConnection();
+      await close();
+    }
+  }
+
+  private dropConnection(): void {
+    const conn = this.conn;
+    this.conn = undefined;
+    conn?.destroy();
+  }
+
+  async close(): Promise<void> {
+    const conn = this.conn;
+    this.conn = undefined;
+    await conn?.end().catch(() => undefined);
+  }
+}
+
+function canonical(type: ColumnType, raw: unknown): string {
+  return encodeValue(type.kind, coerceValue(type, raw));
+}
+
+/** The read predicate with `?` placeholders, each cast to its column's type (see castFor). */
+function predicate(schema: StreamSchema, request: ReadRequest, cursor: Column | undefined, until: TypedValue | null): Bound {
+  const ref = (name: string) => `${ALIAS}.${q(name)}`;
+  const typeOf = (name: string) => schema.columns.find((c) => c.name === name)!.type;
+  const mark = (name: string) => {
+    const cast = castFor(typeOf(name));
+    return cast ? `CAST(? AS ${cast})` : '?';
+  };
+  const where: string[] = [];
+  const values: TypedValue[] = [];
+  const pk = schema.primaryKey.map(ref);
+  if (request.incremental && cursor) {
+    const c = ref(cursor.name);
+    const names = [cursor.name, ...schema.primaryKey];
+    if (request.from !== undefined) {
+      where.push(`${c} >= ${mark(cursor.name)}`);
+      values.push(request.from);
+    } else if (request.after !== undefined) {
+      // Placeholders of the expanded form repeat columns; each bound value carries its column's type.
+      const keyset = afterWatermark(c, pk, request.after, () => '\u0000', {});
+      where.push(fillMarks(keyset.sql, keyset.values, names, request.after, mark));
+      values.push(...keyset.values);
+    }
+    if (until === null) where.push('FALSE');
+    else {
+      where.push(`${c} <= ${mark(cursor.name)}`);
+      values.push(until);
+    }
+  } else if (request.afterPk !== undefined && pk.length > 0) {
+    const keyset = tupleGreaterThan(pk, request.afterPk, () => '\u0000', {});
+    where.push(fillMarks(keyset.sql, keyset.values, schema.primaryKey, { cursor: request.afterPk[0]!, pk: request.afterPk.slice(1) }, mark));
+    values.push(...keyset.values);
+  }
+  return { sql: where.join(' AND ') || 'TRUE', values };
+}
+
+/** Replaces each placeholder with a cast placeholder for the column whose value is bound there. */
+function fillMarks(
+  sql: string,
+  values: readonly TypedValue[],
+  names: readonly string[],
+  tuple: { cursor: TypedValue; pk: readonly TypedValue[] },
+  mark: (name: string) => string,
+): string {
+  const components = [tuple.cursor, ...tuple.pk];
+  let i = 0;
+  return sql.replace(/\u0000/g, () => {
+    const index = components.indexOf(values[i++]!);
+    return mark(names[index]!);
+  });
+}

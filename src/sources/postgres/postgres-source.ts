@@ -1,0 +1,351 @@
+/**
+ * Postgres as a source. Each read runs in one REPEATABLE READ READ ONLY transaction, so the upper bound, the
+ * NULL-cursor count and the rows come from one snapshot; rows leave the server through `COPY (SELECT …) TO STDOUT`.
+ *
+ * COPY takes no bind parameters, so watermark values are bound into transaction-local settings with `set_config($n)`
+ * and read back in the predicate with `current_setting(…)::type`: values never enter the SQL text.
+ */
+import pg from 'pg';
+import { to as copyTo } from 'pg-copy-streams';
+import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import { SourceError } from '../../core/errors.js';
+import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
+import { coerceValue, encodeValue } from '../../core/values.js';
+import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan } from '../../shared/sql.js';
+import { safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { CopyTextParser } from './copy-text.js';
+import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
+
+const ALIAS = 't';
+const UTC_TEXT = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`;
+/** Every value arrives as text; tidemark decides how to read it (pg would turn int8 and timestamps lossy). */
+const TEXT_TYPES = { getTypeParser: () => (text: string) => text } as unknown as pg.CustomTypesConfig;
+
+interface PgColumn extends Column {
+  readonly info: PgTypeInfo;
+  /** SQL type name for casts of bound values (`format_type`). */
+  readonly sqlType: string;
+}
+
+interface PgStream {
+  readonly schema: StreamSchema;
+  readonly columns: readonly PgColumn[];
+  readonly relation: string;
+}
+
+interface Bound {
+  readonly predicate: string;
+  readonly display: string;
+  readonly values: TypedValue[];
+}
+
+export class PostgresSource implements Source {
+  private client: pg.Client | undefined;
+  private writerZone = 'UTC';
+  private seesAllSessions = true;
+  private warned = false;
+
+  private constructor(private readonly options: ServerSourceOptions) {}
+
+  static async connect(options: ServerSourceOptions): Promise<PostgresSource> {
+    const source = new PostgresSource(options);
+    await source.connection();
+    return source;
+  }
+
+  /** One connection per source; reopened after a read was abandoned mid-COPY. */
+  private async connection(): Promise<pg.Client> {
+    if (this.client) return this.client;
+    const { url, host, port, user, password, database } = this.options;
+    const client = new pg.Client({
+      ...(url !== undefined ? { connectionString: url } : {}),
+      ...(host !== undefined ? { host } : {}),
+      ...(port !== undefined ? { port } : {}),
+      ...(user !== undefined ? { user } : {}),
+      ...(password !== undefined ? { password } : {}),
+      ...(database !== undefined ? { database } : {}),
+      application_name: 'tidemark',
+      types: TEXT_TYPES,
+    });
+    try {
+      await client.connect();
+      const who = await client.query<{ zone: string; privileged: string }>(
+        `SELECT current_setting('TimeZone') AS zone,
+                (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) OR pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER') AS privileged`,
+      );
+      this.writerZone = who.rows[0]!.zone;
+      this.seesAllSessions = who.rows[0]!.privileged === 'true' || who.rows[0]!.privileged === 't';
+      // Read-side formats only: these never change which rows a predicate selects.
+      await client.query(`SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'iso_8601'; SET extra_float_digits = 1; SET bytea_output = 'hex'`);
+    } catch (cause) {
+      await client.end().catch(() => undefined);
+      throw new SourceError(`cannot connect to Postgres: ${(cause as Error).message}`, { cause, context: { phase: 'connect' }, retryable: true });
+    }
+    client.on('error', () => {
+      this.client = undefined;
+    });
+    this.client = client;
+    return client;
+  }
+
+  private async query<R extends pg.QueryResultRow>(sql: string, values: readonly unknown[] = []): Promise<pg.QueryResult<R>> {
+    return (await this.connection()).query<R>(sql, values as unknown[]);
+  }
+
+  async discover(stream: StreamSpec): Promise<StreamSchema> {
+    return (await this.describe(stream)).schema;
+  }
+
+  private async describe(stream: StreamSpec): Promise<PgStream> {
+    const context = { stream: stream.name, phase: 'discover' };
+    const relation = stream.table !== undefined ? quoteQualified(stream.table) : `(${stream.query!.replace(/;\s*$/, '')})`;
+    try {
+      if (stream.table !== undefined) {
+        const found = await this.query<{ oid: string | null }>(`SELECT to_regclass($1)::oid::text AS oid`, [relation]);
+        if (found.rows[0]!.oid === null) throw new SourceError(`table ${stream.table} does not exist`, { context });
+      }
+      const probe = await this.query(`SELECT * FROM ${relation} AS ${ALIAS} LIMIT 0`);
+      const columns = await this.columnsOf(probe.fields, stream.table !== undefined ? relation : undefined);
+      const primaryKey = stream.primaryKey.length ? stream.primaryKey : stream.table !== undefined ? await this.tablePrimaryKey(relation) : [];
+      checkColumns(stream, columns, primaryKey, context);
+      const schema: StreamSchema = {
+        name: stream.name,
+        columns: columns.map(({ name, type, nullable }) => ({ name, type, nullable })),
+        primaryKey,
+        ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}),
+      };
+      return { schema, columns, relation: `${relation} AS ${ALIAS}` };
+    } catch (cause) {
+      if (cause instanceof SourceError) throw cause;
+      throw new SourceError(`cannot read the schema of ${stream.table ?? 'the query'}: ${(cause as Error).message}`, { cause, context });
+    }
+  }
+
+  private async columnsOf(fields: readonly pg.FieldDef[], table: string | undefined): Promise<PgColumn[]> {
+    const types = await this.query<PgTypeInfo & { oid: string; sql_type: string; typmod: string | null }>(
+      `SELECT t.oid::text AS oid, b.typname, b.typtype, b.typcategory, format_type(t.oid, NULL) AS sql_type,
+              CASE WHEN t.typtype = 'd' THEN t.typtypmod::text END AS typmod
+         FROM pg_type t JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+        WHERE t.oid = ANY($1::oid[])`,
+      [fields.map((f) => String(f.dataTypeID))],
+    );
+    const notNull = new Set<string>();
+    if (table !== undefined) {
+      const attrs = await this.query<{ attname: string }>(
+        `SELECT attname FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attnotnull`,
+        [table],
+      );
+      for (const a of attrs.rows) notNull.add(a.attname);
+    }
+    const byOid = new Map(types.rows.map((r) => [r.oid, r]));
+    return fields.map((f) => {
+      const info = byOid.get(String(f.dataTypeID))!;
+      const typmod = info.typmod !== null ? Number(info.typmod) : f.dataTypeModifier;
+      return { name: f.name, type: pgColumnType(info, typmod), nullable: !notNull.has(f.name), info, sqlType: info.sql_type };
+    });
+  }
+
+  private async tablePrimaryKey(table: string): Promise<string[]> {
+    const pk = await this.query<{ attname: string }>(
+      `SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+        WHERE i.indrelid = to_regclass($1) AND i.indisprimary ORDER BY array_position(i.indkey::int2[], a.attnum)`,
+      [table],
+    );
+    return pk.rows.map((r) => r.attname);
+  }
+
+  async open(request: ReadRequest): Promise<OpenedRead> {
+    const described = await this.describe(request.stream);
+    const { schema, columns, relation } = described;
+    const cursor = schema.cursor !== undefined ? columns.find((c) => c.name === schema.cursor)! : undefined;
+    const incremental = request.incremental && cursor !== undefined;
+    const horizon = incremental ? await this.horizon(relation, cursor) : undefined;
+    const client = await this.connection();
+    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    try {
+      const bounds = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
+      const bound = this.predicate(described, request, cursor, bounds.until);
+      if (bound.values.length) {
+        const sets = bound.values.map((_, i) => `set_config('tidemark.p${i + 1}', $${i + 1}, true)`).join(', ');
+        await client.query(`SELECT ${sets}`, bound.values.map(paramText));
+      }
+      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart(request)) : undefined;
+      const warnings = incremental ? this.privilegeWarnings() : [];
+      return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings });
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw new SourceError(`cannot plan the read of ${request.stream.name}: ${(error as Error).message}`, {
+        cause: error,
+        context: { stream: request.stream.name, phase: 'plan' },
+      });
+    }
+  }
+
+  private privilegeWarnings(): string[] {
+    if (this.seesAllSessions || this.warned) return [];
+    this.warned = true;
+    return [
+      'the Postgres user cannot see other sessions (needs superuser or pg_read_all_stats), so rows of transactions that commit late cannot be ' +
+        'bounded; no safe mark is kept and only `lookback` protects against them',
+    ];
+  }
+
+  /** Read in autocommit just before the read snapshot (see SnapshotHorizon). One statement: its snapshot precedes the activity scan. */
+  private async horizon(relation: string, cursor: PgColumn): Promise<SnapshotHorizon | undefined> {
+    if (!this.seesAllSessions) return undefined;
+    const sequence = ['int16', 'int32', 'int64', 'decimal'].includes(cursor.type.kind);
+    const max = sequence ? `(SELECT max(${ALIAS}.${quoteIdent(cursor.name)})::text FROM ${relation})` : 'NULL::text';
+    const r = await this.query<{ now: string; oldest: string | null; offset_minutes: string; max: string | null }>(
+      `SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', ${UTC_TEXT}) AS now,
+              (SELECT to_char(min(xact_start) AT TIME ZONE 'UTC', ${UTC_TEXT}) FROM pg_stat_activity
+                WHERE pid <> pg_backend_pid() AND datname = current_database() AND backend_type = 'client backend' AND xact_start IS NOT NULL) AS oldest,
+              (extract(epoch FROM (statement_timestamp() AT TIME ZONE $1) - (statement_timestamp() AT TIME ZONE 'UTC')) / 60)::int::text AS offset_minutes,
+              ${max} AS max`,
+      [this.writerZone],
+    );
+    const row = r.rows[0]!;
+    return {
+      now: row.now,
+      oldestOpen: row.oldest,
+      writerOffsetMinutes: Number(row.offset_minutes),
+      maxCursorAtNow: row.max === null ? null : canonical(cursor.type, row.max),
+    };
+  }
+
+  /** The first statement of the read transaction: it fixes the snapshot, and `until` comes from it. */
+  private async bounds(relation: string, cursor: PgColumn): Promise<{ until: TypedValue | null; nullCursorRows: number }> {
+    const c = `${ALIAS}.${quoteIdent(cursor.name)}`;
+    const r = await this.query<{ until: string | null; nulls: string }>(
+      `SELECT (SELECT max(${c})::text FROM ${relation}) AS until, (SELECT count(*) FROM ${relation} WHERE ${c} IS NULL)::text AS nulls`,
+    );
+    const until = r.rows[0]!.until;
+    return { until: until === null ? null : { type: cursor.type.kind, value: canonical(cursor.type, until) }, nullCursorRows: Number(r.rows[0]!.nulls) };
+  }
+
+  private predicate(described: PgStream, request: ReadRequest, cursor: PgColumn | undefined, until: TypedValue | null): Bound {
+    const { columns, schema } = described;
+    const ref = (name: string) => `${ALIAS}.${quoteIdent(name)}`;
+    const sqlTypeOf = (i: number, names: readonly string[]) => columns.find((c) => c.name === names[i])!.sqlType;
+    const where: string[] = [];
+    const display: string[] = [];
+    const values: TypedValue[] = [];
+    const add = (build: (mark: (i: number) => string) => { sql: string; values: readonly TypedValue[] }, names: readonly string[]) => {
+      const first = values.length;
+      const internal = build((i) => `current_setting('tidemark.p${first + i + 1}')::${sqlTypeOf(i, names)}`);
+      where.push(internal.sql);
+      display.push(build((i) => `$${first + i + 1}`).sql);
+      values.push(...internal.values);
+    };
+    const pk = schema.primaryKey.map(ref);
+    if (request.incremental && cursor) {
+      const c = ref(cursor.name);
+      if (request.from !== undefined) add((m) => ({ sql: `${c} >= ${m(0)}`, values: [request.from!] }), [cursor.name]);
+      else if (request.after !== undefined) {
+        const names = request.after.pk.length === pk.length ? [cursor.name, ...schema.primaryKey] : [cursor.name];
+        add((m) => afterWatermark(c, pk, request.after!, (i) => m(i), { rowValues: true }), names);
+      }
+      if (until === null) {
+        where.push('FALSE');
+        display.push('FALSE');
+      } else add((m) => ({ sql: `${c} <= ${m(0)}`, values: [until] }), [cursor.name]);
+    } else if (request.afterPk !== undefined && pk.length > 0) {
+      add((m) => tupleGreaterThan(pk, request.afterPk!, (i) => m(i), { rowValues: true }), schema.primaryKey);
+    }
+    return { predicate: where.join(' AND ') || 'TRUE', display: display.join(' AND ') || 'TRUE', values };
+  }
+
+  private opened(
+    described: PgStream,
+    request: ReadRequest,
+    read: {
+      until: TypedValue | null;
+      nullCursorRows: number;
+      bound: Bound;
+      incremental: boolean;
+      cursor: PgColumn | undefined;
+      safeMark: TypedValue | null | undefined;
+      warnings: string[];
+    },
+  ): OpenedRead {
+    const { schema, columns, relation } = described;
+    const select = columns.map((c) => selectExpression(ALIAS, quoteIdent(c.name), c.info)).join(', ');
+    const pk = schema.primaryKey.map((name) => `${ALIAS}.${quoteIdent(name)}`);
+    const cursorRef = read.cursor ? `${ALIAS}.${quoteIdent(read.cursor.name)}` : undefined;
+    const order = read.incremental && cursorRef ? [cursorRef, ...pk] : pk;
+    const queries: string[] = [];
+    if (read.incremental && cursorRef && request.nullCursor === 'include') {
+      queries.push(`SELECT ${select} FROM ${relation} WHERE ${cursorRef} IS NULL${pk.length ? ` ORDER BY ${pk.join(', ')}` : ''}`);
+    }
+    queries.push(`SELECT ${select} FROM ${relation} WHERE ${read.bound.predicate}${order.length ? ` ORDER BY ${order.join(', ')}` : ''}`);
+    const decoders = columns.map((c) => decoderFor(c.type));
+    let finished = false;
+    const close = async (): Promise<void> => {
+      if (finished) return;
+      finished = true;
+      if (this.client) await this.client.query('COMMIT').catch(() => undefined);
+    };
+    return {
+      schema,
+      until: read.until,
+      nullCursorRows: read.nullCursorRows,
+      predicate: read.bound.display,
+      bindings: read.bound.values.map((v) => v.value),
+      ...(read.safeMark !== undefined ? { safeMark: read.safeMark } : {}),
+      ...(read.warnings.length ? { warnings: read.warnings } : {}),
+      close,
+      batches: () => this.copyBatches(queries, decoders, request.batchRows, close),
+    };
+  }
+
+  private async *copyBatches(queries: readonly string[], decoders: readonly Decoder[], batchRows: number, close: () => Promise<void>): AsyncIterable<Batch> {
+    const client = await this.connection();
+    let completed = false;
+    try {
+      for (const sql of queries) {
+        const parser = new CopyTextParser(decoders);
+        const stream = client.query(copyTo(`COPY (${sql}) TO STDOUT`));
+        let rows: unknown[][] = [];
+        for await (const chunk of stream as AsyncIterable<Buffer>) {
+          parser.push(chunk, rows);
+          if (rows.length >= batchRows) {
+            yield { rows: rows as Row[] };
+            rows = [];
+          }
+        }
+        parser.end();
+        if (rows.length) yield { rows: rows as Row[] };
+      }
+      completed = true;
+    } finally {
+      // A COPY abandoned half-way leaves the connection mid-protocol: drop it, the next read reconnects.
+      if (!completed) await this.dropConnection();
+      await close();
+    }
+  }
+
+  private async dropConnection(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (client) await client.end().catch(() => undefined);
+  }
+
+  async close(): Promise<void> {
+    await this.dropConnection();
+  }
+}
+
+function readStart(request: ReadRequest): TypedValue | undefined {
+  return request.from ?? request.after?.cursor;
+}
+
+function canonical(type: ColumnType, text: string): string {
+  return encodeValue(type.kind, coerceValue(type, decoderFor(type)(text)));
+}
+
+function checkColumns(stream: StreamSpec, columns: readonly Column[], primaryKey: readonly string[], context: { stream: string; phase: string }): void {
+  for (const name of [...primaryKey, ...(stream.cursor !== undefined ? [stream.cursor] : [])]) {
+    if (!columns.some((c) => c.name === name)) {
+      throw new SourceError(`column ${name} is not in ${stream.table ?? 'the query'} (columns: ${columns.map((c) => c.name).join(', ')})`, { context });
+    }
+  }
+}

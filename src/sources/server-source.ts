@@ -1,0 +1,80 @@
+/**
+ * What the Postgres and MySQL sources share without importing each other or their drivers: connection options
+ * and the safe-mark rule (DESIGN.md §1.3).
+ */
+import type { ColumnKind, TypedValue } from '../core/types.js';
+import { compareCanonical, formatMicros, timestampMicros } from '../core/values.js';
+
+/** Writers and the source are assumed to agree on the clock unless `max_skew` says otherwise. */
+export const DEFAULT_MAX_SKEW_MS = 0;
+
+export interface ServerSourceOptions {
+  readonly url?: string;
+  readonly host?: string;
+  readonly port?: number;
+  readonly user?: string;
+  readonly password?: string;
+  readonly database?: string;
+  /** The safe mark of a time cursor stays this far below the source's clock. */
+  readonly maxSkewMs: number;
+}
+
+/**
+ * What the source saw just before it took the read snapshot (at instant T0). Every transaction still open at the
+ * snapshot either was open at T0 (and is in `oldestOpen`) or began after T0.
+ */
+export interface SnapshotHorizon {
+  /** T0 as a UTC instant, canonical timestamptz. */
+  readonly now: string;
+  /** Start of the oldest transaction open at T0 (other than ours), canonical timestamptz; null when none. */
+  readonly oldestOpen: string | null;
+  /** The writers' default time zone offset at T0 in minutes, for naive timestamp cursors. */
+  readonly writerOffsetMinutes: number;
+  /** Highest cursor visible at T0 (sequence cursors), canonical; null when the table was empty. */
+  readonly maxCursorAtNow: string | null;
+}
+
+const INTEGER_KINDS: readonly ColumnKind[] = ['int16', 'int32', 'int64', 'uint64', 'decimal'];
+const LOWEST: Partial<Record<ColumnKind, string>> = {
+  int16: '-32768',
+  int32: '-2147483648',
+  int64: '-9223372036854775808',
+  uint64: '0',
+};
+
+/**
+ * The cursor value at or below which no row can still appear once this read's snapshot is committed.
+ *
+ * Time cursors: rows of a transaction open at T0 are stamped no earlier than its start, rows of later
+ * transactions no earlier than T0; both minus the allowed skew.
+ *
+ * Sequence cursors: ids handed out after T0 are above everything visible at T0. While a transaction older than T0
+ * is open, its ids are unknown, so the mark stays at where this read began (`readStart`): the earlier run that
+ * first saw that transaction had already capped its own mark the same way.
+ */
+export function safeMarkOf(kind: ColumnKind, horizon: SnapshotHorizon, maxSkewMs: number, readStart: TypedValue | undefined): TypedValue | null {
+  if (INTEGER_KINDS.includes(kind)) return sequenceSafeMark(kind, horizon, readStart);
+  if (kind !== 'timestamp' && kind !== 'timestamptz' && kind !== 'date') return null;
+  const nowMicros = timestampMicros(horizon.now);
+  const openMicros = horizon.oldestOpen !== null ? timestampMicros(horizon.oldestOpen) : nowMicros;
+  const instant = (openMicros < nowMicros ? openMicros : nowMicros) - BigInt(maxSkewMs) * 1000n;
+  if (kind === 'timestamptz') return { type: kind, value: formatMicros(instant, true) };
+  // A naive cursor was stamped in the writers' zone or in UTC: take the earlier reading of the two.
+  const local = instant + BigInt(horizon.writerOffsetMinutes) * 60_000_000n;
+  const naive = formatMicros(local < instant ? local : instant, false);
+  // The re-read is inclusive (`cursor >= safe`), so a date mark re-reads that whole day.
+  return kind === 'date' ? { type: kind, value: naive.slice(0, 10) } : { type: kind, value: naive };
+}
+
+function sequenceSafeMark(kind: ColumnKind, horizon: SnapshotHorizon, readStart: TypedValue | undefined): TypedValue | null {
+  const atNow = horizon.maxCursorAtNow;
+  if (horizon.oldestOpen === null) return atNow === null ? lowest(kind) : { type: kind, value: atNow };
+  if (readStart === undefined) return lowest(kind);
+  if (atNow !== null && compareCanonical(kind, atNow, readStart.value) < 0) return { type: kind, value: atNow };
+  return { type: kind, value: readStart.value };
+}
+
+function lowest(kind: ColumnKind): TypedValue | null {
+  const value = LOWEST[kind];
+  return value === undefined ? null : { type: kind, value };
+}

@@ -1,0 +1,304 @@
+/**
+ * Any Singer tap as a source. Each read runs the tap as a child process for one stream, with the tap's own state
+ * (stored verbatim by tidemark) passed as `--state`. Its stdout is read line by line; every STATE message becomes a
+ * resume token, so the records before it and the state commit together. The config goes to a private temp file.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Batch, JsonValue, OpenedRead, ReadRequest, SingerStreamSpec, Source, StreamSpec } from '../../core/connector.js';
+import { ConfigError, SourceError } from '../../core/errors.js';
+import { redact } from '../../core/logger.js';
+import type { Row, StreamSchema } from '../../core/types.js';
+import type { SingerSourceConfig } from '../../config/schema.js';
+import { isJsonObject, parseExactJson, toPlainJson, type ExactJson } from '../../shared/exact-json.js';
+import { parseMessage, readLines, recordToRow, schemaFromSinger, type SingerMessage } from './singer-messages.js';
+
+/** How much of the tap's stderr is kept to show when it fails. */
+const STDERR_TAIL_BYTES = 8 * 1024;
+const STDERR_TAIL_LINES = 20;
+
+interface TapRun {
+  readonly messages: AsyncGenerator<SingerMessage>;
+  /** Resolves when the tap exited cleanly; rejects with its stderr when it did not. */
+  finished(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+interface CatalogEntry {
+  readonly schema: ExactJson;
+  readonly keyProperties: readonly string[];
+}
+
+export class SingerSource implements Source {
+  constructor(private readonly config: SingerSourceConfig) {}
+
+  async discover(stream: StreamSpec): Promise<StreamSchema> {
+    const spec = singerSpec(stream);
+    if (spec.columns) return schemaFromSinger(stream.name, undefined, spec.columns, stream.primaryKey, stream.cursor);
+    const entry = (await this.catalogEntry(spec.tapStream)) ?? (await this.discoverEntry(spec.tapStream));
+    if (!entry) throw new SourceError(`the tap has no stream ${spec.tapStream} in its catalog`, { context: { stream: stream.name, phase: 'discover' } });
+    return schemaFromSinger(stream.name, entry, undefined, stream.primaryKey, stream.cursor);
+  }
+
+  async open(request: ReadRequest): Promise<OpenedRead> {
+    const stream = request.stream;
+    const spec = singerSpec(stream);
+    const context = { stream: stream.name, phase: 'extract' };
+    const known = spec.columns ? undefined : await this.catalogEntry(spec.tapStream);
+    let schema: StreamSchema | undefined =
+      spec.columns || known ? schemaFromSinger(stream.name, known, spec.columns, stream.primaryKey, stream.cursor) : undefined;
+    let run: TapRun | undefined;
+    const leading: SingerMessage[] = [];
+    const start = async (): Promise<TapRun> => (run ??= await this.start(spec.tapStream, request.resume, request.signal));
+    if (schema === undefined) {
+      // The columns come from the tap's SCHEMA message; everything read before it is replayed by batches().
+      const tap = await start();
+      for (;;) {
+        const next = await tap.messages.next();
+        if (next.done) break;
+        leading.push(next.value);
+        if (next.value.type === 'SCHEMA' && next.value.stream === spec.tapStream) {
+          schema = schemaFromSinger(stream.name, next.value, undefined, stream.primaryKey, stream.cursor);
+          break;
+        }
+        if (next.value.type === 'RECORD' && next.value.stream === spec.tapStream) {
+          throw new SourceError(`the tap sent a RECORD of ${spec.tapStream} before its SCHEMA`, { context });
+        }
+        if (leading.length > 10_000) leading.splice(0, leading.length - 1, ...leading.filter((m) => m.type === 'STATE').slice(-1));
+      }
+      schema ??= schemaFromSinger(stream.name, undefined, undefined, stream.primaryKey, stream.cursor);
+    }
+    const finalSchema = schema;
+    const program = this.program();
+    return {
+      schema: finalSchema,
+      until: null,
+      nullCursorRows: 0,
+      predicate: `singer tap ${program} stream ${spec.tapStream}, ${request.resume !== undefined ? 'from its stored state' : 'without state (full sync)'}`,
+      bindings: [],
+      ordered: false,
+      resumable: true,
+      close: async () => {
+        await run?.stop();
+      },
+      async *batches(): AsyncIterable<Batch> {
+        const tap = await start();
+        let rows: Row[] = [];
+        async function* all(): AsyncGenerator<SingerMessage> {
+          yield* leading;
+          leading.length = 0;
+          yield* tap.messages;
+        }
+        for await (const message of all()) {
+          if (message.type === 'RECORD' && message.stream === spec.tapStream) {
+            rows.push(recordToRow(message.record, finalSchema, spec.columns));
+            if (rows.length >= request.batchRows) {
+              yield { rows };
+              rows = [];
+            }
+          } else if (message.type === 'STATE') {
+            yield { rows, resume: message.value };
+            rows = [];
+          }
+        }
+        await tap.finished();
+        if (rows.length) yield { rows };
+      },
+    };
+  }
+
+  async close(): Promise<void> {}
+
+  private program(): string {
+    const command = this.command();
+    return command[0]!;
+  }
+
+  private command(): readonly string[] {
+    const command = this.config.command;
+    if (command === undefined) {
+      throw new ConfigError('source.command: a singer source needs the tap to run (or pipe a tap into `tidemark target`)', { context: { phase: 'connect' } });
+    }
+    return typeof command === 'string' ? command.split(/\s+/).filter(Boolean) : command;
+  }
+
+  private async tapConfig(dir: string): Promise<string[]> {
+    const config = this.config.config;
+    if (config === undefined) return [];
+    if (typeof config === 'string') return ['--config', config];
+    const file = join(dir, 'config.json');
+    await writeFile(file, JSON.stringify(config), { mode: 0o600 });
+    return ['--config', file];
+  }
+
+  private async readCatalog(): Promise<ExactJson | undefined> {
+    const catalog = this.config.catalog;
+    if (catalog === undefined) return undefined;
+    if (typeof catalog !== 'string') return parseExactJson(JSON.stringify(catalog));
+    try {
+      return parseExactJson(await readFile(catalog, 'utf8'));
+    } catch (cause) {
+      throw new ConfigError(`source.catalog: cannot read ${catalog}: ${(cause as Error).message}`, { cause });
+    }
+  }
+
+  private async catalogEntry(tapStream: string): Promise<CatalogEntry | undefined> {
+    return entryOf(await this.readCatalog(), tapStream);
+  }
+
+  private async discoverEntry(tapStream: string): Promise<CatalogEntry | undefined> {
+    const dir = await mkdtemp(join(tmpdir(), 'tidemark-singer-'));
+    try {
+      const command = this.command();
+      const args = [...command.slice(1), ...(await this.tapConfig(dir)), '--discover'];
+      const child = spawn(command[0]!, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...this.config.env } });
+      const stderr = new Tail();
+      child.stderr!.on('data', (d: Buffer) => stderr.push(d));
+      const exited = exitOf(child);
+      let text = '';
+      for await (const chunk of child.stdout!) text += (chunk as Buffer).toString('utf8');
+      const exit = await exited;
+      if (exit.code !== 0) throw tapFailure(command[0]!, exit, stderr, '--discover');
+      return entryOf(parseExactJson(text), tapStream);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  /** A catalog that selects exactly this stream, so the tap reads nothing it would only throw away. */
+  private async selectingCatalog(dir: string, tapStream: string): Promise<string[]> {
+    const catalog = await this.readCatalog();
+    if (catalog === undefined) return [];
+    const plain = toPlainJson(catalog);
+    if (isJsonObject(catalog) && Array.isArray((plain as { streams?: unknown }).streams)) {
+      for (const entry of (plain as { streams: Record<string, unknown>[] }).streams) {
+        const selected = entry.tap_stream_id === tapStream || (entry.tap_stream_id === undefined && entry.stream === tapStream);
+        entry.selected = selected;
+        const metadata = Array.isArray(entry.metadata) ? (entry.metadata as { breadcrumb?: unknown; metadata?: Record<string, unknown> }[]) : [];
+        const top = metadata.find((m) => Array.isArray(m.breadcrumb) && m.breadcrumb.length === 0);
+        if (top) top.metadata = { ...top.metadata, selected };
+        else metadata.push({ breadcrumb: [], metadata: { selected } });
+        entry.metadata = metadata;
+      }
+    }
+    const file = join(dir, 'catalog.json');
+    await writeFile(file, JSON.stringify(plain), { mode: 0o600 });
+    return ['--catalog', file];
+  }
+
+  private async start(tapStream: string, state: JsonValue | undefined, signal: AbortSignal | undefined): Promise<TapRun> {
+    const command = this.command();
+    const dir = await mkdtemp(join(tmpdir(), 'tidemark-singer-'));
+    let child: ChildProcess;
+    try {
+      const args = [...command.slice(1), ...(await this.tapConfig(dir)), ...(await this.selectingCatalog(dir, tapStream))];
+      if (state !== undefined && state !== null) {
+        const file = join(dir, 'state.json');
+        await writeFile(file, JSON.stringify(state), { mode: 0o600 });
+        args.push('--state', file);
+      }
+      child = spawn(command[0]!, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...this.config.env }, ...(signal ? { signal } : {}) });
+    } catch (error) {
+      await rm(dir, { recursive: true, force: true });
+      throw error;
+    }
+    const stderr = new Tail();
+    child.stderr!.on('data', (d: Buffer) => stderr.push(d));
+    const exited = exitOf(child);
+    let cleaned: Promise<void> | undefined;
+    const cleanup = (): Promise<void> => (cleaned ??= rm(dir, { recursive: true, force: true }));
+    void exited.then(cleanup, cleanup);
+    const what = `the tap ${command[0]}`;
+    async function* messages(): AsyncGenerator<SingerMessage> {
+      let lineNumber = 0;
+      try {
+        for await (const line of readLines(child.stdout!, what)) {
+          lineNumber += 1;
+          const message = parseMessage(line, what, lineNumber);
+          if (message) yield message;
+        }
+      } catch (error) {
+        // A tap that died mid-line is reported by its exit, with its stderr, rather than by the broken line.
+        const exit = await Promise.race([exited, new Promise<undefined>((r) => setTimeout(() => r(undefined), 2000))]);
+        if (exit && (exit.code !== 0 || exit.signal !== null)) throw tapFailure(command[0]!, exit, stderr);
+        throw error;
+      }
+    }
+    return {
+      messages: messages(),
+      async finished() {
+        const exit = await exited;
+        if (exit.code !== 0 || exit.signal !== null) throw tapFailure(command[0]!, exit, stderr);
+      },
+      async stop() {
+        if (child.exitCode === null && child.signalCode === null) {
+          child.kill('SIGTERM');
+          await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+        }
+        await exited.catch(() => undefined);
+        await cleanup();
+      },
+    };
+  }
+}
+
+function singerSpec(stream: StreamSpec): SingerStreamSpec {
+  return stream.singer ?? { tapStream: stream.name };
+}
+
+interface Exit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly error?: Error;
+}
+
+function exitOf(child: ChildProcess): Promise<Exit> {
+  return new Promise((resolve) => {
+    child.once('error', (error) => resolve({ code: null, signal: null, error }));
+    child.once('close', (code, signal) => resolve({ code, signal }));
+  });
+}
+
+function tapFailure(program: string, exit: Exit, stderr: Tail, mode = ''): SourceError {
+  const how = exit.error
+    ? `could not be started (${(exit.error as NodeJS.ErrnoException).code ?? exit.error.message})`
+    : exit.signal !== null
+      ? `was killed by ${exit.signal}`
+      : `exited with code ${exit.code}`;
+  const tail = stderr.lines();
+  const shown = tail.length ? `; its stderr ended with:\n  ${tail.map((l) => redact(l)).join('\n  ')}` : '; it wrote nothing to stderr';
+  return new SourceError(`the tap ${program}${mode ? ` ${mode}` : ''} ${how}${shown}`, { context: { phase: 'extract' }, retryable: exit.signal !== null });
+}
+
+/** The last few kilobytes of a stream, for error messages. */
+class Tail {
+  private text = '';
+  push(chunk: Buffer): void {
+    this.text = (this.text + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);
+  }
+  lines(): string[] {
+    return this.text.split('\n').map((l) => l.trimEnd()).filter(Boolean).slice(-STDERR_TAIL_LINES);
+  }
+}
+
+function entryOf(catalog: ExactJson | undefined, tapStream: string): CatalogEntry | undefined {
+  if (!isJsonObject(catalog) || !Array.isArray(catalog.streams)) return undefined;
+  for (const entry of catalog.streams as ExactJson[]) {
+    if (!isJsonObject(entry)) continue;
+    const id = typeof entry.tap_stream_id === 'string' ? entry.tap_stream_id : entry.stream;
+    if (id !== tapStream) continue;
+    let keys: string[] = Array.isArray(entry.key_properties) ? entry.key_properties.filter((k): k is string => typeof k === 'string') : [];
+    if (Array.isArray(entry.metadata)) {
+      for (const m of entry.metadata as ExactJson[]) {
+        if (isJsonObject(m) && Array.isArray(m.breadcrumb) && m.breadcrumb.length === 0 && isJsonObject(m.metadata) && Array.isArray(m.metadata['table-key-properties'])) {
+          keys = m.metadata['table-key-properties'].filter((k): k is string => typeof k === 'string');
+        }
+      }
+    }
+    return { schema: entry.schema ?? {}, keyProperties: keys };
+  }
+  return undefined;
+}

@@ -1,0 +1,109 @@
+/**
+ * A lease held as a Postgres session-level advisory lock on a dedicated connection, with a fencing token that
+ * grows in `<schema>._tidemark_leases` each time the lock is taken. The lock lives exactly as long as the session:
+ * a killed run frees it at once; a frozen or cut-off one loses it after `ttl` (`idle_session_timeout`), and its
+ * later commit is refused by the token check.
+ */
+import { hostname } from 'node:os';
+import type pg from 'pg';
+import type { Lease, LeaseProvider } from '../../core/connector.js';
+import { ConflictError, StateError } from '../../core/errors.js';
+import { redact } from '../../core/logger.js';
+import { connectPostgres, ensureSchema } from '../../shared/postgres-client.js';
+import { quoteIdent } from '../../shared/sql.js';
+
+const TABLE = '_tidemark_leases';
+
+export class PostgresLeaseProvider implements LeaseProvider {
+  constructor(
+    private readonly url: string,
+    private readonly schema: string,
+  ) {}
+
+  async acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+    let client: pg.Client;
+    try {
+      client = await connectPostgres(this.url, 'tidemark-lease');
+    } catch (error) {
+      throw new StateError(`cannot take the lease of pipeline ${pipeline}: ${(error as Error).message}`, { context: { pipeline, phase: 'lock' }, cause: error });
+    }
+    const table = `${quoteIdent(this.schema)}.${quoteIdent(TABLE)}`;
+    const key = `${this.schema}.${pipeline}`;
+    try {
+      await ensureSchema(client, this.schema, quoteIdent(this.schema));
+      await createIfMissing(client, `CREATE TABLE IF NOT EXISTS ${table} (pipeline TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, acquired_at TEXT NOT NULL)`);
+      const got = await client.query(`SELECT pg_try_advisory_lock(hashtext('tidemark.lease'), hashtext($1)) AS ok`, [key]);
+      if (got.rows[0]?.ok !== true) {
+        const holder = await client.query(`SELECT holder, acquired_at FROM ${table} WHERE pipeline = $1`, [pipeline]);
+        const h = holder.rows[0] as { holder: string; acquired_at: string } | undefined;
+        throw new ConflictError(`pipeline ${pipeline} is already running (since ${h?.acquired_at ?? '?'}, ${h?.holder ?? 'another session'})`, {
+          context: { pipeline, phase: 'lock' },
+        });
+      }
+      const holder = `pid ${process.pid} on ${hostname()}`;
+      const acquiredAt = new Date().toISOString();
+      const row = await client.query(
+        `INSERT INTO ${table} AS l (pipeline, token, holder, acquired_at) VALUES ($1, 1, $2, $3)
+         ON CONFLICT (pipeline) DO UPDATE SET token = l.token + 1, holder = excluded.holder, acquired_at = excluded.acquired_at RETURNING token`,
+        [pipeline, holder, acquiredAt],
+      );
+      // The server ends a session idle longer than the ttl, releasing the lock of a frozen holder.
+      await client.query(`SET idle_session_timeout = ${Math.max(1000, Math.floor(options.ttlMs))}`).catch(() => undefined);
+      return new PostgresLease(pipeline, client, table, Number(row.rows[0]!.token), acquiredAt, options.ttlMs);
+    } catch (error) {
+      await client.end().catch(() => undefined);
+      if (error instanceof ConflictError) throw error;
+      throw new StateError(`cannot take the lease of pipeline ${pipeline}: ${redact((error as Error).message)}`, { context: { pipeline, phase: 'lock' }, cause: error });
+    }
+  }
+}
+
+/** Two first runs may race to create the table; the loser's "already exists" is success. */
+async function createIfMissing(client: pg.Client, ddl: string): Promise<void> {
+  try {
+    await client.query(ddl);
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code !== '42P07' && code !== '23505') throw error;
+  }
+}
+
+class PostgresLease implements Lease {
+  private lost: string | undefined;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    readonly pipeline: string,
+    private readonly client: pg.Client,
+    private readonly table: string,
+    readonly token: number,
+    readonly since: string,
+    ttlMs: number,
+  ) {
+    client.on('error', (error) => (this.lost ??= `the lease session of pipeline ${pipeline} was lost: ${redact(error.message)}`));
+    client.on('end', () => (this.lost ??= `the lease session of pipeline ${pipeline} ended`));
+    // Keeps the session from being ended as idle while this process is alive and well.
+    this.timer = setInterval(() => void this.client.query('SELECT 1').catch(() => undefined), Math.max(100, Math.floor(ttlMs / 3)));
+    this.timer.unref();
+  }
+
+  async assertHeld(): Promise<void> {
+    const fail = (message: string) => new ConflictError(message, { context: { pipeline: this.pipeline, phase: 'commit' } });
+    if (this.lost !== undefined) throw fail(this.lost);
+    let token: number | undefined;
+    try {
+      const rows = await this.client.query(`SELECT token FROM ${this.table} WHERE pipeline = $1`, [this.pipeline]);
+      token = rows.rows.length ? Number(rows.rows[0].token) : undefined;
+    } catch (error) {
+      this.lost = `the lease session of pipeline ${this.pipeline} was lost: ${redact((error as Error).message)}`;
+      throw fail(this.lost);
+    }
+    if (token !== this.token) throw fail(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${token}`);
+  }
+
+  async release(): Promise<void> {
+    clearInterval(this.timer);
+    // Ending the session frees the advisory lock.
+    await this.client.end().catch(() => undefined);
+  }
+}

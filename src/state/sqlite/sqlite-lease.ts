@@ -1,0 +1,148 @@
+/**
+ * A lease row in a SQLite file: taken in a `BEGIN IMMEDIATE` transaction (one writer at a time), renewed before it
+ * expires, and each taking bumps the fencing token. A holder whose process is gone (same host) is taken over at
+ * once; otherwise the lease must expire first.
+ */
+import { mkdir } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import type { Lease, LeaseProvider } from '../../core/connector.js';
+import { ConflictError } from '../../core/errors.js';
+
+const TABLE = '_tidemark_leases';
+
+interface LeaseRow {
+  readonly token: number;
+  readonly host: string;
+  readonly pid: number;
+  readonly acquired_at: string;
+  readonly expires_at: number;
+  readonly released: number;
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function live(row: LeaseRow | undefined): boolean {
+  if (!row || row.released === 1 || row.expires_at <= Date.now()) return false;
+  return !(row.host === hostname() && !processAlive(row.pid));
+}
+
+export function openSqliteFile(path: string, timeoutMs = 30_000): Database.Database {
+  const db = new Database(path, { timeout: timeoutMs });
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  return db;
+}
+
+export class SqliteLeaseProvider implements LeaseProvider {
+  constructor(private readonly path: string) {}
+
+  async acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+    await mkdir(dirname(this.path), { recursive: true });
+    const db = openSqliteFile(this.path);
+    try {
+      db.exec(
+        `CREATE TABLE IF NOT EXISTS ${TABLE} (pipeline TEXT PRIMARY KEY, token INTEGER NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, acquired_at TEXT NOT NULL, expires_at INTEGER NOT NULL, released INTEGER NOT NULL)`,
+      );
+      const take = db.transaction((): LeaseRow => {
+        const current = db.prepare(`SELECT token, host, pid, acquired_at, expires_at, released FROM ${TABLE} WHERE pipeline = ?`).get(pipeline) as LeaseRow | undefined;
+        if (current !== undefined && live(current)) {
+          throw new ConflictError(`pipeline ${pipeline} is already running (since ${current.acquired_at}, pid ${current.pid} on ${current.host})`, {
+            context: { pipeline, phase: 'lock' },
+          });
+        }
+        const row: LeaseRow = {
+          token: (current?.token ?? 0) + 1,
+          host: hostname(),
+          pid: process.pid,
+          acquired_at: new Date().toISOString(),
+          expires_at: Date.now() + options.ttlMs,
+          released: 0,
+        };
+        db.prepare(
+          `INSERT INTO ${TABLE} (pipeline, token, host, pid, acquired_at, expires_at, released) VALUES (?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (pipeline) DO UPDATE SET token = excluded.token, host = excluded.host, pid = excluded.pid, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, released = 0`,
+        ).run(pipeline, row.token, row.host, row.pid, row.acquired_at, row.expires_at, 0);
+        return row;
+      });
+      const row = take.immediate();
+      return new SqliteLease(pipeline, db, row, options.ttlMs);
+    } catch (error) {
+      db.close();
+      throw error;
+    }
+  }
+}
+
+class SqliteLease implements Lease {
+  readonly token: number;
+  readonly since: string;
+  private expiresAt: number;
+  private lost: string | undefined;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    readonly pipeline: string,
+    private readonly db: Database.Database,
+    row: LeaseRow,
+    private readonly ttlMs: number,
+  ) {
+    this.token = row.token;
+    this.since = row.acquired_at;
+    this.expiresAt = row.expires_at;
+    this.timer = setInterval(() => this.renew(), Math.max(50, Math.floor(ttlMs / 3)));
+    this.timer.unref();
+  }
+
+  private renew(): void {
+    if (this.lost !== undefined || !this.db.open) return;
+    try {
+      this.check();
+      const expiresAt = Date.now() + this.ttlMs;
+      const changed = this.db.prepare(`UPDATE ${TABLE} SET expires_at = ? WHERE pipeline = ? AND token = ?`).run(expiresAt, this.pipeline, this.token).changes;
+      if (changed === 0) throw new Error(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over`);
+      this.expiresAt = expiresAt;
+    } catch (error) {
+      // SQLITE_BUSY is a missed renewal, not a lost lease: the next tick tries again before expiry.
+      if ((error as { code?: string }).code === 'SQLITE_BUSY') return;
+      this.lost = (error as Error).message;
+    }
+  }
+
+  private check(): void {
+    const row = this.db.prepare(`SELECT token FROM ${TABLE} WHERE pipeline = ?`).get(this.pipeline) as { token: number } | undefined;
+    if (row?.token !== this.token) {
+      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${row?.token}`, {
+        context: { pipeline: this.pipeline, phase: 'commit' },
+      });
+    }
+    if (this.expiresAt <= Date.now()) {
+      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) expired`, { context: { pipeline: this.pipeline, phase: 'commit' } });
+    }
+  }
+
+  async assertHeld(): Promise<void> {
+    if (this.lost !== undefined) throw new ConflictError(this.lost, { context: { pipeline: this.pipeline, phase: 'commit' } });
+    this.check();
+  }
+
+  async release(): Promise<void> {
+    clearInterval(this.timer);
+    if (!this.db.open) return;
+    try {
+      this.db.prepare(`UPDATE ${TABLE} SET released = 1 WHERE pipeline = ? AND token = ?`).run(this.pipeline, this.token);
+    } catch {
+      // An unreleased lease simply expires.
+    } finally {
+      this.db.close();
+    }
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * What every state store outside the destination offers: the StateStore seam, a lease provider for the pipeline
+ * lock, and `repair` for the engine's reconciliation. The destination stays the record of committed loads; such a
+ * store is a copy the engine checks against it at every run (DESIGN.md §1, promise 2).
+ */
+import type { LeaseProvider, SaveMeta, StateStore } from '../core/connector.js';
+import { StateError, type ErrorContext } from '../core/errors.js';
+import type { PipelineState, PipelineStateVersion, RunRecord } from '../core/types.js';
+
+export interface ExternalStateStore extends StateStore, LeaseProvider {
+  /** Where the store is, for messages; never contains a password. */
+  readonly description: string;
+  /**
+   * Writes `next` as the current state whatever is stored now (a torn or corrupt document, or a version behind the
+   * destination). The replaced document stays in history when it was readable.
+   */
+  repair(next: PipelineState, meta: SaveMeta): Promise<void>;
+}
+
+/**
+ * The stored state exists but cannot be read (torn, empty, not JSON, wrong shape). Never the same as "no state":
+ * the engine repairs it from the destination, or stops.
+ */
+export class CorruptStateError extends StateError {
+  constructor(message: string, options: { context?: ErrorContext; cause?: unknown } = {}) {
+    super(message, options);
+  }
+}
+
+/** Parses one stored state document; anything but a well-formed state of this pipeline is corruption. */
+export function parseStoredState(text: string, pipeline: string, where: string): PipelineState {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (cause) {
+    throw new CorruptStateError(`state of pipeline ${pipeline} in ${where} is not valid JSON (torn or damaged)`, { context: { pipeline }, cause });
+  }
+  const state = parsed as Partial<PipelineState> | null;
+  if (
+    state === null ||
+    typeof state !== 'object' ||
+    typeof state.version !== 'number' ||
+    !Number.isInteger(state.version) ||
+    state.version < 0 ||
+    state.streams === null ||
+    typeof state.streams !== 'object' ||
+    Array.isArray(state.streams)
+  ) {
+    throw new CorruptStateError(`state of pipeline ${pipeline} in ${where} has no valid version and streams`, { context: { pipeline } });
+  }
+  return { pipeline, version: state.version, streams: state.streams as PipelineState['streams'] };
+}
+
+/**
+ * Runs, rejects and the ledger stay in the destination, written by the same commit as the data; a separate store
+ * keeps only state. These defaults say so.
+ */
+export abstract class StateOnlyStore {
+  async runs(_pipeline: string, _limit: number): Promise<readonly RunRecord[]> {
+    return [];
+  }
+
+  async rejects(_pipeline: string, _limit: number): Promise<readonly { runId: string; stream: string; column: string | null; reason: string; row: string }[]> {
+    return [];
+  }
+
+  async closeInterruptedRuns(_pipeline: string): Promise<void> {}
+
+  async recordFailure(_run: RunRecord): Promise<void> {}
+}
+
+export type { PipelineStateVersion };

@@ -1,0 +1,111 @@
+/**
+ * The dashboard's view of the partition ledger, behind a small seam. The ledger itself (issue 4) is being built
+ * beside this; until its API exists, `tableLedgerView` reads `_tidemark_ledger` rows directly. Point `ledgerView`
+ * at the ledger API once it lands: `verify`, `reload` and `forget` then light up in the UI without other changes.
+ */
+import { openDestination, type PipelineConfig } from '../index.js';
+
+type DestinationConfig = PipelineConfig['destination'];
+
+/** The statuses the grid colours; any other stored status is shown as it is. */
+export const PARTITION_STATUSES = ['loaded', 'changed', 'missing', 'failed'] as const;
+export type PartitionStatus = (typeof PARTITION_STATUSES)[number];
+
+export interface LedgerPartition {
+  readonly stream: string;
+  readonly partition: string;
+  /** `loaded`, `changed` (source changed since load), `missing` (in the source, not loaded), `failed`, or as stored. */
+  readonly status: string;
+  readonly rows: number | null;
+  readonly bytes: number | null;
+  /** The ledger's `files` JSON, parsed when it parses. */
+  readonly files: unknown;
+  readonly runId: string | null;
+  readonly loadedAt: string | null;
+}
+
+export interface LedgerVerifyReport {
+  readonly ok: boolean;
+  readonly checkedAt: string;
+  readonly mismatches: readonly { readonly stream: string; readonly partition: string; readonly ledgerRows: number; readonly destinationRows: number }[];
+}
+
+export interface LedgerReadOptions {
+  /** Give up after this long when another process holds the destination file. */
+  readonly openTimeoutMs: number;
+}
+
+export interface LedgerView {
+  /** Every partition of every stream of the pipeline; an empty list when the destination has no ledger. */
+  partitions(pipeline: PipelineConfig, options: LedgerReadOptions): Promise<readonly LedgerPartition[]>;
+  /** `tidemark ledger verify`. */
+  verify?(pipeline: PipelineConfig, options: LedgerReadOptions): Promise<LedgerVerifyReport>;
+  /** `tidemark ledger reload <partition>`: delete-then-insert in one commit, under the pipeline's lease. */
+  reload?(pipeline: PipelineConfig, stream: string, partition: string): Promise<void>;
+  /** `tidemark ledger forget <partition>`: the next run loads it again. */
+  forget?(pipeline: PipelineConfig, stream: string, partition: string): Promise<void>;
+}
+
+/** The part of a SQL destination this reader uses (DuckDB and SQLite destinations both have it). */
+interface Queryable {
+  query(sql: string, params?: readonly (string | number | null)[]): Promise<Record<string, unknown>[]>;
+}
+
+function isQueryable(value: unknown): value is Queryable {
+  return typeof (value as Partial<Queryable> | null)?.query === 'function';
+}
+
+function ledgerTable(config: DestinationConfig): string {
+  const schema = 'schema' in config && config.schema !== undefined ? `"${config.schema.replace(/"/g, '""')}".` : '';
+  return `${schema}"_tidemark_ledger"`;
+}
+
+function numberOrNull(v: unknown): number | null {
+  if (v === null || v === undefined) return null;
+  const n = Number(v);
+  return Number.isFinite(n) ? n : null;
+}
+
+function parseFiles(v: unknown): unknown {
+  if (typeof v !== 'string') return v ?? null;
+  try {
+    return JSON.parse(v) as unknown;
+  } catch {
+    return v;
+  }
+}
+
+/** Reads the ledger table straight from the destination: the stand-in until the ledger API exists. */
+export function tableLedgerView(): LedgerView {
+  return {
+    async partitions(pipeline, options) {
+      const destination = await openDestination(pipeline.destination, { openTimeoutMs: options.openTimeoutMs });
+      try {
+        if (!isQueryable(destination)) return [];
+        let rows: Record<string, unknown>[];
+        try {
+          rows = await destination.query(
+            `SELECT stream, "partition", files, "rows", bytes, status, run_id, loaded_at FROM ${ledgerTable(pipeline.destination)} WHERE pipeline = ? ORDER BY stream, "partition"`,
+            [pipeline.name],
+          );
+        } catch (error) {
+          // A destination tidemark never wrote to has no ledger table; that is an empty ledger, not an error.
+          if (/does not exist|no such table/i.test((error as Error).message)) return [];
+          throw error;
+        }
+        return rows.map((r) => ({
+          stream: String(r.stream),
+          partition: String(r.partition),
+          status: String(r.status),
+          rows: numberOrNull(r.rows),
+          bytes: numberOrNull(r.bytes),
+          files: parseFiles(r.files),
+          runId: r.run_id === null || r.run_id === undefined ? null : String(r.run_id),
+          loadedAt: r.loaded_at === null || r.loaded_at === undefined ? null : String(r.loaded_at),
+        }));
+      } finally {
+        await destination.close();
+      }
+    },
+  };
+}

@@ -1,0 +1,102 @@
+/**
+ * The state-store conformance suite: every store outside the destination runs it against the real thing.
+ * load / compare-and-set save / history / repair / lease exclusivity / fencing-token growth.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ConflictError } from '../../src/core/errors.js';
+import type { PipelineState } from '../../src/core/types.js';
+import type { ExternalStateStore } from '../../src/state/state-store.js';
+
+export interface StateStoreHarness {
+  open(): Promise<ExternalStateStore>;
+  cleanup(): Promise<void>;
+}
+
+function state(pipeline: string, version: number, mark: string): PipelineState {
+  return {
+    pipeline,
+    version,
+    streams: { items: { strategy: 'incremental', cursorColumn: 'updated_at', watermark: { cursor: { type: 'timestamp', value: mark }, pk: [{ type: 'int64', value: '9007199254740993' }] } } },
+  };
+}
+
+export function stateStoreConformance(kind: string, makeHarness: () => Promise<StateStoreHarness>): void {
+  describe(`state store conformance: ${kind}`, () => {
+    let harness: StateStoreHarness;
+    let store: ExternalStateStore;
+
+    beforeEach(async () => {
+      harness = await makeHarness();
+      store = await harness.open();
+    });
+    afterEach(async () => {
+      await store.close().catch(() => undefined);
+      await harness.cleanup();
+    });
+
+    it('load of an unknown pipeline is undefined; saved state round-trips exactly', async () => {
+      expect(await store.load('p')).toBeUndefined();
+      expect(await store.history('p')).toEqual([]);
+      const s1 = state('p', 1, '2024-01-01 00:00:00.000001');
+      await store.save(s1, undefined, { runId: 'r1', reason: 'run' });
+      expect(await store.load('p')).toEqual(s1);
+      expect(await store.load('other')).toBeUndefined();
+    });
+
+    it('save is compare-and-set; history keeps every version, newest first', async () => {
+      await store.save(state('p', 1, 'a'), undefined, { runId: 'r1', reason: 'run' });
+      await store.save(state('p', 2, 'b'), 1, { runId: 'r2', reason: 'run' });
+      await expect(store.save(state('p', 3, 'c'), 1, { runId: 'r3', reason: 'run' })).rejects.toBeInstanceOf(ConflictError);
+      await expect(store.save(state('p', 1, 'c'), undefined, { runId: 'r3', reason: 'run' })).rejects.toBeInstanceOf(ConflictError);
+      expect((await store.load('p'))?.version).toBe(2);
+      const history = await store.history('p');
+      expect(history.map((v) => [v.version, v.runId, v.reason])).toEqual([[2, 'r2', 'run'], [1, 'r1', 'run']]);
+      expect(history[1]!.state).toEqual(state('p', 1, 'a'));
+    });
+
+    it('a second handle sees the first one\'s saves (state is durable, not cached)', async () => {
+      await store.save(state('p', 1, 'a'), undefined, { runId: null, reason: 'run' });
+      const other = await harness.open();
+      try {
+        expect(await other.load('p')).toEqual(state('p', 1, 'a'));
+        await other.save(state('p', 2, 'b'), 1, { runId: null, reason: 'run' });
+      } finally {
+        await other.close();
+      }
+      await expect(store.save(state('p', 2, 'x'), 1, { runId: null, reason: 'run' })).rejects.toBeInstanceOf(ConflictError);
+      expect(await store.load('p')).toEqual(state('p', 2, 'b'));
+    });
+
+    it('repair overwrites whatever is stored', async () => {
+      await store.save(state('p', 5, 'a'), undefined, { runId: null, reason: 'run' });
+      await store.repair(state('p', 9, 'z'), { runId: null, reason: 'repaired' });
+      expect(await store.load('p')).toEqual(state('p', 9, 'z'));
+      await store.save(state('p', 10, 'y'), 9, { runId: null, reason: 'run' });
+    });
+
+    it('lease: one holder at a time; tokens grow with every taking; release frees it', async () => {
+      const first = await store.acquire('p', { ttlMs: 30_000 });
+      await first.assertHeld();
+      await expect(store.acquire('p', { ttlMs: 30_000 })).rejects.toBeInstanceOf(ConflictError);
+      // Other pipelines are independent.
+      const otherPipeline = await store.acquire('q', { ttlMs: 30_000 });
+      await otherPipeline.release();
+      await first.release();
+      const second = await store.acquire('p', { ttlMs: 30_000 });
+      expect(second.token).toBeGreaterThan(first.token);
+      await second.assertHeld();
+      await second.release();
+      const third = await store.acquire('p', { ttlMs: 30_000 });
+      expect(third.token).toBeGreaterThan(second.token);
+      await third.release();
+    });
+
+    it('lease: racing acquirers, exactly one wins', async () => {
+      const results = await Promise.allSettled(Array.from({ length: 5 }, () => store.acquire('race', { ttlMs: 30_000 })));
+      const won = results.filter((r) => r.status === 'fulfilled');
+      expect(won).toHaveLength(1);
+      for (const r of results) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(ConflictError);
+      await (won[0] as PromiseFulfilledResult<Awaited<ReturnType<ExternalStateStore['acquire']>>>).value.release();
+    });
+  });
+}

@@ -1,0 +1,128 @@
+/**
+ * A local HTTP API for tests, on 127.0.0.1 and a random port: deterministic pages of `items`, every pagination
+ * style, and faults injected per path (500, 429 with Retry-After, slow, malformed JSON, truncated body).
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface Item {
+  readonly id: number;
+  readonly updated_at: string;
+  readonly name: string;
+}
+
+export type Fault = { status: number; retryAfter?: number } | 'malformed' | 'truncated' | { delayMs: number };
+
+export const TOKEN = 'sekret-token-4711';
+
+export class ApiServer {
+  items: Item[] = [];
+  readonly requests: URL[] = [];
+  private readonly faults = new Map<string, Fault[]>();
+  /** Pages of this number fail (for every request) on the named path: a persistent outage mid-stream. */
+  failPage: { path: string; page: number; status: number } | undefined;
+  private server!: Server;
+  base = '';
+
+  async start(): Promise<void> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    this.base = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  stop(): Promise<void> {
+    this.server.closeAllConnections();
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+
+  inject(path: string, ...faults: Fault[]): void {
+    this.faults.set(path, [...(this.faults.get(path) ?? []), ...faults]);
+  }
+
+  /** Items with ids from..from+count-1, one second apart, with a raw big-number field added by the handler. */
+  seed(from: number, count: number, label = 'v1', baseSecond = 0): void {
+    for (let id = from; id < from + count; id += 1) {
+      const item = { id, updated_at: new Date(Date.UTC(2024, 0, 1) + (baseSecond + id) * 1000).toISOString(), name: `${label}-${id}` };
+      const at = this.items.findIndex((i) => i.id === id);
+      if (at >= 0) this.items[at] = item;
+      else this.items.push(item);
+    }
+  }
+
+  private window(url: URL): Item[] {
+    const after = url.searchParams.get('updated_after');
+    const before = url.searchParams.get('updated_before');
+    // Served in id order, not cursor order: the source must not assume sorted cursors.
+    return this.items
+      .filter((i) => (after === null || Date.parse(i.updated_at) >= Date.parse(after)) && (before === null || Date.parse(i.updated_at) < Date.parse(before)))
+      .sort((a, b) => a.id - b.id);
+  }
+
+  private json(items: Item[], extra: Record<string, unknown> = {}): string {
+    // Big integers and long decimals as JSON numbers, as an API would send them.
+    const records = items.map((i) => `{"id":${i.id},"updated_at":"${i.updated_at}","name":${JSON.stringify(i.name)},"big":${9007199254740990n + BigInt(i.id)},"amount":12345678901234567890.0${i.id}}`);
+    return `{"data":[${records.join(',')}]${Object.entries(extra).map(([k, v]) => `,${JSON.stringify(k)}:${JSON.stringify(v)}`).join('')}}`;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', this.base);
+    this.requests.push(url);
+    if (req.headers.authorization !== `Bearer ${TOKEN}` && url.searchParams.get('api_key') !== TOKEN) {
+      res.writeHead(401).end('{"error":"unauthorized"}');
+      return;
+    }
+    const fault = this.faults.get(url.pathname)?.shift();
+    if (fault !== undefined) {
+      if (fault === 'malformed') return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"data":[{"id":1,');
+      if (fault === 'truncated') {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': '1000' });
+        res.write('{"data":[');
+        setTimeout(() => res.destroy(), 20);
+        return;
+      }
+      if ('delayMs' in fault) await new Promise((r) => setTimeout(r, fault.delayMs));
+      else {
+        res.writeHead(fault.status, fault.retryAfter !== undefined ? { 'retry-after': String(fault.retryAfter) } : {}).end('{"error":"injected"}');
+        return;
+      }
+    }
+    const size = Number(url.searchParams.get('per_page') ?? url.searchParams.get('limit') ?? 10);
+    const all = this.window(url);
+    const send = (body: string, headers: Record<string, string> = {}): void => void res.writeHead(200, { 'content-type': 'application/json', ...headers }).end(body);
+    switch (url.pathname) {
+      case '/v1/items':
+      case '/v1/stuck': {
+        const page = url.pathname === '/v1/stuck' ? 1 : Number(url.searchParams.get('page') ?? 1);
+        if (this.failPage && this.failPage.path === url.pathname && this.failPage.page === page) {
+          res.writeHead(this.failPage.status).end('{"error":"down"}');
+          return;
+        }
+        return send(this.json(all.slice((page - 1) * size, page * size)));
+      }
+      case '/v1/offset':
+        return send(this.json(all.slice(Number(url.searchParams.get('offset') ?? 0), Number(url.searchParams.get('offset') ?? 0) + size)));
+      case '/v1/cursor': {
+        const start = Number(url.searchParams.get('cursor') ?? 0);
+        const next = start + size < all.length ? String(start + size) : null;
+        return send(this.json(all.slice(start, start + size), { meta: { next_cursor: next } }));
+      }
+      case '/v1/link': {
+        const page = Number(url.searchParams.get('p') ?? 1);
+        const nextUrl = new URL(url);
+        nextUrl.searchParams.set('p', String(page + 1));
+        nextUrl.searchParams.delete('api_key');
+        const more = page * size < all.length;
+        return send(this.json(all.slice((page - 1) * size, page * size)), more ? { link: `<${nextUrl.toString()}>; rel="next", <${this.base}/v1/link>; rel="first"` } : {});
+      }
+      case '/v1/next': {
+        const page = Number(url.searchParams.get('p') ?? 1);
+        const more = page * size < all.length;
+        const next = new URL(url);
+        next.searchParams.set('p', String(page + 1));
+        return send(this.json(all.slice((page - 1) * size, page * size), { links: { next: more ? `${next.pathname}${next.search}` : null } }));
+      }
+      default:
+        res.writeHead(404).end('{"error":"not found"}');
+    }
+  }
+}

@@ -1,0 +1,198 @@
+/**
+ * The scenarios every server source (Postgres, MySQL/MariaDB) must pass, against the real servers: tie groups across
+ * batch/checkpoint/run boundaries, a concurrent writer, late-committing transactions (time and sequence cursors),
+ * kill -9 during an initial load, and injection through names and stored cursor values.
+ */
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { cli } from '../helpers/cli.js';
+import { tempDir, writeYaml } from '../helpers/fs.js';
+import { duckdbQuery } from '../helpers/warehouse.js';
+import { serverPipelineYaml } from './postgres/pg-db.js';
+
+export interface Session {
+  exec(sql: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** What a scenario needs from one database server. */
+export interface ServerDb {
+  readonly source: Record<string, string>;
+  exec(sql: string): Promise<void>;
+  rows(sql: string): Promise<Record<string, unknown>[]>;
+  session(): Promise<Session>;
+  drop(): Promise<void>;
+}
+
+export interface Dialect {
+  readonly name: string;
+  create(): Promise<ServerDb>;
+  q(name: string): string;
+  /** DDL of `items(id bigint pk, updated_at <timestamp µs>, value text)`. */
+  itemsTable(table: string): string;
+  /** A table with an auto-generated integer key. */
+  sequenceTable(table: string): string;
+  /** The current time as the writers stamp it (µs precision). */
+  readonly now: string;
+  /** `n` rows `(id, value)` with ids 1..n, as one INSERT … SELECT. */
+  seriesInsert(table: string, n: number): string;
+  /** `victim` exists: a table the injection attempts try to drop. */
+  readonly tableExists: (table: string) => string;
+}
+
+const BASE = Date.UTC(2024, 0, 1);
+
+function ts(id: number, perSecond: number): string {
+  return new Date(BASE + Math.floor((id - 1) / perSecond) * 1000).toISOString().replace('T', ' ').replace('Z', '000');
+}
+
+function itemValues(from: number, count: number, perSecond: number, tag = 'v1'): string {
+  return Array.from({ length: count }, (_, i) => `(${from + i}, '${ts(from + i, perSecond)}', '${tag}-${from + i}')`).join(', ');
+}
+
+export function sourceScenarios(dialect: Dialect): void {
+  describe(`${dialect.name} source scenarios`, () => {
+    let db: ServerDb;
+    let dir: string;
+    let cleanup: () => Promise<void>;
+    let target: string;
+    const q = dialect.q;
+
+    beforeEach(async () => {
+      db = await dialect.create();
+      ({ dir, cleanup } = await tempDir());
+      target = join(dir, 'warehouse.duckdb');
+    });
+    afterEach(async () => {
+      await db.drop();
+      await cleanup();
+    });
+
+    const pipeline = (streams: Record<string, unknown>[], name = 'p') =>
+      writeYaml(dir, `${name}.yaml`, serverPipelineYaml({ name, source: db.source, streams, destination: { type: 'duckdb', path: target } }));
+
+    async function runJson(config: string, env: Record<string, string> = {}) {
+      const out = await cli(['run', config, '--json'], { env });
+      expect(out.code, out.stderr).toBe(0);
+      return JSON.parse(out.stdout).streams[0] as { rows_read: number; rows_loaded: number; rows_rejected: number; commits: number };
+    }
+
+    it('never loses or duplicates rows sharing a cursor value across batch, checkpoint and run boundaries', async () => {
+      await db.exec(dialect.itemsTable('items'));
+      await db.exec(`INSERT INTO items VALUES ${itemValues(1, 40, 7)}`);
+      const config = await pipeline([{ table: 'items', primary_key: ['id'], cursor: 'updated_at', write: 'append', checkpoint_rows: 6, batch_rows: 5 }]);
+      const first = await runJson(config);
+      expect(first.rows_loaded).toBe(40);
+      expect(first.commits).toBeGreaterThan(1);
+      await db.exec(`INSERT INTO items VALUES ${itemValues(41, 9, 7)}`);
+      expect((await runJson(config)).rows_loaded).toBe(9);
+      const rows = await duckdbQuery(target, `SELECT count(*) AS n, count(DISTINCT id) AS d, max(id) AS m FROM items`);
+      expect(rows[0]).toMatchObject({ n: 49n, d: 49n, m: 49n });
+    });
+
+    it('loses nothing while a writer inserts and updates during the run; one quiet run later the destination equals the source', async () => {
+      await db.exec(dialect.itemsTable('items'));
+      await db.exec(dialect.seriesInsert('items', 6000));
+      const config = await pipeline([{ table: 'items', primary_key: ['id'], cursor: 'updated_at', checkpoint_rows: 500, batch_rows: 200 }]);
+      const writer = await db.session();
+      let stop = false;
+      let next = 100_000;
+      const writing = (async () => {
+        while (!stop) {
+          next += 1;
+          await writer.exec(`INSERT INTO items VALUES (${next}, ${dialect.now}, 'new-${next}')`);
+          await writer.exec(`UPDATE items SET value = 'upd-${next}', updated_at = ${dialect.now} WHERE id = ${(next * 7919) % 6000}`);
+          if (next % 10 === 0) {
+            // A short transaction that stamps its row before commit: the late-commit shape, under load.
+            await writer.exec('BEGIN');
+            await writer.exec(`UPDATE items SET value = 'tx-${next}', updated_at = ${dialect.now} WHERE id = ${(next * 104729) % 6000}`);
+            await new Promise((r) => setTimeout(r, 20));
+            await writer.exec('COMMIT');
+          }
+        }
+      })();
+      try {
+        const during = await runJson(config);
+        expect(during.rows_loaded).toBeGreaterThanOrEqual(6000);
+      } finally {
+        stop = true;
+        await writing;
+        await writer.close();
+      }
+      await runJson(config);
+      const source = await db.rows(`SELECT id, value FROM items ORDER BY id`);
+      const dest = await duckdbQuery(target, `SELECT id, value FROM items ORDER BY id`);
+      expect(dest.map((r) => `${r.id}:${r.value}`)).toEqual(source.map((r) => `${r.id}:${r.value}`));
+      expect(next).toBeGreaterThan(100_010);
+    });
+
+    it('loads a row whose transaction began before a run and committed after it with an older cursor (time cursor)', async () => {
+      await db.exec(dialect.itemsTable('items'));
+      const late = await db.session();
+      await late.exec('BEGIN');
+      await late.exec(`INSERT INTO items VALUES (100, ${dialect.now}, 'late')`);
+      await new Promise((r) => setTimeout(r, 1100));
+      await db.exec(`INSERT INTO items VALUES (1, ${dialect.now}, 'a'), (2, ${dialect.now}, 'b')`);
+      const config = await pipeline([{ table: 'items', primary_key: ['id'], cursor: 'updated_at' }]);
+      expect((await runJson(config)).rows_loaded).toBe(2);
+      const plan = await cli(['plan', config]);
+      expect(plan.stdout).toMatch(/stored safe mark: \d{4}-/);
+      await late.exec('COMMIT');
+      await late.close();
+      await runJson(config);
+      const dest = await duckdbQuery(target, `SELECT id FROM items ORDER BY id`);
+      expect(dest.map((r) => Number(r.id))).toEqual([1, 2, 100]);
+      // Once nothing is open any more, the safe mark passes the watermark and runs stop re-reading.
+      expect((await runJson(config)).rows_read).toBe(0);
+    });
+
+    it('loads a row whose transaction took a lower id and committed after a run (sequence cursor)', async () => {
+      await db.exec(dialect.sequenceTable('seqs'));
+      const late = await db.session();
+      await late.exec('BEGIN');
+      await late.exec(`INSERT INTO seqs (value) VALUES ('late')`);
+      await db.exec(`INSERT INTO seqs (value) VALUES ('a')`);
+      await db.exec(`INSERT INTO seqs (value) VALUES ('b')`);
+      const config = await pipeline([{ table: 'seqs', primary_key: ['id'], cursor: 'id' }]);
+      expect((await runJson(config)).rows_loaded).toBe(2);
+      await late.exec('COMMIT');
+      await late.close();
+      await runJson(config);
+      const dest = await duckdbQuery(target, `SELECT value FROM seqs ORDER BY id`);
+      expect(dest.map((r) => r.value)).toEqual(['late', 'a', 'b']);
+    });
+
+    it('resumes a killed initial full load after its last committed page instead of starting over', async () => {
+      await db.exec(dialect.itemsTable('big'));
+      await db.exec(dialect.seriesInsert('big', 30_000));
+      const config = await pipeline([{ table: 'big', primary_key: ['id'], strategy: 'full', checkpoint_rows: 5000, batch_rows: 1000 }]);
+      const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'load.after_commit=2:kill' } });
+      expect(killed.signal).toBe('SIGKILL');
+      const resumed = await runJson(config);
+      expect(resumed.rows_read).toBe(20_000);
+      const rows = await duckdbQuery(target, `SELECT count(*) AS n, count(DISTINCT id) AS d FROM big`);
+      expect(rows[0]).toMatchObject({ n: 30000n, d: 30000n });
+    });
+
+    it('treats hostile table names, column names and stored cursor values as names and values only', async () => {
+      const table = `we"ird\`; DROP TABLE victim; -- ü`;
+      await db.exec(`CREATE TABLE victim (id int)`);
+      await db.exec(
+        `CREATE TABLE ${q(table)} (${q('I"d`')} int PRIMARY KEY, ${q(`cur'sor`)} varchar(100), ${q('Mixed Case ünï')} varchar(50))`,
+      );
+      await db.exec(`INSERT INTO ${q(table)} VALUES (1, 'a''b', 'x'), (2, 'c"); DROP TABLE victim; --', 'y'), (3, 'z', 'w')`);
+      const config = await pipeline([{ table: q(table), name: 'weird', primary_key: ['I"d`'], cursor: `cur'sor` }]);
+      expect((await runJson(config)).rows_loaded).toBe(3);
+      const set = await cli(['state', 'set', 'weird', '--cursor', `b'); DROP TABLE victim; --`, '--pk', '0', '--config', config]);
+      expect(set.code, set.stderr).toBe(0);
+      const plan = await cli(['plan', config]);
+      expect(plan.stdout).toContain(`DROP TABLE victim; --"`); // in the bindings, not in the predicate
+      expect(plan.stdout).not.toMatch(/predicate:.*DROP/);
+      const again = await runJson(config);
+      expect(again.rows_read).toBe(2);
+      expect(await db.rows(dialect.tableExists('victim'))).toHaveLength(1);
+      const columns = await duckdbQuery(target, `SELECT column_name FROM duckdb_columns() WHERE table_name = 'weird' ORDER BY column_index`);
+      expect(columns.map((c) => c.column_name)).toEqual(['I"d`', `cur'sor`, 'Mixed Case ünï']);
+    });
+  });
+}

@@ -1,0 +1,54 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, parsePipeline, redact } from '../../src/index.js';
+
+const base = (streams: string, extra = '') => `name: shop\nsource: {type: sqlite, path: ./shop.db}\nstreams:\n${streams}\n${extra}`;
+
+describe('pipeline config', () => {
+  it('applies defaults: merge with a primary key, append without, replace for full; paths relative to the file', () => {
+    const p = parsePipeline(base(`  - table: main.orders\n    primary_key: id\n    cursor: updated_at\n  - table: events\n    cursor: ts\n  - table: customers`), {
+      file: '/etc/pipes/shop.yaml',
+    });
+    expect(p.streams.map((s) => [s.name, s.strategy, s.write])).toEqual([
+      ['orders', 'incremental', 'merge'],
+      ['events', 'incremental', 'append'],
+      ['customers', 'full', 'replace'],
+    ]);
+    expect(p.streams[0]!.checkpointRows).toBe(100_000);
+    expect(p.source).toMatchObject({ path: '/etc/pipes/shop.db' });
+    expect(p.destination).toMatchObject({ type: 'duckdb', path: '/etc/pipes/tidemark.duckdb' });
+  });
+
+  it.each([
+    [`  - table: t\n    cursor: c\n    lookback: 5m\n    write: append`, /streams\[0\]\.lookback: lookback re-reads rows, so it needs write: merge/],
+    [`  - table: t\n    primary_key: [id]\n    cursor: c\n    lookback: 5 minutes`, /streams\[0\]\.lookback: expected a duration with units/],
+    [`  - table: t\n    strategy: incremental`, /streams\[0\]\.cursor: strategy incremental needs a cursor/],
+    [`  - table: t\n    cursor: c\n    write: merge`, /streams\[0\]\.write: write merge needs a primary_key/],
+    [`  - query: select 1`, /streams\[0\]\.name: a stream defined by a query needs a name/],
+    [`  - table: t\n    cursor: c\n    bogus: 1`, /streams\[0\]/],
+    [`  - table: t\n  - table: t`, /stream t appears twice/],
+  ])('refuses %j with a dot-path', (streams, message) => {
+    expect(() => parsePipeline(base(streams), { file: 'p.yaml' })).toThrow(message);
+    expect(() => parsePipeline(base(streams), { file: 'p.yaml' })).toThrow(ConfigError);
+  });
+
+  it('refuses pipeline names that could escape a directory', () => {
+    expect(() => parsePipeline(base('  - table: t').replace('name: shop', 'name: ../etc'))).toThrow(/name/);
+  });
+
+  it('resolves ${env:…}, names a missing variable, and never prints the value', () => {
+    const text = base('  - table: t').replace('./shop.db', '"${env:TM_SECRET_PATH}"');
+    expect(() => parsePipeline(text, { env: {} })).toThrow(/TM_SECRET_PATH is not set/);
+    const p = parsePipeline(text, { env: { TM_SECRET_PATH: '/very/secret/location.db' } });
+    expect(p.source).toMatchObject({ path: '/very/secret/location.db' });
+    expect(redact('opening /very/secret/location.db failed')).toBe('opening *** failed');
+  });
+
+  it('reports YAML syntax errors with a line', () => {
+    expect(() => parsePipeline('name: [unclosed\n', { file: 'p.yaml' })).toThrow(/p\.yaml:\d+:\d+: invalid YAML/);
+  });
+
+  it('refuses a YAML alias bomb', () => {
+    const bomb = `a: &a ["x","x","x","x","x","x","x","x","x"]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n`;
+    expect(() => parsePipeline(bomb)).toThrow(ConfigError);
+  });
+});

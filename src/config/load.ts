@@ -13,7 +13,7 @@ import { ConfigError } from '../core/errors.js';
 import { redact, registerSecret } from '../core/logger.js';
 import type { NullCursorPolicy, OnChange, Strategy, WriteMode } from '../core/types.js';
 import { apiStreamName, apiStreamSpec, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
-import { pipelineSchema, stateSchema, targetPipelineSchema, type DestinationConfig, type PipelineDocument, type SourceConfig, type StateConfig, type StreamDocument } from './schema.js';
+import { NAME_RE, pipelineSchema, stateSchema, targetPipelineSchema, type DestinationConfig, type PipelineDocument, type SourceConfig, type StateConfig, type StreamDocument } from './schema.js';
 
 export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
@@ -180,7 +180,14 @@ function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, s
     if (strategy === 'partitioned' && s.write !== undefined && s.write !== 'append') {
       throw new ConfigError(`${at('write')}: a partitioned stream appends each partition and replaces it on reload; write must be append`);
     }
-    const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : primaryKey.length ? 'merge' : 'append');
+    // A lake cannot upsert in place, so its incremental streams append unless told otherwise.
+    const lake = doc.destination.type === 'files';
+    const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : primaryKey.length && !lake ? 'merge' : 'append');
+    if (lake && write === 'merge') {
+      throw new ConfigError(
+        `${at('write')}: the files destination cannot merge (objects in a directory or bucket are never updated in place); use write: append (incremental rows added as new objects), strategy: full (write: replace — a new generation swapped in by the manifest) or strategy: partitioned (delete+insert by partition), or load into duckdb / postgres to merge`,
+      );
+    }
     if (write === 'merge' && primaryKey.length === 0) throw new ConfigError(`${at('write')}: write merge needs a primary_key`);
     if (write === 'replace' && strategy === 'incremental') {
       throw new ConfigError(`${at('write')}: write replace rewrites the whole table every run; use strategy: full, or write: merge/append`);
@@ -219,8 +226,8 @@ function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, s
     name: doc.name,
     ...(sourceFile !== undefined ? { file: resolve(sourceFile) } : {}),
     source: doc.source.type === 'files' ? resolveLocation(doc.source, baseDir) : resolveApiSource(resolvePath(doc.source, baseDir), file, baseDir),
-    destination: resolvePath(doc.destination, baseDir),
-    state: doc.state === 'destination' ? doc.state : resolvePath(doc.state, baseDir),
+    destination: resolveDestination(doc.destination, file, baseDir),
+    state: doc.state === 'destination' ? doc.state : resolveStateStore(doc.state, baseDir),
     streams,
     lockTtlMs,
     ...(doc.schedule !== undefined ? { schedule: checkSchedule(doc.schedule, doc.timezone, file) } : {}),
@@ -228,6 +235,25 @@ function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, s
     overlap: doc.overlap ?? 'skip',
     catchUp: doc.catch_up ?? 'latest',
   };
+}
+
+/** Relative paths and locations are taken from the pipeline file's directory; a lake's own rules are checked here. */
+function resolveDestination(destination: DestinationConfig, file: string, baseDir: string): DestinationConfig {
+  if (destination.type !== 'files') return resolvePath(destination, baseDir);
+  if (destination.compression === 'snappy' && destination.format !== 'parquet') {
+    throw new ConfigError(`${file}: destination.compression: snappy applies to Parquet only; use gzip, zstd or none for ${destination.format}`);
+  }
+  if (destination.partition_by !== undefined && (!NAME_RE.test(destination.partition_by) || destination.partition_by.includes('..'))) {
+    throw new ConfigError(`${file}: destination.partition_by: ${JSON.stringify(destination.partition_by)} is not a usable column name for a directory`);
+  }
+  const located = resolveLocation(destination, baseDir);
+  return located.lock !== undefined ? { ...located, lock: resolvePath(located.lock, baseDir) } : located;
+}
+
+function resolveStateStore(state: Exclude<StateConfig, 'destination'>, baseDir: string): Exclude<StateConfig, 'destination'> {
+  if (state.type !== 'bucket') return resolvePath(state, baseDir);
+  const located: typeof state = resolveLocation(state, baseDir);
+  return located.lock !== undefined ? { ...located, lock: resolvePath(located.lock, baseDir) } : located;
 }
 
 /** A bad cron pattern or zone is a config error now, not a scheduler that silently never fires. */
@@ -301,12 +327,14 @@ export function parseStateSpec(spec: string, baseDir: string = process.cwd()): S
     const schema = url.searchParams.get('schema');
     url.searchParams.delete('schema');
     raw = { type: 'postgres', url: url.toString(), ...(schema ? { schema } : {}) };
+  } else if (/^s3:\/\//i.test(text)) {
+    raw = { type: 'bucket', location: text };
   } else {
-    const m = /^(file|sqlite):(.+)$/.exec(text);
-    if (!m) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: expected destination, file:<dir>, sqlite:<file>, postgres://… or a JSON object`);
-    raw = { type: m[1], path: m[2] };
+    const m = /^(file|sqlite|bucket):(.+)$/.exec(text);
+    if (!m) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: expected destination, file:<dir>, sqlite:<file>, bucket:<dir>, s3://bucket/prefix, postgres://… or a JSON object`);
+    raw = m[1] === 'bucket' ? { type: 'bucket', location: m[2] } : { type: m[1], path: m[2] };
   }
   const parsed = stateSchema.safeParse(raw);
   if (!parsed.success) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: ${formatIssue(parsed.error.issues[0]!)}`);
-  return parsed.data === 'destination' ? parsed.data : resolvePath(parsed.data, baseDir);
+  return parsed.data === 'destination' ? parsed.data : resolveStateStore(parsed.data, baseDir);
 }

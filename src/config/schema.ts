@@ -164,7 +164,6 @@ export const paginationSchema = z.discriminatedUnion('type', [
 ]);
 
 const columnDeclaration = z.union([z.string().min(1), z.object({ type: z.string().min(1), path: z.string().min(1).optional() }).strict()]);
-export const destinationSchema = z.discriminatedUnion('type', [duckdbDestinationSchema, sqliteDestinationSchema, postgresDestinationSchema]);
 
 /** `state: {type: file}`: one JSON file per pipeline in the directory `path`, with its previous versions. */
 export const fileStateSchema = z.object({ type: z.literal('file'), path: z.string().min(1) }).strict();
@@ -172,8 +171,49 @@ export const sqliteStateSchema = z.object({ type: z.literal('sqlite'), path: z.s
 export const postgresStateSchema = z
   .object({ type: z.literal('postgres'), url: z.string().min(1), schema: z.string().min(1).default('tidemark') })
   .strict();
+/** Where a pipeline's lease lives when its bucket cannot hold one (a server that ignores conditional writes). */
+export const lockStoreSchema = z.discriminatedUnion('type', [fileStateSchema, sqliteStateSchema, postgresStateSchema]);
+
+/** Bucket access shared by the lake destination and the bucket state store; credentials come from `${env:…}`. */
+const bucketFields = {
+  endpoint: z.string().url().optional(),
+  region: z.string().min(1).optional(),
+  credentials: z
+    .object({
+      access_key_id: z.string().min(1),
+      secret_access_key: z.string().min(1),
+      session_token: z.string().min(1).optional(),
+    })
+    .strict()
+    .optional(),
+  force_path_style: z.boolean().optional(),
+  /** Keep the pipeline lock in this store instead (required on servers that ignore conditional writes). */
+  lock: lockStoreSchema.optional(),
+};
+
+/** `type: files`: Parquet / JSONL / CSV objects in a local directory or `s3://bucket/prefix`, with a manifest per commit. */
+export const filesDestinationSchema = z
+  .object({
+    type: z.literal('files'),
+    location: z.string().min(1),
+    format: z.enum(['parquet', 'jsonl', 'csv']).default('parquet'),
+    /** Default zstd for Parquet, none for JSONL and CSV; snappy is Parquet only. */
+    compression: z.enum(['zstd', 'snappy', 'gzip', 'none']).optional(),
+    /** Split each load into one object per value of this column (`<stream>/<column>=<value>/part-….parquet`). */
+    partition_by: z.string().min(1).optional(),
+    ...bucketFields,
+  })
+  .strict();
+
+export const destinationSchema = z.discriminatedUnion('type', [duckdbDestinationSchema, sqliteDestinationSchema, postgresDestinationSchema, filesDestinationSchema]);
+
+/** `state: {type: bucket}`: state objects in a local directory or `s3://bucket/prefix`, any machine continues from them. */
+export const bucketStateSchema = z
+  .object({ type: z.literal('bucket'), location: z.string().min(1), ...bucketFields })
+  .strict();
+
 /** A state store outside the destination; a new kind is one more member here and one case in the registry. */
-export const stateStoreSchema = z.discriminatedUnion('type', [fileStateSchema, sqliteStateSchema, postgresStateSchema]);
+export const stateStoreSchema = z.discriminatedUnion('type', [fileStateSchema, sqliteStateSchema, postgresStateSchema, bucketStateSchema]);
 export const stateSchema = z.union([z.literal('destination'), stateStoreSchema]);
 
 export const streamSchema = z
@@ -243,6 +283,9 @@ export type StreamDocument = z.infer<typeof streamSchema>;
 export type SourceConfig = z.infer<typeof sourceSchema>;
 export type DestinationConfig = z.infer<typeof destinationSchema>;
 export type StateStoreConfig = z.infer<typeof stateStoreSchema>;
+export type LockStoreConfig = z.infer<typeof lockStoreSchema>;
+export type FilesDestinationConfig = z.infer<typeof filesDestinationSchema>;
+export type BucketStateConfig = z.infer<typeof bucketStateSchema>;
 /** Where a pipeline keeps its state: inside the destination (the default) or in a separate store. */
 export type StateConfig = z.infer<typeof stateSchema>;
 

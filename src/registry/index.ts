@@ -4,7 +4,8 @@
  */
 import { join } from 'node:path';
 import type { Destination, LeaseProvider, Source } from '../core/connector.js';
-import type { DestinationConfig, SourceConfig, StateConfig, StateStoreConfig } from '../config/schema.js';
+import type { BucketStateConfig, DestinationConfig, FilesDestinationConfig, LockStoreConfig, SourceConfig, StateConfig, StateStoreConfig } from '../config/schema.js';
+import type { ObjectStoreOptions } from '../shared/object-store.js';
 import { parseDuration } from '../core/duration.js';
 import { DEFAULT_MAX_SKEW_MS, type ServerSourceOptions } from '../sources/server-source.js';
 import { FileLeaseProvider } from '../state/file/file-lease.js';
@@ -90,7 +91,44 @@ export async function openDestination(config: DestinationConfig, options: OpenDe
       const { PostgresDestination } = await import('../destinations/postgres/postgres-destination.js');
       return PostgresDestination.open({ url: config.url, schema: config.schema });
     }
+    case 'files': {
+      // The AWS SDK loads only for s3:// locations (see shared/object-store.ts).
+      const { FilesDestination } = await import('../destinations/files/files-destination.js');
+      return FilesDestination.open({
+        location: config.location,
+        format: config.format,
+        ...(config.compression !== undefined ? { compression: config.compression } : {}),
+        ...(config.partition_by !== undefined ? { partitionBy: config.partition_by } : {}),
+        ...bucketOptions(config),
+      });
+    }
   }
+}
+
+/** Endpoint, region and credentials of a lake or bucket store section, as the object store takes them. */
+function bucketOptions(config: FilesDestinationConfig | BucketStateConfig): ObjectStoreOptions {
+  return {
+    ...(config.endpoint !== undefined ? { endpoint: config.endpoint } : {}),
+    ...(config.region !== undefined ? { region: config.region } : {}),
+    ...(config.credentials !== undefined
+      ? {
+          credentials: {
+            accessKeyId: config.credentials.access_key_id,
+            secretAccessKey: config.credentials.secret_access_key,
+            ...(config.credentials.session_token !== undefined ? { sessionToken: config.credentials.session_token } : {}),
+          },
+        }
+      : {}),
+    ...(config.force_path_style !== undefined ? { forcePathStyle: config.force_path_style } : {}),
+  };
+}
+
+/** Lease objects in a bucket; refused (with what to configure instead) where the server ignores conditional writes. */
+function bucketLeases(location: string, options: ObjectStoreOptions, prefix: string): LeaseProvider {
+  return lazyLeases(async () => {
+    const [{ openObjectStore }, { ObjectStoreLeaseProvider }] = await Promise.all([import('../shared/object-store.js'), import('../shared/object-store-lease.js')]);
+    return new ObjectStoreLeaseProvider(await openObjectStore(location, options), prefix);
+  });
 }
 
 /**
@@ -111,6 +149,11 @@ export async function createStateStore(config: StateStoreConfig): Promise<Extern
       const { PostgresStateStore } = await import('../state/postgres/postgres-state-store.js');
       return PostgresStateStore.open({ url: config.url, schema: config.schema });
     }
+    case 'bucket': {
+      const [{ BucketStateStore }, { openObjectStore }] = await Promise.all([import('../state/bucket/bucket-state-store.js'), import('../shared/object-store.js')]);
+      const store = await openObjectStore(config.location, bucketOptions(config));
+      return new BucketStateStore({ store, ...(config.lock !== undefined ? { leases: storeLeases(config.lock) } : {}) });
+    }
   }
 }
 
@@ -125,8 +168,10 @@ function lazyLeases(load: () => Promise<LeaseProvider>): LeaseProvider {
   };
 }
 
-function storeLeases(config: StateStoreConfig): LeaseProvider {
+function storeLeases(config: StateStoreConfig | LockStoreConfig): LeaseProvider {
   switch (config.type) {
+    case 'bucket':
+      return config.lock !== undefined ? storeLeases(config.lock) : bucketLeases(config.location, bucketOptions(config), '_tidemark/store-locks');
     case 'file':
       return new FileLeaseProvider(join(config.path, '.locks'));
     case 'sqlite':
@@ -146,6 +191,11 @@ export function leaseProviderFor(config: DestinationConfig, state: StateConfig =
   switch (config.type) {
     case 'postgres':
       return lazyLeases(async () => new (await import('../state/postgres/postgres-lease.js')).PostgresLeaseProvider(config.url, config.schema));
+    case 'files':
+      // A local lake: an exclusive lock file beside the data. A bucket: lease objects with conditional writes.
+      if (config.lock !== undefined) return storeLeases(config.lock);
+      if (/^s3:\/\//i.test(config.location)) return bucketLeases(config.location, bucketOptions(config), '_tidemark/locks');
+      return new FileLeaseProvider(join(config.location, '_tidemark', 'locks'));
     default:
       return new FileLeaseProvider(leaseDirectory(config));
   }

@@ -2,7 +2,7 @@
  * The destination conformance suite: every destination runs it against its real engine. It drives the Destination
  * seam directly (begin / write / commit) and reads back through the destination's own `query(sql)`.
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it as vitestIt } from 'vitest';
 import type { CommitRequest, Destination, LoadTransaction, TableTarget } from '../../src/core/connector.js';
 import { ConflictError } from '../../src/core/errors.js';
 import { resetFailpoints } from '../../src/core/failpoints.js';
@@ -47,7 +47,19 @@ function row(id: number, second: number, value: string): Row {
   return [BigInt(id), `2024-01-01 00:00:${String(second).padStart(2, '0')}.000001`, value];
 }
 
-export function destinationConformance(kind: string, makeHarness: () => Promise<DestinationHarness>): void {
+/**
+ * Declared skips: a test whose name starts with a key does not apply to this kind (the value says why), e.g.
+ * `{ merge: 'a lake cannot upsert in place' }`.
+ */
+export interface ConformanceOptions {
+  readonly skip?: Readonly<Record<string, string>>;
+}
+
+export function destinationConformance(kind: string, makeHarness: () => Promise<DestinationHarness>, options: ConformanceOptions = {}): void {
+  const it = (name: string, fn: () => Promise<void>): void => {
+    const skipped = Object.keys(options.skip ?? {}).some((prefix) => name.startsWith(prefix));
+    (skipped ? vitestIt.skip : vitestIt)(name, fn);
+  };
   describe(`destination conformance: ${kind}`, () => {
     let harness: DestinationHarness;
     let dest: QueryableDestination;

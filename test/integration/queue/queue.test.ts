@@ -108,8 +108,8 @@ describe('tidemark worker / enqueue on BullMQ', () => {
     const workers: Started[] = [];
     try {
       await cli(['enqueue', config, ...queueArgs(name)]);
-      // A slow write gives a window between the first commit and the next one to freeze the worker in.
-      const sleeper = startWorker(name, 'sleeper', { TIDEMARK_FAILPOINTS: 'load.after_write=3:sleep(3000)' });
+      // A pause after the first commit (outside any transaction) is the window to freeze the worker in.
+      const sleeper = startWorker(name, 'sleeper', { TIDEMARK_FAILPOINTS: 'load.after_commit=1:sleep(4000)' });
       workers.push(sleeper);
       await waitFor('the first checkpoint of the sleeper', () => landed(target, 'm01').rows >= 500);
       sleeper.child.kill('SIGSTOP');

@@ -1,0 +1,415 @@
+/**
+ * `type: files`: a small, honest data lake in a local directory or an S3-compatible bucket. Rows are staged in an
+ * in-memory DuckDB, written as Parquet (zstd by default), JSONL or CSV, and uploaded under unique names; each
+ * commit then publishes a manifest and writes `state.json` last (lake.ts). Write strategies: `append` adds
+ * objects; `replace` builds a new generation beside the live one and swaps it in with one manifest; `delete+insert`
+ * by partition drops a partition's objects from the manifest in the same commit that adds its new ones. `merge`
+ * is refused: an object store cannot upsert rows in place.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, rm } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import type {
+  CommitRequest,
+  Destination,
+  DestinationCapabilities,
+  FileFormat,
+  LedgerStore,
+  LoadInfo,
+  LoadTransaction,
+} from '../../core/connector.js';
+import { DestinationError, TidemarkError } from '../../core/errors.js';
+import { failpoint } from '../../core/failpoints.js';
+import { stderrLogger, type Logger } from '../../core/logger.js';
+import type { ColumnType, LedgerEntry, Row, RunRecord, Value } from '../../core/types.js';
+import { openObjectStore, type ObjectStoreOptions } from '../../shared/object-store.js';
+import { quoteIdent } from '../../shared/sql.js';
+import {
+  RUNS_KEPT,
+  checkName,
+  checkPartitionValue,
+  extensionOf,
+  hiveSegment,
+  keys,
+  type LakeColumn,
+  type LakeCompression,
+  type LakeFile,
+  type LakeTable,
+} from './lake-layout.js';
+import { LakeStateStore, lakeLedger } from './lake-state-store.js';
+import { LakeWriter, lakeColumnType, sqlString } from './lake-writer.js';
+import { Lake, lakeError, refuse, type LakeHead, type ManifestChange } from './lake.js';
+
+export interface FilesDestinationOptions extends ObjectStoreOptions {
+  /** A local directory or `s3://bucket/prefix`. */
+  readonly location: string;
+  readonly format?: FileFormat;
+  /** Default zstd for Parquet, none for JSONL and CSV. */
+  readonly compression?: LakeCompression;
+  /** Splits every load into one object per value of this column, in Hive-style directories (`month=2024-01/`). */
+  readonly partitionBy?: string;
+  /** Rows staged in memory before a part object is written and uploaded. */
+  readonly partRows?: number;
+  /** Where warnings go (a repaired state object); default stderr. */
+  readonly logger?: Logger;
+}
+
+const DEFAULT_PART_ROWS = 500_000;
+
+export class FilesDestination implements Destination {
+  readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'replace'], schemaEvolution: true };
+  readonly state: LakeStateStore;
+  readonly ledger: LedgerStore;
+  readonly format: FileFormat;
+  readonly compression: LakeCompression;
+  readonly partitionBy: string | undefined;
+  /** Streams (per pipeline) whose leftovers were already collected by this instance. */
+  private readonly collected = new Set<string>();
+  private readonly knownPipelines = new Set<string>();
+  private closed = false;
+  private readonly cacheDir: Promise<string>;
+
+  private constructor(
+    readonly lake: Lake,
+    private readonly writer: LakeWriter,
+    private readonly options: FilesDestinationOptions,
+  ) {
+    this.format = options.format ?? 'parquet';
+    this.compression = options.compression ?? (this.format === 'parquet' ? 'zstd' : 'none');
+    if (this.format !== 'parquet' && this.compression === 'snappy') {
+      throw new DestinationError(`compression snappy applies to Parquet only; use gzip, zstd or none for ${this.format}`, { context: { phase: 'connect' } });
+    }
+    if (options.partitionBy !== undefined) checkName('column', options.partitionBy);
+    this.partitionBy = options.partitionBy;
+    this.state = new LakeStateStore(lake, () => this.close(), (pipeline) => this.collectPipeline(pipeline));
+    this.ledger = lakeLedger(lake, () => this.pipelines());
+    this.cacheDir = writer.tempDir();
+  }
+
+  static async open(options: FilesDestinationOptions): Promise<FilesDestination> {
+    const store = await openObjectStore(options.location, options);
+    const local = store.localPath('x');
+    if (local !== undefined) await mkdir(store.describe(''), { recursive: true });
+    const writer = await LakeWriter.create();
+    try {
+      return new FilesDestination(new Lake(store, options.logger ?? stderrLogger()), writer, options);
+    } catch (error) {
+      await writer.close();
+      await store.close();
+      throw error;
+    }
+  }
+
+  private async pipelines(): Promise<string[]> {
+    return [...new Set([...this.knownPipelines, ...(await this.lake.pipelines())])];
+  }
+
+  rejectReason(_type: ColumnType, _value: Value): string | undefined {
+    return undefined;
+  }
+
+  async begin(load: LoadInfo): Promise<LoadTransaction> {
+    const pipeline = checkName('pipeline', load.pipeline);
+    const stream = checkName('stream', load.target.schema.name);
+    for (const c of load.target.schema.columns) {
+      if (c.name.includes('\u0000')) throw lakeError(`column name ${JSON.stringify(c.name)} contains NUL`, pipeline, stream);
+    }
+    if (load.target.write === 'merge') {
+      throw new DestinationError(
+        'the files destination cannot merge (an object store has no in-place upsert); use write: append, strategy: full (a new generation replaces the table), or strategy: partitioned (delete+insert by partition)',
+        { context: { pipeline, stream, phase: 'plan' } },
+      );
+    }
+    if (load.target.replacePartition !== undefined) checkPartitionValue(load.target.replacePartition.value);
+    this.knownPipelines.add(pipeline);
+    await this.collect(pipeline, stream);
+    const stage = await this.writer.createStage(load.target.schema.columns);
+    const loadId = `${load.runId.replace(/[^A-Za-z0-9_.-]/g, '_')}-${randomBytes(4).toString('hex')}`;
+    return new FilesLoadTransaction(this, this.writer, load, loadId, stage, this.options.partRows ?? DEFAULT_PART_ROWS);
+  }
+
+  /**
+   * Garbage collection by the next run: objects of this stream that the committed manifest does not name (a killed
+   * run's parts, a replaced generation or partition), orphan manifests and reject files, and temp files of
+   * interrupted local writes. Runs once per stream per instance, before this instance writes anything, under the
+   * pipeline's lease.
+   */
+  private async collect(pipeline: string, stream: string): Promise<void> {
+    const first = !this.collected.has(pipeline);
+    const id = `${pipeline}\u0000${stream}`;
+    if (this.collected.has(id)) return;
+    const head = await this.lake.head(pipeline);
+    if (first) {
+      await this.lake.collectManifests(pipeline, head);
+      const rejects = new Set(Object.values(head.manifest.rejects).flat());
+      await this.lake.sweep(`_tidemark/rejects/${pipeline}/`, rejects, () => true);
+      await this.removeLocalLeftovers([keys.state(pipeline), keys.manifests(pipeline)]);
+      this.collected.add(pipeline);
+    }
+    const live = new Set([...(head.manifest.tables[stream]?.files ?? []), ...(head.manifest.builds[stream]?.files ?? [])].map((f) => f.key));
+    await this.lake.sweep(keys.streamDir(stream), live, (key) => basename(key).startsWith('part-'));
+    await this.removeLocalLeftovers([keys.streamDir(stream)]);
+    this.collected.add(id);
+  }
+
+  /** Collects the pipeline's leftovers and those of every stream its manifest names (a run is starting). */
+  private async collectPipeline(pipeline: string): Promise<void> {
+    this.knownPipelines.add(pipeline);
+    const head = await this.lake.head(pipeline);
+    for (const stream of new Set([...Object.keys(head.manifest.tables), ...Object.keys(head.manifest.builds)])) await this.collect(pipeline, stream);
+  }
+
+  /** Temp files and stale `.lock` files a killed local write left (the lease guarantees no live writer owns them). */
+  private async removeLocalLeftovers(prefixes: readonly string[]): Promise<void> {
+    const { readdir } = await import('node:fs/promises');
+    for (const prefix of prefixes) {
+      // The directory holding `prefix/x` (a folder prefix) or `prefix` (a file).
+      const path = this.lake.store.localPath(prefix.endsWith('/') ? `${prefix}x` : prefix);
+      if (path === undefined) return;
+      const dir = join(path, '..');
+      const walk = async (d: string): Promise<void> => {
+        let entries;
+        try {
+          entries = await readdir(d, { withFileTypes: true });
+        } catch {
+          return;
+        }
+        for (const e of entries) {
+          const full = join(d, e.name);
+          if (e.isDirectory()) await walk(full);
+          else if (e.name.startsWith('.tidemark-tmp-') || e.name.endsWith('.json.lock')) await rm(full, { force: true });
+        }
+      };
+      await walk(dir);
+    }
+  }
+
+  async dropBuild(stream: string): Promise<void> {
+    for (const pipeline of await this.pipelines()) {
+      const head = await this.lake.head(pipeline);
+      if (head.manifest.builds[stream] === undefined) continue;
+      const { [stream]: _dropped, ...builds } = head.manifest.builds;
+      await this.lake.commit(pipeline, { builds, stateChanged: false }, { loadId: `drop-${randomBytes(4).toString('hex')}`, runId: null, reason: `dropped the unfinished build of ${stream}` });
+    }
+  }
+
+  /**
+   * Read-only SQL over the committed tables of every pipeline here (each stream is a view over the objects its
+   * manifest names), for tests, `ledger verify` and the UI. Objects of a bucket are fetched to a local cache first;
+   * they never change, so the cache never goes stale.
+   */
+  async query(sql: string): Promise<Record<string, unknown>[]> {
+    const connection = this.writer.connection;
+    for (const pipeline of await this.pipelines()) {
+      const head = await this.lake.head(pipeline);
+      for (const [name, table] of Object.entries(head.manifest.tables)) {
+        await connection.run(`CREATE OR REPLACE VIEW ${quoteIdent(name)} AS ${await this.tableSql(table)}`);
+      }
+    }
+    return (await connection.runAndReadAll(sql)).getRowObjectsJS() as Record<string, unknown>[];
+  }
+
+  private async tableSql(table: LakeTable): Promise<string> {
+    const columns = table.columns.map((c) => `CAST(${quoteIdent(c.name)} AS ${c.type}) AS ${quoteIdent(c.name)}`).join(', ');
+    if (table.files.length === 0) return `SELECT ${table.columns.map((c) => `CAST(NULL AS ${c.type}) AS ${quoteIdent(c.name)}`).join(', ')} WHERE false`;
+    const paths: string[] = [];
+    for (const f of table.files) paths.push(await this.localCopy(f.key));
+    const list = `[${paths.map(sqlString).join(', ')}]`;
+    const reader =
+      table.format === 'parquet'
+        ? `read_parquet(${list}, union_by_name = true)`
+        : table.format === 'csv'
+          ? `read_csv(${list}, union_by_name = true, header = true, all_varchar = true)`
+          : `read_json(${list}, format = 'newline_delimited', union_by_name = true)`;
+    return `SELECT ${columns} FROM ${reader}`;
+  }
+
+  private async localCopy(key: string): Promise<string> {
+    const local = this.lake.store.localPath(key);
+    if (local !== undefined) return local;
+    const file = join(await this.cacheDir, key.replace(/\//g, '__'));
+    const { stat } = await import('node:fs/promises');
+    if (!(await stat(file).then(() => true, () => false))) await this.lake.store.download(key, file);
+    return file;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.writer.close();
+    await this.lake.store.close();
+  }
+}
+
+function mergeColumns(prior: readonly LakeColumn[] | undefined, next: readonly LakeColumn[]): LakeColumn[] {
+  const out = [...(prior ?? [])];
+  for (const c of next) {
+    const at = out.findIndex((p) => p.name === c.name);
+    if (at < 0) out.push(c);
+    else out[at] = c;
+  }
+  return out;
+}
+
+function upsertRuns(runs: readonly RunRecord[], run: RunRecord): RunRecord[] {
+  const out = runs.filter((r) => !(r.runId === run.runId && r.stream === run.stream));
+  out.push(run);
+  return out.sort((a, b) => (a.runId < b.runId ? 1 : a.runId > b.runId ? -1 : 0)).slice(0, RUNS_KEPT);
+}
+
+function upsertLedger(ledger: readonly LedgerEntry[], entries: readonly LedgerEntry[]): LedgerEntry[] {
+  const replaced = new Set(entries.map((e) => `${e.pipeline}\u0000${e.stream}\u0000${e.partition}`));
+  return [...ledger.filter((e) => !replaced.has(`${e.pipeline}\u0000${e.stream}\u0000${e.partition}`)), ...entries];
+}
+
+class FilesLoadTransaction implements LoadTransaction {
+  private staged = 0;
+  private seq = 0;
+  private parts = 0;
+  /** Objects uploaded by this transaction and not yet named by a committed manifest. */
+  private pending: LakeFile[] = [];
+
+  constructor(
+    private readonly destination: FilesDestination,
+    private readonly writer: LakeWriter,
+    private readonly load: LoadInfo,
+    private readonly loadId: string,
+    private readonly stage: string,
+    private readonly partRows: number,
+  ) {}
+
+  private get stream(): string {
+    return this.load.target.schema.name;
+  }
+
+  async write(rows: readonly Row[]): Promise<void> {
+    if (rows.length === 0) return;
+    await this.writer.append(this.stage, this.load.target.schema.columns, rows, this.seq);
+    this.seq += rows.length;
+    this.staged += rows.length;
+    if (this.staged >= this.partRows) await this.flush();
+  }
+
+  /** Writes the staged rows to files and uploads them under fresh names; nothing names them until a commit. */
+  private async flush(): Promise<void> {
+    if (this.staged === 0) return;
+    const { destination: dest } = this;
+    const { schema, replacePartition } = this.load.target;
+    const ext = extensionOf(dest.format, dest.compression);
+    const dir = await this.writer.tempDir();
+    try {
+      const first = this.parts;
+      const written = await this.writer.writeFiles(this.stage, schema.columns, dir, (n) => `part-${this.loadId}-${first + n}.${ext}`, {
+        format: dest.format,
+        compression: dest.compression,
+        ...(dest.partitionBy !== undefined ? { partitionBy: dest.partitionBy } : {}),
+      });
+      for (const w of written) {
+        const name = basename(w.file);
+        const sub =
+          w.hiveValue !== undefined
+            ? `${hiveSegment(dest.partitionBy!, w.hiveValue)}/`
+            : replacePartition !== undefined
+              ? `${hiveSegment(replacePartition.column, replacePartition.value)}/`
+              : '';
+        const key = `${keys.streamDir(this.stream)}${sub}${name}`;
+        await dest.lake.store.upload(key, w.file, { ifNoneMatch: '*' });
+        await dest.lake.sync(key);
+        this.pending.push({ key, rows: w.rows, bytes: w.bytes, ...(replacePartition !== undefined ? { partition: { ...replacePartition } } : {}) });
+        this.parts += 1;
+      }
+    } finally {
+      await this.writer.removeTempDir(dir);
+    }
+    await this.writer.clearStage(this.stage);
+    this.staged = 0;
+  }
+
+  async commit(request: CommitRequest): Promise<void> {
+    const { pipeline, fence, runId } = this.load;
+    const stream = this.stream;
+    const dest = this.destination;
+    try {
+      if (request.state.pipeline !== pipeline) throw lakeError(`the state to commit belongs to pipeline ${request.state.pipeline}, not ${pipeline}`, pipeline, stream);
+      await this.flush();
+      let rejectsKey: string | undefined;
+      if (request.rejects.length > 0) {
+        rejectsKey = keys.rejects(pipeline, stream, `${this.loadId}-${this.parts}`);
+        const now = new Date().toISOString();
+        const lines = request.rejects.map((r) => JSON.stringify({ runId, stream, column: r.column, reason: r.reason, row: r.row, rejectedAt: now })).join('\n');
+        await dest.lake.store.put(rejectsKey, `${lines}\n`, { ifNoneMatch: '*' });
+        await dest.lake.sync(rejectsKey);
+        this.parts += 1;
+      }
+      const pending = this.pending;
+      await dest.lake.commit(pipeline, (head) => this.change(head, request, pending, rejectsKey), {
+        loadId: `${this.loadId}-${this.parts}`,
+        runId,
+        reason: 'run',
+        check: (head) => {
+          if (head.manifest.fence > fence.token) refuse(`this run's lease (token ${fence.token}) was taken over by token ${head.manifest.fence}; refusing to commit`, pipeline);
+          const stored = head.manifest.state?.version ?? 0;
+          if (stored !== request.state.version - 1) {
+            refuse(`state of pipeline ${pipeline} moved underneath this run (expected version ${request.state.version - 1 || 'none'}, found ${stored || 'none'})`, pipeline);
+          }
+        },
+        beforeCommitPoint: async () => {
+          await failpoint('load.before_commit');
+          await request.verify?.();
+        },
+      });
+      this.pending = [];
+      this.parts += 1;
+    } catch (error) {
+      if (error instanceof TidemarkError) throw error;
+      throw lakeError(`commit into ${dest.lake.store.describe('')} failed: ${(error as Error).message}`, pipeline, stream, error);
+    }
+  }
+
+  /** The manifest after this commit: the target's objects, ledger, run record, rejects, state and fence. */
+  private change(head: LakeHead, request: CommitRequest, pending: readonly LakeFile[], rejectsKey: string | undefined): ManifestChange {
+    const { target, fence } = this.load;
+    const stream = this.stream;
+    const m = head.manifest;
+    const dest = this.destination;
+    const columns: LakeColumn[] = target.schema.columns.map((c) => ({ name: c.name, type: lakeColumnType(c.type) }));
+    const tables = { ...m.tables };
+    const builds = { ...m.builds };
+    if (target.build !== undefined) {
+      const prior = request.freshBuild === true || builds[stream]?.generation !== target.build ? undefined : builds[stream];
+      const build = { generation: target.build, format: dest.format, columns: mergeColumns(prior?.columns, columns), files: [...(prior?.files ?? []), ...pending] };
+      if (request.swap) {
+        tables[stream] = { format: build.format, columns: build.columns, files: build.files };
+        delete builds[stream];
+      } else {
+        builds[stream] = build;
+      }
+    } else {
+      const live = tables[stream];
+      if (live !== undefined && live.format !== dest.format && live.files.length > 0) {
+        throw lakeError(`stream ${stream} is stored as ${live.format}, not ${dest.format}; run with --full to rewrite it as ${dest.format}`, this.load.pipeline, stream);
+      }
+      const rp = target.replacePartition;
+      const kept = (live?.files ?? []).filter((f) => rp === undefined || !(f.partition?.column === rp.column && f.partition.value === rp.value));
+      tables[stream] = { format: dest.format, columns: mergeColumns(live?.columns, columns), files: [...kept, ...pending] };
+    }
+    return {
+      stateChanged: true,
+      state: request.state,
+      fence: Math.max(m.fence, fence.token),
+      tables,
+      builds,
+      ledger: request.ledger?.length ? upsertLedger(m.ledger, request.ledger) : m.ledger,
+      runs: upsertRuns(m.runs, request.run),
+      rejects: rejectsKey !== undefined ? { ...m.rejects, [stream]: [...(m.rejects[stream] ?? []), rejectsKey] } : m.rejects,
+    };
+  }
+
+  async rollback(): Promise<void> {
+    // Uploaded parts are named by nothing; remove them now rather than wait for the next run's collection.
+    for (const f of this.pending) await this.destination.lake.store.delete(f.key).catch(() => undefined);
+    this.pending = [];
+    await this.writer.clearStage(this.stage).catch(() => undefined);
+    this.staged = 0;
+  }
+}

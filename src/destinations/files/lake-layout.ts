@@ -1,0 +1,208 @@
+/**
+ * Where everything lives in a lake, and the two documents of its commit protocol.
+ *
+ * ```
+ * <location>/<stream>/[<column>=<value>/]part-<load_id>-<n>.<ext>     data objects, never overwritten
+ * <location>/_tidemark/manifests/<pipeline>/<commit>-<load_id>.json   one manifest per commit
+ * <location>/_tidemark/rejects/<pipeline>/<stream>/rejects-<load_id>.jsonl
+ * <location>/_tidemark/runs/<pipeline>/<run_id>--<stream>.json        failures recorded outside a commit
+ * <location>/_tidemark/state/<pipeline>/state.json                    the commit point
+ * <location>/_tidemark/locks/<pipeline>/…                             the lease (local directories)
+ * ```
+ *
+ * A manifest names every data object of the pipeline's tables as of its commit (a snapshot, not a delta), with the
+ * state, ledger and recent run records. `state.json` names the committed manifest; it is written last, so an
+ * object that no committed manifest names belongs to a run that never committed.
+ */
+import type { FileFormat } from '../../core/connector.js';
+import { DestinationError } from '../../core/errors.js';
+import type { LedgerEntry, PipelineState, RunRecord, StreamState } from '../../core/types.js';
+
+export type LakeCompression = 'zstd' | 'snappy' | 'gzip' | 'none';
+
+/** One data object of a table. */
+export interface LakeFile {
+  readonly key: string;
+  readonly rows: number;
+  readonly bytes: number;
+  /** Set when the object holds the rows of one partition only (delete+insert replaces by it). */
+  readonly partition?: { readonly column: string; readonly value: string };
+}
+
+export interface LakeColumn {
+  readonly name: string;
+  /** The DuckDB SQL type the column was written as. */
+  readonly type: string;
+}
+
+export interface LakeTable {
+  readonly format: FileFormat;
+  readonly columns: readonly LakeColumn[];
+  readonly files: readonly LakeFile[];
+}
+
+export interface LakeBuild extends LakeTable {
+  readonly generation: string;
+}
+
+export interface LakeManifest {
+  readonly format: 'tidemark-lake-manifest';
+  readonly formatVersion: 1;
+  readonly pipeline: string;
+  /** Grows by one with every commit (also commits that do not change the state, like a ledger edit). */
+  readonly commit: number;
+  readonly key: string;
+  readonly previous: string | null;
+  readonly committedAt: string;
+  readonly runId: string | null;
+  readonly reason: string;
+  /** Whether this commit wrote a new state version (history shows only those). */
+  readonly stateChanged: boolean;
+  readonly state: PipelineState | null;
+  /** The highest fencing token that has committed; an older one is a zombie. */
+  readonly fence: number;
+  readonly tables: Readonly<Record<string, LakeTable>>;
+  readonly builds: Readonly<Record<string, LakeBuild>>;
+  readonly ledger: readonly LedgerEntry[];
+  /** Recent run records (the newest RUNS_KEPT). */
+  readonly runs: readonly RunRecord[];
+  /** Reject files per stream. */
+  readonly rejects: Readonly<Record<string, readonly string[]>>;
+}
+
+/** A Singer bookmark, so Singer tooling can read where each stream stands. */
+export interface SingerBookmark {
+  readonly replication_key?: string;
+  readonly replication_key_value?: string;
+  readonly tidemark_pk?: readonly string[];
+}
+
+/** `state.json`: Singer `bookmarks` plus tidemark's own fields. */
+export interface LakeStateDocument {
+  readonly bookmarks: Readonly<Record<string, SingerBookmark>>;
+  readonly currently_syncing: null;
+  readonly tidemark: {
+    readonly format: 'tidemark-lake-state';
+    readonly pipeline: string;
+    readonly version: number;
+    readonly commit: number;
+    readonly manifest: string;
+    readonly fence: number;
+    readonly savedAt: string;
+    readonly runId: string | null;
+    readonly state: PipelineState | null;
+  };
+}
+
+/** The config's rule for names (config/schema.ts), repeated here so a library user's names are checked too. */
+const NAME_RE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+
+export const RUNS_KEPT = 200;
+/** Committed manifests older than this many commits are removed by garbage collection. */
+export const MANIFESTS_KEPT = 500;
+
+export const keys = {
+  state: (pipeline: string) => `_tidemark/state/${pipeline}/state.json`,
+  manifests: (pipeline: string) => `_tidemark/manifests/${pipeline}/`,
+  manifest: (pipeline: string, commit: number, loadId: string) => `_tidemark/manifests/${pipeline}/${String(commit).padStart(12, '0')}-${loadId}.json`,
+  rejectsDir: (pipeline: string, stream: string) => `_tidemark/rejects/${pipeline}/${stream}/`,
+  rejects: (pipeline: string, stream: string, loadId: string) => `_tidemark/rejects/${pipeline}/${stream}/rejects-${loadId}.jsonl`,
+  runsDir: (pipeline: string) => `_tidemark/runs/${pipeline}/`,
+  run: (pipeline: string, runId: string, stream: string) => `_tidemark/runs/${pipeline}/${runId}--${stream}.json`,
+  locks: '_tidemark/locks',
+  streamDir: (stream: string) => `${stream}/`,
+};
+
+const MANIFEST_RE = /^(\d{12})-[^/]+\.json$/;
+
+/** The commit number of a manifest key, or undefined for anything else. */
+export function manifestCommit(pipeline: string, key: string): number | undefined {
+  const prefix = keys.manifests(pipeline);
+  if (!key.startsWith(prefix)) return undefined;
+  const m = MANIFEST_RE.exec(key.slice(prefix.length));
+  return m ? Number(m[1]) : undefined;
+}
+
+/** Pipeline and stream names become path segments: the same rule as the config, checked again for library users. */
+export function checkName(what: 'pipeline' | 'stream' | 'column', name: string): string {
+  if (!NAME_RE.test(name) || name.includes('..')) {
+    throw new DestinationError(`${what} name ${JSON.stringify(name)} cannot be used in a lake path (letters, digits, "_", "-" and "." only; no "..", "/" or NUL)`, {
+      context: { phase: 'plan' },
+    });
+  }
+  return name;
+}
+
+/**
+ * A partition id that becomes a directory (`month=2024-01`). Ids that would leave the table's directory or are not
+ * representable as one path segment are refused, not rewritten: a silent rename would hide the partition.
+ */
+export function checkPartitionValue(value: string): string {
+  if (value === '' || value === '.' || value === '..' || /[/\\\u0000-\u001f]/.test(value) || value.includes('..')) {
+    throw new DestinationError(`partition ${JSON.stringify(value)} cannot be used as a lake directory (no "/", "\\", "..", NUL or control characters)`, {
+      context: { phase: 'load' },
+    });
+  }
+  return value;
+}
+
+/** A data value as a Hive-style directory segment: always one safe segment, whatever the value. */
+export function hiveSegment(column: string, value: string | null): string {
+  if (value === null) return `${column}=__HIVE_DEFAULT_PARTITION__`;
+  const encoded = value.replace(/[^A-Za-z0-9_\-:+ ]|^ | $/g, (c) => [...Buffer.from(c, 'utf8')].map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join(''));
+  return `${column}=${encoded === '' ? '__EMPTY__' : encoded}`;
+}
+
+export function extensionOf(format: FileFormat, compression: LakeCompression): string {
+  const base = format === 'parquet' ? 'parquet' : format;
+  if (format === 'parquet' || compression === 'none' || compression === 'snappy') return base;
+  return `${base}.${compression === 'gzip' ? 'gz' : 'zst'}`;
+}
+
+/** Singer bookmarks for a state: the cursor column and the canonical value of the last committed row. */
+export function bookmarksOf(state: PipelineState | null): Record<string, SingerBookmark> {
+  const out: Record<string, SingerBookmark> = {};
+  for (const [name, s] of Object.entries(state?.streams ?? {}) as [string, StreamState][]) {
+    out[name] = {
+      ...(s.cursorColumn !== undefined ? { replication_key: s.cursorColumn } : {}),
+      ...(s.watermark ? { replication_key_value: s.watermark.cursor.value, tidemark_pk: s.watermark.pk.map((v) => v.value) } : {}),
+    };
+  }
+  return out;
+}
+
+export function emptyManifest(pipeline: string): LakeManifest {
+  return {
+    format: 'tidemark-lake-manifest',
+    formatVersion: 1,
+    pipeline,
+    commit: 0,
+    key: '',
+    previous: null,
+    committedAt: new Date(0).toISOString(),
+    runId: null,
+    reason: 'empty',
+    stateChanged: false,
+    state: null,
+    fence: 0,
+    tables: {},
+    builds: {},
+    ledger: [],
+    runs: [],
+    rejects: {},
+  };
+}
+
+/** Parses a manifest; anything else is damage (a reader must never trust a half-written one). */
+export function parseManifest(text: string, where: string): LakeManifest {
+  let doc: Partial<LakeManifest>;
+  try {
+    doc = JSON.parse(text) as Partial<LakeManifest>;
+  } catch (cause) {
+    throw new DestinationError(`manifest ${where} is not valid JSON (torn or damaged)`, { cause });
+  }
+  if (doc === null || typeof doc !== 'object' || doc.format !== 'tidemark-lake-manifest' || typeof doc.commit !== 'number' || typeof doc.tables !== 'object') {
+    throw new DestinationError(`manifest ${where} is not a tidemark lake manifest`);
+  }
+  return doc as LakeManifest;
+}

@@ -1,0 +1,183 @@
+/**
+ * Turning staged rows into Parquet, JSONL or CSV files through an in-memory DuckDB. Rows arrive lossless (bigint,
+ * canonical decimal and timestamp strings); they are appended as wide stage types and cast to the exact column type
+ * in the COPY, so DuckDB — not JS — decides every value's binary form.
+ */
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DuckDBInstance, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api';
+import type { FileFormat } from '../../core/connector.js';
+import type { Column, ColumnType, Row, Value } from '../../core/types.js';
+import { quoteIdent } from '../../shared/sql.js';
+import type { LakeCompression } from './lake-layout.js';
+
+/** The type a column is written as; wider-than-DuckDB decimals and intervals stay exact as text. */
+export function lakeColumnType(type: ColumnType): string {
+  switch (type.kind) {
+    case 'boolean': return 'BOOLEAN';
+    case 'int16': return 'SMALLINT';
+    case 'int32': return 'INTEGER';
+    case 'int64': return 'BIGINT';
+    case 'uint64': return 'UBIGINT';
+    case 'decimal': return type.precision !== undefined && type.precision <= 38 ? `DECIMAL(${type.precision},${type.scale ?? 0})` : 'VARCHAR';
+    case 'float32': return 'FLOAT';
+    case 'float64': return 'DOUBLE';
+    case 'text': return 'VARCHAR';
+    case 'bytes': return 'BLOB';
+    case 'uuid': return 'UUID';
+    case 'json': return 'JSON';
+    case 'date': return 'DATE';
+    case 'time': return 'TIME';
+    case 'timestamp': return 'TIMESTAMP';
+    case 'timestamptz': return 'TIMESTAMPTZ';
+    case 'interval': return 'VARCHAR';
+  }
+}
+
+function stageType(type: ColumnType): string {
+  switch (type.kind) {
+    case 'boolean': return 'BOOLEAN';
+    case 'int16':
+    case 'int32': return 'INTEGER';
+    case 'int64': return 'BIGINT';
+    case 'uint64': return 'UBIGINT';
+    case 'float32':
+    case 'float64': return 'DOUBLE';
+    case 'bytes': return 'BLOB';
+    default: return 'VARCHAR';
+  }
+}
+
+function appendValue(appender: DuckDBAppender, type: ColumnType, value: Value): void {
+  if (value === null) return appender.appendNull();
+  switch (type.kind) {
+    case 'boolean': return appender.appendBoolean(value as boolean);
+    case 'int16':
+    case 'int32': return appender.appendInteger(value as number);
+    case 'int64': return appender.appendBigInt(value as bigint);
+    case 'uint64': return appender.appendUBigInt(value as bigint);
+    case 'float32':
+    case 'float64': return appender.appendDouble(value as number);
+    case 'bytes': return appender.appendBlob(value as Uint8Array);
+    default: return appender.appendVarchar(value as string);
+  }
+}
+
+export function sqlString(text: string): string {
+  return `'${text.replace(/'/g, "''")}'`;
+}
+
+export interface WrittenFile {
+  readonly file: string;
+  readonly rows: number;
+  readonly bytes: number;
+  /** The value of the `partitionBy` column shared by every row of the file (as text; null for NULL). */
+  readonly hiveValue?: string | null;
+}
+
+export interface WriteOptions {
+  readonly format: FileFormat;
+  readonly compression: LakeCompression;
+  readonly partitionBy?: string;
+}
+
+function copyOptions(format: FileFormat, compression: LakeCompression): string {
+  if (format === 'parquet') return `FORMAT parquet, COMPRESSION ${compression === 'none' ? 'uncompressed' : compression}`;
+  const codec = compression === 'none' || compression === 'snappy' ? 'none' : compression;
+  return format === 'csv' ? `FORMAT csv, HEADER true, COMPRESSION ${codec}` : `FORMAT json, COMPRESSION ${codec}`;
+}
+
+/** One in-memory DuckDB per destination: staging tables, and the COPY that writes files from them. */
+export class LakeWriter {
+  private stages = 0;
+  private readonly tempDirs = new Set<string>();
+
+  private constructor(
+    private readonly instance: DuckDBInstance,
+    readonly connection: DuckDBConnection,
+  ) {}
+
+  static async create(): Promise<LakeWriter> {
+    const instance = await DuckDBInstance.create(':memory:');
+    const connection = await instance.connect();
+    await connection.run(`SET TimeZone = 'UTC'`);
+    return new LakeWriter(instance, connection);
+  }
+
+  async tempDir(): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), 'tidemark-lake-'));
+    this.tempDirs.add(dir);
+    return dir;
+  }
+
+  async removeTempDir(dir: string): Promise<void> {
+    this.tempDirs.delete(dir);
+    await rm(dir, { recursive: true, force: true });
+  }
+
+  async createStage(columns: readonly Column[]): Promise<string> {
+    this.stages += 1;
+    const name = `_stage_${this.stages}`;
+    const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${stageType(c.type)}`), '_tidemark_seq BIGINT'].join(', ');
+    await this.connection.run(`CREATE TABLE ${quoteIdent(name)} (${ddl})`);
+    return name;
+  }
+
+  async append(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number): Promise<void> {
+    const appender = await this.connection.createAppender(stage);
+    try {
+      let seq = BigInt(firstSeq);
+      for (const row of rows) {
+        for (let i = 0; i < columns.length; i += 1) appendValue(appender, columns[i]!.type, row[i] ?? null);
+        appender.appendBigInt(seq);
+        seq += 1n;
+        appender.endRow();
+      }
+      appender.flushSync();
+    } finally {
+      appender.closeSync();
+    }
+  }
+
+  async clearStage(stage: string): Promise<void> {
+    await this.connection.run(`DELETE FROM ${quoteIdent(stage)}`);
+  }
+
+  async dropStage(stage: string): Promise<void> {
+    await this.connection.run(`DROP TABLE IF EXISTS ${quoteIdent(stage)}`);
+  }
+
+  /**
+   * Writes the staged rows, in staging order, to files in `dir` named by `name(n)`: one file, or one per distinct
+   * value of `partitionBy`.
+   */
+  async writeFiles(stage: string, columns: readonly Column[], dir: string, name: (n: number) => string, options: WriteOptions): Promise<WrittenFile[]> {
+    const select = columns.map((c) => `CAST(${quoteIdent(c.name)} AS ${lakeColumnType(c.type)}) AS ${quoteIdent(c.name)}`).join(', ');
+    const out: WrittenFile[] = [];
+    const write = async (where: string, hiveValue?: string | null): Promise<void> => {
+      const file = join(dir, name(out.length));
+      const result = await this.connection.run(
+        `COPY (SELECT ${select} FROM ${quoteIdent(stage)}${where} ORDER BY _tidemark_seq) TO ${sqlString(file)} (${copyOptions(options.format, options.compression)})`,
+      );
+      const rows = Number(result.rowsChanged);
+      out.push({ file, rows, bytes: (await stat(file)).size, ...(hiveValue !== undefined ? { hiveValue } : {}) });
+    };
+    if (options.partitionBy === undefined) {
+      await write('');
+      return out;
+    }
+    const column = quoteIdent(options.partitionBy);
+    const values = await this.connection.runAndReadAll(`SELECT DISTINCT CAST(${column} AS VARCHAR) AS v FROM ${quoteIdent(stage)} ORDER BY v NULLS LAST`);
+    for (const [v] of values.getRowsJS() as [string | null][]) {
+      await write(v === null ? ` WHERE ${column} IS NULL` : ` WHERE CAST(${column} AS VARCHAR) = ${sqlString(v)}`, v);
+    }
+    return out;
+  }
+
+  async close(): Promise<void> {
+    for (const dir of this.tempDirs) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    this.connection.closeSync();
+    this.instance.closeSync();
+  }
+}

@@ -1,0 +1,180 @@
+/**
+ * State in a bucket (or a local directory): `_tidemark/store/<pipeline>/state.json` is the current document and
+ * `_tidemark/store/<pipeline>/history/<version>.json` keeps each version, so a run from any machine continues where
+ * the last one stopped. A save is a compare-and-set on the document's ETag (`If-Match`, or `If-None-Match: *` for
+ * the first); the history copy is written after it, so history never shows a version that did not become current.
+ *
+ * On a server that ignores conditional writes the compare-and-set degrades to compare-then-write, which is only
+ * safe under a lease kept elsewhere; the lease provider of this store refuses to lock on such a server (see
+ * shared/object-store-lease.ts), and `lock:` names the store that holds the lease instead.
+ */
+import type { Lease, LeaseProvider, SaveMeta } from '../../core/connector.js';
+import { ConflictError, StateError } from '../../core/errors.js';
+import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
+import type { ObjectStore } from '../../shared/object-store.js';
+import { ObjectStoreLeaseProvider, probeConditionalWrites } from '../../shared/object-store-lease.js';
+import { CorruptStateError, StateOnlyStore, parseStoredState, type ExternalStateStore } from '../state-store.js';
+
+export interface BucketStateStoreOptions {
+  readonly store: ObjectStore;
+  /** The pipeline lock, when it is kept in another store (`lock:`); default: lease objects in this bucket. */
+  readonly leases?: LeaseProvider;
+}
+
+interface StoredDocument {
+  readonly format: 'tidemark-state';
+  readonly version: number;
+  readonly savedAt: string;
+  readonly runId: string | null;
+  readonly reason: string;
+  readonly state: PipelineState;
+}
+
+const NAME_RE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+const HISTORY_RE = /\/history\/(\d{12})\.json$/;
+
+function checkPipeline(pipeline: string): string {
+  if (!NAME_RE.test(pipeline) || pipeline.includes('..')) {
+    throw new StateError(`pipeline name ${JSON.stringify(pipeline)} cannot be used as a bucket path`, { context: { phase: 'state' } });
+  }
+  return pipeline;
+}
+
+export class BucketStateStore extends StateOnlyStore implements ExternalStateStore {
+  readonly description: string;
+  private readonly store: ObjectStore;
+  private readonly leases: LeaseProvider;
+  private conditional: Promise<boolean> | undefined;
+
+  constructor(options: BucketStateStoreOptions) {
+    super();
+    this.store = options.store;
+    this.description = `state bucket ${options.store.describe('')}`;
+    this.leases = options.leases ?? new ObjectStoreLeaseProvider(options.store, '_tidemark/store-locks');
+  }
+
+  private current(pipeline: string): string {
+    return `_tidemark/store/${checkPipeline(pipeline)}/state.json`;
+  }
+
+  private historyPrefix(pipeline: string): string {
+    return `_tidemark/store/${checkPipeline(pipeline)}/history/`;
+  }
+
+  private historyKey(pipeline: string, version: number): string {
+    return `${this.historyPrefix(pipeline)}${String(version).padStart(12, '0')}.json`;
+  }
+
+  private honoursConditionalWrites(): Promise<boolean> {
+    if (this.store.localPath('x') !== undefined) return Promise.resolve(true);
+    this.conditional ??= probeConditionalWrites(this.store);
+    return this.conditional;
+  }
+
+  private async read(pipeline: string): Promise<{ doc: StoredDocument; etag: string | undefined } | undefined> {
+    const key = this.current(pipeline);
+    const got = await this.store.get(key);
+    if (got === undefined) {
+      for await (const _ of this.store.list(this.historyPrefix(pipeline))) {
+        throw new CorruptStateError(`state of pipeline ${pipeline} is missing from ${this.store.describe(key)} but its history exists`, { context: { pipeline } });
+      }
+      return undefined;
+    }
+    const text = Buffer.from(got.body).toString('utf8');
+    if (text.trim() === '') throw new CorruptStateError(`state object ${this.store.describe(key)} is empty (torn write?)`, { context: { pipeline } });
+    return { doc: this.parse(text, pipeline, this.store.describe(key)), etag: got.info.etag };
+  }
+
+  private parse(text: string, pipeline: string, where: string): StoredDocument {
+    let doc: Partial<StoredDocument>;
+    try {
+      doc = JSON.parse(text) as Partial<StoredDocument>;
+    } catch (cause) {
+      throw new CorruptStateError(`state object ${where} is not valid JSON (torn or damaged)`, { context: { pipeline }, cause });
+    }
+    if (doc === null || typeof doc !== 'object' || doc.format !== 'tidemark-state') {
+      throw new CorruptStateError(`state object ${where} is not a tidemark state document`, { context: { pipeline } });
+    }
+    const state = parseStoredState(JSON.stringify(doc.state ?? null), pipeline, where);
+    if (state.version !== doc.version) throw new CorruptStateError(`state object ${where} disagrees with itself about its version`, { context: { pipeline } });
+    return { format: 'tidemark-state', version: state.version, savedAt: String(doc.savedAt), runId: doc.runId ?? null, reason: String(doc.reason ?? ''), state };
+  }
+
+  async load(pipeline: string): Promise<PipelineState | undefined> {
+    return (await this.read(pipeline))?.doc.state;
+  }
+
+  async save(next: PipelineState, expectedVersion: number | undefined, meta: SaveMeta): Promise<void> {
+    const pipeline = next.pipeline;
+    const stored = await this.read(pipeline);
+    if (stored?.doc.version !== expectedVersion) {
+      throw new ConflictError(
+        `state of pipeline ${pipeline} in ${this.store.describe('')} moved (expected version ${expectedVersion ?? 'none'}, found ${stored?.doc.version ?? 'none'})`,
+        { context: { pipeline, phase: 'state' } },
+      );
+    }
+    await this.write(next, meta, stored?.etag, stored !== undefined ? 'replace' : 'create');
+  }
+
+  async repair(next: PipelineState, meta: SaveMeta): Promise<void> {
+    await this.write(next, meta, undefined, 'overwrite');
+  }
+
+  private async write(next: PipelineState, meta: SaveMeta, etag: string | undefined, mode: 'create' | 'replace' | 'overwrite'): Promise<void> {
+    const pipeline = next.pipeline;
+    const key = this.current(pipeline);
+    const doc: StoredDocument = { format: 'tidemark-state', version: next.version, savedAt: new Date().toISOString(), runId: meta.runId, reason: meta.reason, state: next };
+    const body = `${JSON.stringify(doc, null, 2)}\n`;
+    const moved = (cause?: unknown) =>
+      new ConflictError(`state version ${next.version} of pipeline ${pipeline} lost a race: ${this.store.describe(key)} changed meanwhile`, {
+        context: { pipeline, phase: 'state' },
+        ...(cause !== undefined ? { cause } : {}),
+      });
+    if (mode === 'overwrite') {
+      await this.store.put(key, body, { contentType: 'application/json' });
+    } else if (await this.honoursConditionalWrites()) {
+      try {
+        await this.store.put(key, body, mode === 'create' ? { ifNoneMatch: '*', contentType: 'application/json' } : { ifMatch: etag ?? '', contentType: 'application/json' });
+      } catch (error) {
+        if (error instanceof ConflictError) throw moved(error);
+        throw error;
+      }
+    } else {
+      const now = await this.store.head(key);
+      if ((mode === 'create' && now !== undefined) || (mode === 'replace' && now?.etag !== etag)) throw moved();
+      await this.store.put(key, body, { contentType: 'application/json' });
+    }
+    await this.store.put(this.historyKey(pipeline, next.version), body, { contentType: 'application/json' });
+  }
+
+  async history(pipeline: string): Promise<readonly PipelineStateVersion[]> {
+    const byVersion = new Map<number, PipelineStateVersion>();
+    for await (const info of this.store.list(this.historyPrefix(pipeline))) {
+      if (!HISTORY_RE.test(info.key)) continue;
+      const got = await this.store.get(info.key);
+      if (!got) continue;
+      try {
+        const doc = this.parse(Buffer.from(got.body).toString('utf8'), pipeline, this.store.describe(info.key));
+        byVersion.set(doc.version, { version: doc.version, savedAt: doc.savedAt, runId: doc.runId, reason: doc.reason, state: doc.state });
+      } catch (error) {
+        // One damaged old version must not hide the others.
+        if (!(error instanceof CorruptStateError)) throw error;
+      }
+    }
+    // A crash between the current document and its history copy leaves the copy missing; the current one counts.
+    const current = await this.read(pipeline).catch(() => undefined);
+    if (current && !byVersion.has(current.doc.version)) {
+      const d = current.doc;
+      byVersion.set(d.version, { version: d.version, savedAt: d.savedAt, runId: d.runId, reason: d.reason, state: d.state });
+    }
+    return [...byVersion.values()].sort((a, b) => b.version - a.version);
+  }
+
+  acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+    return this.leases.acquire(checkPipeline(pipeline), options);
+  }
+
+  async close(): Promise<void> {
+    await this.store.close();
+  }
+}

@@ -3,22 +3,32 @@
  */
 import { Command, CommanderError } from 'commander';
 import { errorMessage } from '../core/errors.js';
-import { demoCommand } from './commands/demo.js';
-import { enqueueCommand, type EnqueueCommandOptions } from './commands/enqueue.js';
-import { scheduleCommand, type ScheduleCommandOptions } from './commands/schedule.js';
-import { workerCommand, type WorkerCommandOptions } from './commands/worker.js';
-import { planCommand } from './commands/plan.js';
-import { runCommand } from './commands/run.js';
-import { ledgerCommand } from './commands/ledger.js';
-import { runsCommand } from './commands/runs.js';
-import { stateCommand } from './commands/state.js';
-import { targetCommand } from './commands/target.js';
-import { uiCommand } from './commands/ui.js';
-import { schemaCommand, validateCommand } from './commands/validate.js';
+import type { EnqueueCommandOptions } from './commands/enqueue.js';
+import type { ScheduleCommandOptions } from './commands/schedule.js';
+import type { WorkerCommandOptions } from './commands/worker.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 import { printError } from './output.js';
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
+
+/**
+ * Each command's module is imported only when that command runs: a `tidemark run` never pays for the dashboard,
+ * the queue or the scheduler (startup time is part of every no-op run).
+ */
+const commands = {
+  run: () => import('./commands/run.js'),
+  plan: () => import('./commands/plan.js'),
+  state: () => import('./commands/state.js'),
+  ledger: () => import('./commands/ledger.js'),
+  runs: () => import('./commands/runs.js'),
+  target: () => import('./commands/target.js'),
+  validate: () => import('./commands/validate.js'),
+  demo: () => import('./commands/demo.js'),
+  ui: () => import('./commands/ui.js'),
+  schedule: () => import('./commands/schedule.js'),
+  worker: () => import('./commands/worker.js'),
+  enqueue: () => import('./commands/enqueue.js'),
+};
 
 function program(setCode: (code: number) => void): Command {
   const cli = new Command('tidemark')
@@ -34,7 +44,7 @@ function program(setCode: (code: number) => void): Command {
     .option('--full', 'build every stream anew beside the live tables, then swap atomically')
     .option('--stream <name>', 'only this stream (repeatable)', collect)
     .option('--json', 'print the RunResult as JSON')
-    .action(act((files: string[], o: { full?: boolean; stream?: string[]; json?: boolean }) => runCommand(files, o)));
+    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean }) => (await commands.run()).runCommand(files, o)));
 
   cli
     .command('plan')
@@ -43,7 +53,7 @@ function program(setCode: (code: number) => void): Command {
     .option('--full', 'plan a full refresh')
     .option('--stream <name>', 'only this stream (repeatable)', collect)
     .option('--json', 'print JSON')
-    .action(act((file: string, o: { full?: boolean; stream?: string[]; json?: boolean }) => planCommand(file, o)));
+    .action(act(async (file: string, o: { full?: boolean; stream?: string[]; json?: boolean }) => (await commands.plan()).planCommand(file, o)));
 
   cli
     .command('state')
@@ -58,8 +68,8 @@ function program(setCode: (code: number) => void): Command {
     .option('--to <store>', 'migrate: the store to copy state and history into')
     .option('--force', 'migrate: write over a target that already holds a different state')
     .action(
-      act((action: string, args: string[], o: { config?: string; json?: boolean; cursor?: string; pk?: string[]; from?: string; to?: string; force?: boolean }) =>
-        stateCommand(action, args, o),
+      act(async (action: string, args: string[], o: { config?: string; json?: boolean; cursor?: string; pk?: string[]; from?: string; to?: string; force?: boolean }) =>
+        (await commands.state()).stateCommand(action, args, o),
       ),
     );
 
@@ -71,7 +81,7 @@ function program(setCode: (code: number) => void): Command {
     .option('--config <file>', 'pipeline YAML file')
     .option('--stream <name>', 'the partitioned stream (needed when a pipeline has several)')
     .option('--json', 'print JSON')
-    .action(act((action: string, partitions: string[], o: { config?: string; stream?: string; json?: boolean }) => ledgerCommand(action, partitions, o)));
+    .action(act(async (action: string, partitions: string[], o: { config?: string; stream?: string; json?: boolean }) => (await commands.ledger()).ledgerCommand(action, partitions, o)));
 
   cli
     .command('runs')
@@ -79,27 +89,27 @@ function program(setCode: (code: number) => void): Command {
     .option('--config <file>', 'pipeline YAML file')
     .option('--limit <n>', 'how many rows', '50')
     .option('--json', 'print JSON')
-    .action(act((o: { config?: string; json?: boolean; limit?: string }) => runsCommand(o)));
+    .action(act(async (o: { config?: string; json?: boolean; limit?: string }) => (await commands.runs()).runsCommand(o)));
 
   cli
     .command('target')
     .description('act as a Singer target: load the Singer messages on stdin, print each STATE once it is committed')
     .option('--config <file>', 'pipeline YAML file (destination and optional stream settings)')
-    .action(act((o: { config?: string }) => targetCommand(o)));
+    .action(act(async (o: { config?: string }) => (await commands.target()).targetCommand(o)));
 
   cli
     .command('validate')
     .description('check pipeline files without connecting anywhere')
     .argument('<pipeline...>')
-    .action(act((files: string[]) => validateCommand(files)));
+    .action(act(async (files: string[]) => (await commands.validate()).validateCommand(files)));
 
-  cli.command('schema').description('print the JSON Schema of pipeline files').action(act(() => schemaCommand()));
+  cli.command('schema').description('print the JSON Schema of pipeline files').action(act(async () => (await commands.validate()).schemaCommand()));
 
   cli
     .command('demo')
     .description('run the demo pipeline (SQLite shop → DuckDB) twice and show what moved')
     .option('--dir <dir>', 'where to put the demo files', 'demo')
-    .action(act((o: { dir: string }) => demoCommand(o.dir)));
+    .action(act(async (o: { dir: string }) => (await commands.demo()).demoCommand(o.dir)));
 
   cli
     .command('ui')
@@ -108,7 +118,7 @@ function program(setCode: (code: number) => void): Command {
     .option('--port <port>', 'port to listen on (0: any free port)', '4680')
     .option('--host <host>', 'address to bind (default 127.0.0.1; a non-loopback address only when given here)')
     .option('--allow-actions', 'enable run now, state reset and ledger reload/forget (each asks for confirmation)')
-    .action(act((inputs: string[], o: { port?: string; host?: string; allowActions?: boolean }) => uiCommand(inputs, o)));
+    .action(act(async (inputs: string[], o: { port?: string; host?: string; allowActions?: boolean }) => (await commands.ui()).uiCommand(inputs, o)));
 
   const queueOptions = (command: Command, required: boolean): Command =>
     command
@@ -126,7 +136,7 @@ function program(setCode: (code: number) => void): Command {
       .option('--state-file <file>', `where the last tick per pipeline is kept (default: .tidemark-schedule.json beside the pipelines)`)
       .option('--json', 'with --once: print the outcomes as JSON'),
     false,
-  ).action(act((inputs: string[], o: ScheduleCommandOptions) => scheduleCommand(inputs, o)));
+  ).action(act(async (inputs: string[], o: ScheduleCommandOptions) => (await commands.schedule()).scheduleCommand(inputs, o)));
 
   queueOptions(
     cli
@@ -138,7 +148,7 @@ function program(setCode: (code: number) => void): Command {
       .option('--lock-duration <duration>', 'how long a job stays locked to this worker without renewal (stall detection)', '30s')
       .option('--stalled-interval <duration>', 'how often to look for jobs of dead or paused workers', '30s'),
     true,
-  ).action(act((o: WorkerCommandOptions) => workerCommand(o)));
+  ).action(act(async (o: WorkerCommandOptions) => (await commands.worker()).workerCommand(o)));
 
   queueOptions(
     cli
@@ -150,7 +160,7 @@ function program(setCode: (code: number) => void): Command {
       .option('--full', 'full refresh')
       .option('--json', 'print the jobs as JSON'),
     true,
-  ).action(act((files: string[], o: EnqueueCommandOptions) => enqueueCommand(files, o)));
+  ).action(act(async (files: string[], o: EnqueueCommandOptions) => (await commands.enqueue()).enqueueCommand(files, o)));
 
   return cli;
 }

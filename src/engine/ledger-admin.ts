@@ -5,8 +5,8 @@
 import { UsageError } from '../core/errors.js';
 import type { LedgerEntry, RunResult } from '../core/types.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
-import { leaseProviderFor, openDestination } from '../registry/index.js';
-import { ledgerOf } from './partition-load.js';
+import { leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
+import { ledgerOf, planPartitions } from './partition-load.js';
 import { run, type RunOptions } from './run.js';
 
 /** One partition as `ledger verify` sees it: the ledger's row count against the rows in the table. */
@@ -19,7 +19,17 @@ export interface LedgerCheck {
   readonly ok: boolean;
 }
 
-export function ledgerCommands(pipeline: PipelineConfig) {
+/** A partition as the dashboard's grid shows it. */
+export interface LedgerGridEntry {
+  readonly stream: string;
+  readonly partition: string;
+  /** `loaded`; `changed` (its files changed since the load); `missing` (listed in the source, never loaded); or as stored. */
+  readonly status: string;
+  readonly entry?: LedgerEntry;
+  readonly change?: string;
+}
+
+export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinationOptions = {}) {
   const partitioned = pipeline.streams.filter((s) => s.strategy === 'partitioned');
 
   function streamsFor(stream: string | undefined, action: string): StreamConfig[] {
@@ -37,7 +47,7 @@ export function ledgerCommands(pipeline: PipelineConfig) {
   }
 
   async function withLedger<T>(fn: (ledger: ReturnType<typeof ledgerOf>) => Promise<T>): Promise<T> {
-    const destination = await openDestination(pipeline.destination);
+    const destination = await openDestination(pipeline.destination, options);
     try {
       return await fn(ledgerOf(destination, pipeline.name, partitioned[0]?.name ?? ''));
     } finally {
@@ -55,7 +65,7 @@ export function ledgerCommands(pipeline: PipelineConfig) {
     reload(partitions: readonly string[], stream?: string, options: Pick<RunOptions, 'logger' | 'onProgress'> = {}): Promise<RunResult> {
       if (partitions.length === 0) throw new UsageError('usage: tidemark ledger reload <partition…> --config <pipeline.yaml>');
       const target = oneStream(stream, 'reload');
-      return run(pipeline, { ...options, streams: [target.name], reload: partitions });
+      return run(pipeline, { ...options, streams: [target.name], reload: partitions, partitions });
     },
 
     /** Removes ledger rows; the partitions' rows stay until the next run loads them again (replacing them). */
@@ -69,6 +79,37 @@ export function ledgerCommands(pipeline: PipelineConfig) {
         return removed;
       } finally {
         await lease.release();
+      }
+    },
+
+    /**
+     * Ledger rows against the source's listing (metadata only, like a run's planning): what is loaded, what changed
+     * since, what was never loaded. Ledger rows whose files are gone keep their stored status.
+     */
+    async grid(stream?: string): Promise<LedgerGridEntry[]> {
+      const streams = streamsFor(stream, 'show');
+      const destination = await openDestination(pipeline.destination, options);
+      try {
+        const source = await openSource(pipeline.source);
+        try {
+          const out: LedgerGridEntry[] = [];
+          for (const s of streams) {
+            const plans = await planPartitions({ source, destination, pipeline: pipeline.name }, s);
+            const listed = new Set(plans.map((p) => p.partition));
+            for (const p of plans) {
+              const status = p.status === 'new' ? 'missing' : p.status === 'changed' ? 'changed' : (p.entry?.status ?? 'loaded');
+              out.push({ stream: s.name, partition: p.partition, status, ...(p.entry ? { entry: p.entry } : {}), ...(p.change ? { change: p.change } : {}) });
+            }
+            for (const e of await ledgerOf(destination, pipeline.name, s.name).list(pipeline.name, s.name)) {
+              if (!listed.has(e.partition)) out.push({ stream: s.name, partition: e.partition, status: e.status, entry: e });
+            }
+          }
+          return out.sort((a, b) => (a.stream === b.stream ? (a.partition < b.partition ? -1 : 1) : a.stream < b.stream ? -1 : 1));
+        } finally {
+          await source.close();
+        }
+      } finally {
+        await destination.close();
       }
     },
 

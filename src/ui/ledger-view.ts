@@ -1,9 +1,9 @@
 /**
- * The dashboard's view of the partition ledger, behind a small seam. The ledger itself (issue 4) is being built
- * beside this; until its API exists, `tableLedgerView` reads `_tidemark_ledger` rows directly. Point `ledgerView`
- * at the ledger API once it lands: `verify`, `reload` and `forget` then light up in the UI without other changes.
+ * The dashboard's view of the partition ledger, behind a small seam. For pipelines with partitioned streams it goes
+ * through the same library calls as `tidemark ledger …` (grid status against the source listing, verify, reload,
+ * forget); for any other destination that holds `_tidemark_ledger` rows it shows them as stored.
  */
-import { openDestination, type PipelineConfig } from '../index.js';
+import { ledgerCommands, openDestination, type PipelineConfig } from '../index.js';
 
 type DestinationConfig = PipelineConfig['destination'];
 
@@ -75,7 +75,46 @@ function parseFiles(v: unknown): unknown {
   }
 }
 
-/** Reads the ledger table straight from the destination: the stand-in until the ledger API exists. */
+const hasPartitionedStreams = (pipeline: PipelineConfig) => pipeline.streams.some((s) => s.strategy === 'partitioned');
+
+/** The ledger through the library: what `tidemark ledger list|verify|reload|forget` do. */
+export function libraryLedgerView(): LedgerView {
+  const table = tableLedgerView();
+  return {
+    async partitions(pipeline, options) {
+      if (!hasPartitionedStreams(pipeline)) return table.partitions(pipeline, options);
+      const grid = await ledgerCommands(pipeline, { openTimeoutMs: options.openTimeoutMs }).grid();
+      return grid.map((g) => ({
+        stream: g.stream,
+        partition: g.partition,
+        status: g.status,
+        rows: g.entry?.rows ?? null,
+        bytes: g.entry?.bytes ?? null,
+        files: g.entry?.files ?? null,
+        runId: g.entry?.runId ?? null,
+        loadedAt: g.entry?.loadedAt ?? null,
+      }));
+    },
+    async verify(pipeline, options) {
+      if (!hasPartitionedStreams(pipeline)) return { ok: true, checkedAt: new Date().toISOString(), mismatches: [] };
+      const checks = await ledgerCommands(pipeline, { openTimeoutMs: options.openTimeoutMs }).verify();
+      const mismatches = checks
+        .filter((c) => !c.ok)
+        .map((c) => ({ stream: c.stream, partition: c.partition, ledgerRows: c.ledgerRows ?? 0, destinationRows: c.tableRows }));
+      return { ok: mismatches.length === 0, checkedAt: new Date().toISOString(), mismatches };
+    },
+    async reload(pipeline, stream, partition) {
+      const result = await ledgerCommands(pipeline).reload([partition], stream);
+      const failed = result.streams.find((s) => s.outcome === 'failed');
+      if (failed) throw new Error(`reload of ${partition} failed: ${failed.error ?? 'unknown error'}`);
+    },
+    async forget(pipeline, stream, partition) {
+      await ledgerCommands(pipeline).forget([partition], stream);
+    },
+  };
+}
+
+/** Reads the ledger table straight from the destination, as stored. */
 export function tableLedgerView(): LedgerView {
   return {
     async partitions(pipeline, options) {

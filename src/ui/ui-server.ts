@@ -16,7 +16,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { TidemarkError, errorMessage, planPipeline, redact, type RunRecord, type StreamConfig } from '../index.js';
 import { DashboardReader, DestinationGate, RUNS_PER_STREAM, destinationKey, lagMs, runDurationMs, type PipelineView } from './dashboard-data.js';
-import { PARTITION_STATUSES, tableLedgerView, type LedgerView } from './ledger-view.js';
+import { PARTITION_STATUSES, libraryLedgerView, type LedgerView } from './ledger-view.js';
 import { ledgerActions, performAction, type ActionName } from './ui-actions.js';
 
 export interface DashboardOptions {
@@ -172,7 +172,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     throw new TidemarkError('usage', `refusing to serve on ${host}: not a loopback address (pass --host ${host} explicitly to allow it)`);
   }
   const pageDir = staticDir();
-  const ledger = options.ledger ?? tableLedgerView();
+  const ledger = options.ledger ?? libraryLedgerView();
   const gate = new DestinationGate();
   const reader = new DashboardReader({ inputs: options.inputs, ledger, openTimeoutMs: options.openTimeoutMs ?? 250, maxAgeMs: 1000, gate });
   const token = randomBytes(24).toString('hex');

@@ -1,0 +1,72 @@
+/**
+ * The ledger grid of a real partitioned pipeline: statuses come from the same planning a run does (loaded, changed
+ * since load, missing), `ledger verify` runs, and with --allow-actions a reload goes through `tidemark ledger reload`.
+ */
+import { join } from 'node:path';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { writeTaxiMonth } from '../../fixtures/taxi.js';
+import { cli } from '../../helpers/cli.js';
+import { tempDir, writeYaml } from '../../helpers/fs.js';
+import { duckdbQuery } from '../../helpers/warehouse.js';
+import { launchBrowser, startUi } from './helpers.js';
+
+let browser: Browser;
+let dir: string;
+let cleanup: () => Promise<void>;
+beforeAll(async () => {
+  browser = await launchBrowser();
+  ({ dir, cleanup } = await tempDir('tidemark-ui-ledger-'));
+});
+afterAll(async () => {
+  await browser?.close();
+  await cleanup();
+});
+
+describe('tidemark ui ledger grid', () => {
+  it('shows loaded, changed and missing months, verifies, and reloads a month through the library', async () => {
+    const data = join(dir, 'data');
+    const month = (m: string) => join(data, 'trips', `yellow_tripdata_${m}.parquet`);
+    await writeTaxiMonth(month('2024-01'), { year: 2024, month: 1, rows: 300, seed: 1 });
+    await writeTaxiMonth(month('2024-02'), { year: 2024, month: 2, rows: 400, seed: 2 });
+    const target = join(dir, 'w.duckdb');
+    const config = await writeYaml(
+      dir,
+      'trips.yaml',
+      `name: trips\nsource: {type: files, location: ${JSON.stringify(data)}}\nstreams:\n  - name: trips\n    pattern: trips/yellow_tripdata_{month}.parquet\n    partition_column: month\ndestination: {type: duckdb, path: ${JSON.stringify(target)}}\n`,
+    );
+    const loaded = await cli(['run', config]);
+    expect(loaded.code, loaded.stderr).toBe(0);
+    await writeTaxiMonth(month('2024-02'), { year: 2024, month: 2, rows: 450, seed: 7 });
+    await writeTaxiMonth(month('2024-03'), { year: 2024, month: 3, rows: 100, seed: 3 });
+
+    const ui = await startUi([config, '--allow-actions']);
+    const page: Page = await browser.newPage();
+    try {
+      await page.goto(`${ui.url}#/p/trips/s/trips`);
+      await page.waitForSelector('main[data-ready="true"]');
+      await page.waitForSelector('[data-role="ledger"] .cell');
+      const status = (p: string) => page.locator(`[data-role="ledger"] .cell[data-partition="${p}"]`).getAttribute('data-status');
+      expect(await status('2024-01')).toBe('loaded');
+      expect(await status('2024-02')).toBe('changed');
+      expect(await status('2024-03')).toBe('missing');
+      await page.waitForFunction(() => !((globalThis as unknown as { document: { querySelector(s: string): { textContent: string | null } | null } }).document.querySelector('[data-role="verify"]')?.textContent ?? '').includes('Checking'));
+      expect(await page.locator('[data-role="verify"]').textContent()).not.toContain('Not available');
+
+      await page.locator('[data-role="ledger"] .cell[data-partition="2024-02"]').click();
+      await page.waitForSelector('dialog#confirm[open]');
+      expect(await page.locator('#confirm-text').textContent()).toContain('tidemark ledger reload 2024-02');
+      await page.click('#confirm-ok');
+      await page.waitForSelector('#notice.ok', { timeout: 60_000 });
+      expect(await page.locator('#notice').textContent()).toContain('2024-02: reloaded');
+    } finally {
+      await page.close();
+      await ui.stop();
+    }
+    const counts = await duckdbQuery(target, `SELECT month, count(*) AS n FROM trips GROUP BY month ORDER BY month`);
+    expect(counts.map((r) => [r.month, Number(r.n)])).toEqual([
+      ['2024-01', 300],
+      ['2024-02', 450],
+    ]);
+  }, 120_000);
+});

@@ -7,7 +7,7 @@
  * is refused: an object store cannot upsert rows in place.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import type {
   CommitRequest,
@@ -161,7 +161,6 @@ export class FilesDestination implements Destination {
 
   /** Temp files and stale `.lock` files a killed local write left (the lease guarantees no live writer owns them). */
   private async removeLocalLeftovers(prefixes: readonly string[]): Promise<void> {
-    const { readdir } = await import('node:fs/promises');
     for (const prefix of prefixes) {
       // The directory holding `prefix/x` (a folder prefix) or `prefix` (a file).
       const path = this.lake.store.localPath(prefix.endsWith('/') ? `${prefix}x` : prefix);
@@ -228,7 +227,6 @@ export class FilesDestination implements Destination {
     const local = this.lake.store.localPath(key);
     if (local !== undefined) return local;
     const file = join(await this.cacheDir, key.replace(/\//g, '__'));
-    const { stat } = await import('node:fs/promises');
     if (!(await stat(file).then(() => true, () => false))) await this.lake.store.download(key, file);
     return file;
   }

@@ -14,7 +14,6 @@ import { open } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { ConflictError, DestinationError } from '../../core/errors.js';
 import type { Logger } from '../../core/logger.js';
-import type { PipelineState } from '../../core/types.js';
 import type { ObjectStore } from '../../shared/object-store.js';
 import { probeConditionalWrites } from '../../shared/object-store-lease.js';
 import { CorruptStateError } from '../../state/state-store.js';
@@ -283,10 +282,6 @@ export class Lake {
     }
     return [...out].sort();
   }
-}
-
-export function stateVersion(state: PipelineState | null): number | undefined {
-  return state?.version;
 }
 
 export function refuse(message: string, pipeline: string): never {

@@ -90,7 +90,7 @@ async function viaHyparquet(files: string[]): Promise<(string | null)[][]> {
   const out: (string | null)[][] = [];
   for (const f of files) {
     const bytes = await readFile(f);
-    const file = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+    const file = new Uint8Array(bytes).buffer;
     const objects = (await parquetReadObjects({
       file,
       compressors: { GZIP: (input: Uint8Array) => new Uint8Array(gunzipSync(input)) },

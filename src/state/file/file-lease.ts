@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import type { Lease, LeaseProvider } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 
-interface LeaseRecord {
+/** One lease file: who holds which fencing token, since when, until when. */
+export interface LeaseRecord {
   readonly token: number;
   readonly host: string;
   readonly pid: number;
@@ -76,13 +77,15 @@ export class FileLeaseProvider implements LeaseProvider {
   }
 }
 
-function isLive(record: LeaseRecord): boolean {
+/** Held now: not released, not expired, and (on this host) its process is alive. */
+export function isLive(record: LeaseRecord): boolean {
   if (record.released || record.expiresAt <= Date.now()) return false;
   if (record.host === hostname() && !processAlive(record.pid)) return false;
   return true;
 }
 
-async function latest(dir: string): Promise<LeaseRecord | undefined> {
+/** The newest lease record of a pipeline's lease directory (the highest token), if any. */
+export async function latest(dir: string): Promise<LeaseRecord | undefined> {
   const tokens = (await readdir(dir))
     .map((f) => FILE_RE.exec(f))
     .filter((m): m is RegExpExecArray => m !== null)

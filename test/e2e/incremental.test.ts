@@ -148,6 +148,36 @@ describe.each(KINDS)('incremental runs into %s', (kind) => {
   });
 });
 
+describe('schema and stream selection', () => {
+  it('tidemark schema prints the JSON Schema of pipeline files', async () => {
+    const out = await cli(['schema']);
+    expect(out.code).toBe(0);
+    const schema = JSON.parse(out.stdout);
+    expect(Object.keys(schema.properties)).toEqual(expect.arrayContaining(['name', 'source', 'streams', 'destination', 'state']));
+  });
+
+  it('--stream runs only the named streams, and an unknown one is a usage error', async () => {
+    const { dir, cleanup } = await tempDir();
+    try {
+      const source = join(dir, 's.sqlite');
+      createItems(source, itemRange(1, 5, 1));
+      const config = await writeYaml(
+        dir,
+        'p.yaml',
+        `name: two\nsource: {type: sqlite, path: s.sqlite}\nstreams:\n  - table: items\n    primary_key: [id]\n    cursor: updated_at\n  - name: copy\n    query: SELECT * FROM items\n    primary_key: [id]\n    strategy: full\ndestination: {type: duckdb, path: w.duckdb}\n`,
+      );
+      const one = await cli(['run', config, '--stream', 'copy', '--json']);
+      expect(one.code, one.stderr).toBe(0);
+      expect(JSON.parse(one.stdout).streams.map((s: { stream: string }) => s.stream)).toEqual(['copy']);
+      const bad = await cli(['run', config, '--stream', 'nope']);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toMatch(/no stream nope \(streams: items, copy\)/);
+    } finally {
+      await cleanup();
+    }
+  });
+});
+
 describe('config errors', () => {
   it('exit 2 with the file and the path in the document', async () => {
     const { dir, cleanup } = await tempDir();

@@ -37,6 +37,20 @@ let cleanup: () => Promise<void>;
 beforeAll(async () => ({ dir: root, cleanup } = await tempDir()));
 afterAll(() => cleanup());
 
+/** Waits until the process `pid` holds the pipeline's lease (file-backed destinations keep it beside the file). */
+async function waitForLease(target: string, pipeline: string, pid: number): Promise<void> {
+  const fs = await import('node:fs/promises');
+  const dir = join(`${target}.locks`, pipeline);
+  for (const deadline = Date.now() + 30_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 50))) {
+    for (const f of await fs.readdir(dir).catch(() => [] as string[])) {
+      if (!f.startsWith('lease-')) continue;
+      const lease = JSON.parse(await fs.readFile(join(dir, f), 'utf8').catch(() => '{}')) as { pid?: number; released?: boolean };
+      if (lease.pid === pid && lease.released === false) return;
+    }
+  }
+  throw new Error(`process ${pid} never took the lease of ${pipeline}`);
+}
+
 async function snapshot(kind: (typeof KINDS)[number], target: string) {
   const rows = await destinationQuery(kind, target, `SELECT CAST(id AS VARCHAR) AS id, value FROM items ORDER BY id`);
   return rows.map((r) => `${r.id}:${r.value}`);
@@ -180,7 +194,7 @@ describe('one run at a time', () => {
     createItems(source, itemRange(1, 20, 2));
     const config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: 'duckdb', path: target } }));
     const holder = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'lock.after_acquire=1:hang' });
-    await new Promise((r) => setTimeout(r, 1500));
+    await waitForLease(target, 'items', holder.child.pid!);
     const second = await cli(['run', config]);
     expect(second.code).toBe(3);
     expect(second.stderr).toMatch(/pipeline items is already running \(since .*pid \d+/);
@@ -201,8 +215,10 @@ describe('one run at a time', () => {
     expect((await cli(['run', config])).code).toBe(0);
     upsertItems(source, itemRange(31, 10, 3, 100, 'zombie'));
     // The zombie stages its rows, then sleeps inside its commit; SIGSTOP freezes it (no lease renewals) past its lease.
-    const zombie = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'extract.after_batch=1:sleep(2500)' });
-    await new Promise((r) => setTimeout(r, 1200));
+    const zombie = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'extract.after_batch=1:sleep(4000)' });
+    // Freeze it only once it holds the lease (a loaded machine may take a while to start node).
+    await waitForLease(target, 'items', zombie.child.pid!);
+    await new Promise((r) => setTimeout(r, 800));
     zombie.child.kill('SIGSTOP');
     await new Promise((r) => setTimeout(r, 2500));
     upsertItems(source, itemRange(41, 5, 3, 200, 'taker'));

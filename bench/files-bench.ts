@@ -173,3 +173,19 @@ const lite = await tidemark('sqlite');
 console.log(`Python sqlite3.executemany (insert only): ${py.seconds.toFixed(2)} s (${rate(total, py)})`);
 console.log(`tidemark → SQLite (end to end):           ${lite.load.seconds.toFixed(2)} s (${rate(lite.rows, lite.load)}), peak RSS ${lite.load.peakRssMb} MB; ${(py.seconds / lite.load.seconds).toFixed(2)}× the insert loop (target ≥ 1×)`);
 console.log(`  no-op re-run ${lite.noop.seconds.toFixed(3)} s vs floor ${lite.floor.seconds.toFixed(3)} s = ${(lite.noop.seconds / lite.floor.seconds).toFixed(2)}× (target ≤ 1.2×)`);
+// One machine-readable line for `npm run bench` (bench/run.ts).
+console.log(
+  `BENCH_RESULT ${JSON.stringify({
+    rows: total,
+    duckdb_own_s: own.seconds,
+    duckdb_load_s: duck.load.seconds,
+    duckdb_load_rss_mb: duck.load.peakRssMb,
+    duckdb_noop_s: duck.noop.seconds,
+    duckdb_floor_s: duck.floor.seconds,
+    python_s: py.seconds,
+    sqlite_load_s: lite.load.seconds,
+    sqlite_load_rss_mb: lite.load.peakRssMb,
+    sqlite_noop_s: lite.noop.seconds,
+    sqlite_floor_s: lite.floor.seconds,
+  })}`,
+);

@@ -131,6 +131,8 @@ async function main(): Promise<void> {
       noop_vs_floor: round(Math.min(noop.seconds, noop2.seconds) / floor.seconds),
     };
     console.log(JSON.stringify(report, null, 2));
+    // One machine-readable line for `npm run bench` (bench/run.ts).
+    console.log(`BENCH_RESULT ${JSON.stringify(report)}`);
   } finally {
     if (!process.argv.includes('--keep')) {
       await admin(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);

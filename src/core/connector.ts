@@ -3,6 +3,7 @@
  * implement these and never import each other or the engine.
  */
 import type {
+  Column,
   ColumnType,
   LedgerEntry,
   NullCursorPolicy,
@@ -116,6 +117,41 @@ export interface ReadRequest {
   readonly signal?: AbortSignal;
 }
 
+/**
+ * One chunk of a bulk read: a header-less CSV file (RFC 4180: `,` and `"`, NULL as an unquoted empty field, an
+ * empty string as `""`) holding the stream's columns in schema order, each value in Postgres' text form of its
+ * column type (integers and decimals as digits; floats with `NaN`/`Infinity`/`-Infinity`/`-0`; booleans `t`/`f`;
+ * bytes `\x<hex>`; dates, times and timestamps ISO with microseconds, timestamptz in UTC with `+00`; json as text).
+ * A chunk ends only where a checkpoint may: never inside a group of rows sharing one cursor value.
+ */
+export interface BulkChunk {
+  readonly path: string;
+  /** Rows in the file; the destination must read exactly these many. */
+  readonly rows: number;
+  /** Longest row in bytes (lets the reader size its line buffer). */
+  readonly maxRowBytes: number;
+  /** Incremental reads: the `(cursor, pk)` of the chunk's last row, canonical. */
+  readonly last?: Watermark;
+  /** Keyset reads ordered by primary key: the key of the chunk's last row, canonical. */
+  readonly lastPk?: readonly TypedValue[];
+  /** No primary key value repeats within the whole read (a table's own key read in one snapshot). */
+  readonly uniqueKey: boolean;
+  /** Canonical cursor of the chunk's first row (for run records). */
+  readonly firstCursor?: string;
+  /** Deletes the file (after its rows are committed, or when the read is abandoned). */
+  release(): Promise<void>;
+}
+
+/** The optional bulk form of an opened read: the same rows, in the same order, as files of whole chunks. */
+export interface BulkRead {
+  readonly format: 'csv';
+  /**
+   * Chunks of at least `chunkRows` rows (the last may be smaller), extended to the end of the last cursor group; the
+   * next chunk is written while the previous one loads. Rows without a usable position cut nowhere.
+   */
+  chunks(options: { readonly chunkRows: number; readonly signal?: AbortSignal }): AsyncIterable<BulkChunk>;
+}
+
 /** One opened read: its bounds are fixed before the first batch is produced. */
 export interface OpenedRead {
   readonly schema: StreamSchema;
@@ -139,6 +175,8 @@ export interface OpenedRead {
   readonly resumable?: boolean;
   /** Batches ordered by `(cursor, pk)` for incremental reads and by pk for keyset reads (unless `ordered` is false). */
   batches(): AsyncIterable<Batch>;
+  /** Present when the source can hand the whole read over as chunk files; an engine uses either this or `batches()`. */
+  readonly bulk?: BulkRead;
   close(): Promise<void>;
 }
 
@@ -174,10 +212,21 @@ export interface OpenedPartition {
   readonly canonical?: boolean;
   /** Rows in schema order, in batches of about `batchRows`. */
   batches(): AsyncIterable<Batch>;
+  /**
+   * The same rows as `batches()`, column by column (no row arrays built): used when the load transaction has
+   * `writeColumns`. Values are as `batches()` would give them.
+   */
+  columnBatches?(): AsyncIterable<ColumnBatch>;
   /** Turns a failure of reading these files (also one raised by a native scan) into an error naming file and line. */
   explain(error: unknown): Promise<Error>;
   /** Removes temp files. */
   close(): Promise<void>;
+}
+
+/** Rows as columns: `columns[c][r]` is the value of schema column `c` in row `r`, for `r < rowCount`. */
+export interface ColumnBatch {
+  readonly rowCount: number;
+  readonly columns: readonly (readonly Value[])[];
 }
 
 /** The optional ability of a source to list and read partitions (files, months, date ranges). */
@@ -205,6 +254,14 @@ export interface DestinationCapabilities {
   readonly schemaEvolution: boolean;
   /** Engines whose `NativeScan` this destination runs itself inside its load transaction (`writeScan`). */
   readonly nativeScan?: readonly NativeScan['engine'][];
+  /** Bulk chunk formats this destination loads itself (`LoadTransaction.writeBulk`), checking every value in its engine. */
+  readonly bulkFormats?: readonly BulkRead['format'][];
+  /**
+   * The destination stores rows in groups of this many (DuckDB row groups): bulk chunks of whole groups are written
+   * straight to storage instead of through the write-ahead log, so a bulk load rounds `checkpoint_rows` up to whole
+   * groups when it is at least half a group.
+   */
+  readonly bulkRowGroup?: number;
 }
 
 /** Where a load goes: the live table, or a generation being built beside it. */
@@ -222,7 +279,38 @@ export interface TableTarget {
 
 export interface Fence {
   readonly pipeline: string;
+  /** The pipeline lease's token: recorded by an exclusive run's commit; only checked by a partition job's commit. */
   readonly token: number;
+  /**
+   * Set by a partition job (which holds the pipeline lease in shared mode): its own lease, whose token the commit
+   * checks and records under `lease`. Such a commit writes no pipeline state document (the ledger row is the
+   * partition's state), so partition jobs of one pipeline commit side by side without a state-version conflict.
+   */
+  readonly partition?: { readonly lease: string; readonly token: number };
+}
+
+/** What a ledger row held when a load planned against it: the commit refuses if another load replaced it since. */
+export interface LedgerMark {
+  readonly runId: string;
+  readonly loadedAt: string;
+}
+
+/**
+ * The lease name of one partition of a stream: `<pipeline>/<stream>/<partition>`. Lease providers use names as
+ * directory names, object-key segments and keys, so every segment keeps only `[A-Za-z0-9_.-]` (anything else, and
+ * a leading dot, is percent-encoded): a partition id like `2024/01` or `..` can neither nest nor climb.
+ */
+export function partitionLeaseName(pipeline: string, stream: string, partition: string): string {
+  const segment = (text: string) =>
+    text === ''
+      ? '%'
+      : Array.from(Buffer.from(text, 'utf8'))
+          .map((b, i) => {
+            const c = String.fromCharCode(b);
+            return /[A-Za-z0-9_-]/.test(c) || (c === '.' && i > 0) ? c : `%${b.toString(16).toUpperCase().padStart(2, '0')}`;
+          })
+          .join('');
+  return [pipeline, stream, partition].map(segment).join('/');
 }
 
 export interface LoadInfo {
@@ -245,6 +333,11 @@ export interface CommitRequest {
   readonly verify?: () => Promise<void>;
   /** Ledger rows written (replacing any of the same partition) in this same commit. */
   readonly ledger?: readonly LedgerEntry[];
+  /**
+   * By partition: what its ledger row must still hold (`null`: no row) for this commit to replace it, so a stale load
+   * never overwrites a newer one. Partitions left out are written unconditionally.
+   */
+  readonly ledgerExpect?: Readonly<Record<string, LedgerMark | null>>;
 }
 
 export interface LoadTransaction {
@@ -255,6 +348,17 @@ export interface LoadTransaction {
    * before `commit`. Present only on destinations that declare the scan's engine in `capabilities.nativeScan`.
    */
   writeScan?(scan: NativeScan): Promise<number>;
+  /**
+   * Writes rows given column by column (values already checked) inside this transaction; nothing is visible before
+   * `commit`. Present only on destinations with a columnar insert path.
+   */
+  writeColumns?(batch: ColumnBatch): Promise<void>;
+  /**
+   * Stages one bulk chunk: every value is checked against its column type by the destination's engine; rows that do
+   * not fit come back as rejects (with their reason) and are not staged. `rows` = staged + rejected = `chunk.rows`.
+   * Nothing is visible before `commit`. Present only on destinations that declare the format in `bulkFormats`.
+   */
+  writeBulk?(chunk: BulkChunk): Promise<{ readonly loaded: number; readonly rejects: readonly Reject[] }>;
   /** Data, state, rejects and the run record, atomically; refuses a stale fence or a moved state version. */
   commit(request: CommitRequest): Promise<void>;
   rollback(): Promise<void>;
@@ -267,6 +371,10 @@ export interface Destination {
   begin(load: LoadInfo): Promise<LoadTransaction>;
   /** Why this destination cannot hold a value exactly, or undefined when it can. */
   rejectReason(type: ColumnType, value: Value): string | undefined;
+  /** False when `rejectReason` refuses no canonical value of this type, so a columnar check can skip the column. */
+  mayReject?(type: ColumnType): boolean;
+  /** Whether `LoadTransaction.writeBulk` can carry every one of these columns exactly in this format. */
+  acceptsBulk?(format: BulkRead['format'], columns: readonly Column[]): boolean;
   /** Drops a stream's leftover build table (after a reset). */
   dropBuild(stream: string): Promise<void>;
   /** The partition ledger, on destinations that keep one beside the data (needed by `strategy: partitioned`). */
@@ -313,4 +421,10 @@ export interface StateStore {
 
 export interface LeaseProvider {
   acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease>;
+  /**
+   * The lease in shared mode, on providers that have one: any number of shared holders at once, none while an
+   * exclusive holder (`acquire`) has it and vice versa. Its token is the current exclusive token, unchanged; it is
+   * how partition jobs run beside each other yet never beside a whole-pipeline run or an admin command.
+   */
+  acquireShared?(pipeline: string, options: { ttlMs: number }): Promise<Lease>;
 }

@@ -4,7 +4,7 @@
  * row, the next state and the run record. A crash inside a partition leaves none of its rows and no ledger mark.
  */
 import { hostname } from 'node:os';
-import type { LedgerStore, LoadTransaction, OpenedPartition, PartitionListing, PartitionedSource } from '../core/connector.js';
+import { partitionLeaseName, type ColumnBatch, type Lease, type LedgerStore, type LoadTransaction, type OpenedPartition, type PartitionListing, type PartitionedSource } from '../core/connector.js';
 import { DestinationError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type { Column, LedgerEntry, PartitionFile, PipelineState, Reject, Row, RunRecord, StreamResult } from '../core/types.js';
@@ -100,8 +100,8 @@ export async function planPartitions(
  * A `loadStream` for partitioned streams; `reload` names partitions to load again whatever the ledger says; `only`
  * (a queue job's partition) limits the load to those of the pending partitions.
  */
-export function partitionLoader(reload: readonly string[] = [], only?: readonly string[]) {
-  return (ctx: StreamContext, stream: StreamConfig, state: PipelineState): Promise<StreamOutcome> => new PartitionLoader(ctx, stream, state, only).load(reload);
+export function partitionLoader(reload: readonly string[] = [], only?: readonly string[], leases?: ReadonlyMap<string, Lease>) {
+  return (ctx: StreamContext, stream: StreamConfig, state: PipelineState): Promise<StreamOutcome> => new PartitionLoader(ctx, stream, state, only, leases).load(reload);
 }
 
 class PartitionLoader {
@@ -118,6 +118,11 @@ class PartitionLoader {
     private readonly stream: StreamConfig,
     private state: PipelineState,
     private readonly only?: readonly string[],
+    /**
+     * A partition job's own leases by lease name (`partitionLeaseName`); the pipeline lease (`ctx.lease`) is then
+     * held shared. Absent: this run holds the pipeline lease exclusively.
+     */
+    private readonly leases?: ReadonlyMap<string, Lease>,
   ) {}
 
   async load(reload: readonly string[]): Promise<StreamOutcome> {
@@ -150,6 +155,7 @@ class PartitionLoader {
 
   private async loadPartition(plan: PartitionPlan, final: boolean): Promise<void> {
     const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
+    const own = this.ownLease(plan.partition);
     const source = partitionsOf(this.ctx, this.stream);
     const opened = await source
       .open(this.stream, plan.listing, { batchRows: this.stream.batchRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })
@@ -165,7 +171,7 @@ class PartitionLoader {
           write: 'append',
           replacePartition: { column: this.stream.files!.partitionColumn, value: plan.partition },
         },
-        fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
+        fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token, ...(own ? { partition: { lease: own.name, token: own.lease.token } } : {}) },
       });
       try {
         const counts = await this.copy(opened, txn);
@@ -183,15 +189,21 @@ class PartitionLoader {
         this.rowsRead += counts.loaded + counts.rejects.length;
         this.rowsLoaded += counts.loaded;
         this.rowsRejected += counts.rejects.length;
-        const next = this.nextState();
-        await this.ctx.lease.assertHeld();
+        // A partition job leaves the pipeline state document as it is (its ledger row is the partition's state).
+        const next = own ? this.state : this.nextState();
+        const held = async () => {
+          await this.ctx.lease.assertHeld();
+          await own?.lease.assertHeld();
+        };
+        await held();
         await txn.commit({
           state: next,
           run: this.runRecord(final ? 'committed' : 'running'),
           rejects: counts.rejects,
           swap: false,
           ledger: [entry],
-          verify: () => this.ctx.lease.assertHeld(),
+          ledgerExpect: { [plan.partition]: plan.entry ? { runId: plan.entry.runId, loadedAt: plan.entry.loadedAt } : null },
+          verify: held,
         });
         await failpoint('load.after_commit');
         this.commits += 1;
@@ -208,6 +220,17 @@ class PartitionLoader {
     } finally {
       await opened.close();
     }
+  }
+
+  /** The partition job's own lease of this partition, or undefined in a run holding the pipeline lease exclusively. */
+  private ownLease(partition: string): { name: string; lease: Lease } | undefined {
+    if (this.leases === undefined) return undefined;
+    const name = partitionLeaseName(this.ctx.pipeline, this.stream.name, partition);
+    const lease = this.leases.get(name);
+    if (lease === undefined) {
+      throw new TidemarkError('usage', `partition ${partition} of stream ${this.stream.name} is not leased by this job`, { context: { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'lock' } });
+    }
+    return { name, lease };
   }
 
   /** Moves a partition's rows into the transaction: natively when both ends run the same engine, else row by row. */
@@ -227,6 +250,17 @@ class PartitionLoader {
     const columns = opened.schema.columns;
     const rejects: Reject[] = [];
     let loaded = 0;
+    if (opened.columnBatches && txn.writeColumns && opened.canonical) {
+      for await (const batch of opened.columnBatches()) {
+        await failpoint('extract.after_batch');
+        const kept = this.checkColumns(columns, batch, rejects);
+        await txn.writeColumns(kept);
+        loaded += kept.rowCount;
+        await failpoint('load.after_write');
+        this.ctx.onProgress?.(this.stream.name, this.rowsRead + loaded + rejects.length);
+      }
+      return { loaded, rejects };
+    }
     for await (const batch of opened.batches()) {
       await failpoint('extract.after_batch');
       const rows: Row[] = [];
@@ -259,6 +293,31 @@ class PartitionLoader {
       }
     }
     return row;
+  }
+
+  /** `checkCanonical` for a batch of columns: the batch itself when every row fits, else the rows that do. */
+  private checkColumns(columns: readonly Column[], batch: ColumnBatch, rejects: Reject[]): ColumnBatch {
+    const destination = this.ctx.destination;
+    // Row → its reject (the first column that does not fit, as the row path reports it).
+    let bad: Map<number, Reject> | undefined;
+    for (let c = 0; c < columns.length; c += 1) {
+      const type = columns[c]!.type;
+      if (destination.mayReject?.(type) === false) continue;
+      const values = batch.columns[c]!;
+      for (let r = 0; r < batch.rowCount; r += 1) {
+        const value = values[r] ?? null;
+        if (value === null) continue;
+        const refused = destination.rejectReason(type, value);
+        if (refused === undefined || bad?.has(r)) continue;
+        const raw = batch.columns.map((column) => column[r] ?? null);
+        (bad ??= new Map()).set(r, { column: columns[c]!.name, reason: `column ${columns[c]!.name}: ${refused}`, row: rowToJson(columns, raw) });
+      }
+    }
+    if (bad === undefined) return batch;
+    for (const r of [...bad.keys()].sort((a, b) => a - b)) rejects.push(bad.get(r)!);
+    const keep: number[] = [];
+    for (let r = 0; r < batch.rowCount; r += 1) if (!bad.has(r)) keep.push(r);
+    return { rowCount: keep.length, columns: batch.columns.map((values) => keep.map((r) => values[r] ?? null)) };
   }
 
   /** Values already canonical for their type: only what the destination cannot hold is rejected. */

@@ -4,7 +4,7 @@
  * Every commit carries data and state together; a failure leaves state and data as after the last commit.
  */
 import { hostname } from 'node:os';
-import type { Destination, Lease, Source } from '../core/connector.js';
+import { partitionLeaseName, type Destination, type Lease, type Source } from '../core/connector.js';
 import { ConflictError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { newRunId } from '../core/ids.js';
@@ -12,7 +12,7 @@ import type { Logger } from '../core/logger.js';
 import { silentLogger } from '../core/logger.js';
 import type { PipelineState, RunResult, StreamResult } from '../core/types.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
-import { leaseProviderFor, openSource } from '../registry/index.js';
+import { concurrentPartitionWriters, leaseProviderFor, openSource } from '../registry/index.js';
 import { openPipelineDestination } from './state-sync.js';
 import { partitionLoader } from './partition-load.js';
 import { loadStream } from './stream-load.js';
@@ -43,7 +43,9 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
   const runId = newRunId();
   const startedAt = new Date().toISOString();
   const streams = selectStreams(pipeline, options.streams);
-  const lease = await leaseProviderFor(pipeline.destination, pipeline.state).acquire(pipeline.name, { ttlMs: pipeline.lockTtlMs });
+  // Leases first, before any destination connection or file is opened: a run that has to wait holds nothing.
+  const leases = await acquireLeases(pipeline, streams, options);
+  const lease = leases.pipeline;
   try {
     await failpoint('lock.after_acquire');
     const destination = await openPipelineDestination(pipeline, logger).catch((e: unknown) => {
@@ -54,7 +56,7 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
         throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'source');
       });
       try {
-        const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease, options, logger });
+        const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease, partitionLeases: leases.partitions, options, logger });
         return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: new Date().toISOString(), ok: results.every((r) => r.outcome === 'committed'), streams: results };
       } finally {
         await source.close();
@@ -63,8 +65,50 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
       await destination.close();
     }
   } finally {
+    for (const own of leases.partitions?.values() ?? []) await own.release();
     await lease.release();
   }
+}
+
+interface RunLeases {
+  /** The pipeline lease: exclusive, or shared when this run is a partition job. */
+  readonly pipeline: Lease;
+  /** A partition job's own leases by lease name (`partitionLeaseName`); absent for an exclusive run. */
+  readonly partitions?: ReadonlyMap<string, Lease>;
+}
+
+/**
+ * A run limited to partitions of partitioned streams, into a destination that takes concurrent writers, is a
+ * partition job: it holds the pipeline lease shared (so it never runs beside a whole-pipeline run or an admin
+ * command, which hold it exclusively) and one exclusive lease per partition (so no partition loads twice at once),
+ * and its commits are fenced by the partition's token. Any other run holds the pipeline lease exclusively.
+ */
+async function acquireLeases(pipeline: PipelineConfig, streams: readonly StreamConfig[], options: RunOptions): Promise<RunLeases> {
+  const provider = leaseProviderFor(pipeline.destination, pipeline.state);
+  const ttl = { ttlMs: pipeline.lockTtlMs };
+  const partitions = options.partitions ?? [];
+  const partitionJob =
+    partitions.length > 0 &&
+    options.full !== true &&
+    streams.every((s) => s.strategy === 'partitioned') &&
+    provider.acquireShared !== undefined &&
+    concurrentPartitionWriters(pipeline.destination, pipeline.state);
+  if (!partitionJob) return { pipeline: await provider.acquire(pipeline.name, ttl) };
+  const shared = await provider.acquireShared!(pipeline.name, ttl);
+  const own = new Map<string, Lease>();
+  try {
+    for (const stream of streams) {
+      for (const partition of partitions) {
+        const name = partitionLeaseName(pipeline.name, stream.name, partition);
+        own.set(name, await provider.acquire(name, ttl));
+      }
+    }
+  } catch (error) {
+    for (const l of own.values()) await l.release();
+    await shared.release();
+    throw error;
+  }
+  return { pipeline: shared, partitions: own };
 }
 
 interface RunContext {
@@ -75,20 +119,23 @@ interface RunContext {
   readonly destination: Destination;
   readonly source: Source;
   readonly lease: Lease;
+  readonly partitionLeases: ReadonlyMap<string, Lease> | undefined;
   readonly options: RunOptions;
   readonly logger: Logger;
 }
 
 async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
   const { pipeline, destination } = ctx;
-  await destination.state.closeInterruptedRuns(pipeline.name);
+  // Only a run holding the pipeline exclusively knows that no other run is going: a partition job must not mark the
+  // records of its neighbours as interrupted.
+  if (ctx.partitionLeases === undefined) await destination.state.closeInterruptedRuns(pipeline.name);
   let state = (await destination.state.load(pipeline.name)) ?? emptyState(pipeline.name);
   const results: StreamResult[] = [];
   for (const stream of ctx.streams) {
     const started = Date.now();
     let durable: StreamResult | undefined;
     try {
-      const load = stream.strategy === 'partitioned' ? partitionLoader(ctx.options.reload, ctx.options.partitions) : loadStream;
+      const load = stream.strategy === 'partitioned' ? partitionLoader(ctx.options.reload, ctx.options.partitions, ctx.partitionLeases) : loadStream;
       const outcome = await load(
         {
           pipeline: pipeline.name,

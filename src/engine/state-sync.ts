@@ -16,7 +16,7 @@ import type { CommitRequest, Destination, LoadInfo, LoadTransaction, NativeScan,
 import { ConflictError, StateError, errorMessage } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type { Logger } from '../core/logger.js';
-import type { PipelineState, Row } from '../core/types.js';
+import type { ColumnType, PipelineState, Row } from '../core/types.js';
 import type { PipelineConfig } from '../config/load.js';
 import { createStateStore, openDestination, type OpenDestinationOptions } from '../registry/index.js';
 import { CorruptStateError, type ExternalStateStore } from '../state/state-store.js';
@@ -160,6 +160,7 @@ class MirroredDestination implements Destination {
       },
       rollback: () => txn.rollback(),
     };
+    if (txn.writeColumns !== undefined) mirrored.writeColumns = txn.writeColumns.bind(txn);
     if (txn.writeScan !== undefined) {
       const writeScan = txn.writeScan.bind(txn);
       return { ...mirrored, writeScan: (scan: NativeScan) => writeScan(scan) };
@@ -183,6 +184,10 @@ class MirroredDestination implements Destination {
 
   rejectReason(...args: Parameters<Destination['rejectReason']>): string | undefined {
     return this.inner.rejectReason(...args);
+  }
+
+  mayReject(type: ColumnType): boolean {
+    return this.inner.mayReject?.(type) ?? true;
   }
 
   dropBuild(stream: string): Promise<void> {

@@ -4,7 +4,7 @@
  * Each commit carries the data, the next state, the rejects and the run record together.
  */
 import { hostname } from 'node:os';
-import type { Destination, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
+import type { BulkRead, Destination, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
 import { SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type {
@@ -138,7 +138,16 @@ class StreamLoader {
     return this.stream.strategy === 'incremental' || this.pkIndexes.length > 0;
   }
 
+  /** The bulk path (chunk files loaded by the destination's engine) when both ends offer it for these columns. */
+  private bulkOf(read: OpenedRead): BulkRead | undefined {
+    const bulk = read.bulk;
+    if (bulk === undefined || this.unordered || read.resumable || process.env.TIDEMARK_BULK === '0') return undefined;
+    return this.ctx.destination.acceptsBulk?.(bulk.format, this.columns) === true ? bulk : undefined;
+  }
+
   async load(read: OpenedRead): Promise<StreamOutcome> {
+    const bulk = this.bulkOf(read);
+    if (bulk !== undefined) return this.loadBulk(read, bulk);
     const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
     try {
       for await (const batch of read.batches()) {
@@ -167,6 +176,56 @@ class StreamLoader {
       await this.flush();
       await this.commit(true);
     }
+    return { state: this.state, result: this.result('committed') };
+  }
+
+  /**
+   * Chunk by chunk: each chunk ends where a checkpoint may, so each is committed whole (with the state it reaches)
+   * once the next one has arrived or the read has ended; the destination checks the values and returns the rejects.
+   */
+  private async loadBulk(read: OpenedRead, bulk: BulkRead): Promise<StreamOutcome> {
+    const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
+    const group = this.ctx.destination.capabilities.bulkRowGroup;
+    let chunkRows = this.canCheckpointAt(read) ? this.stream.checkpointRows : Number.POSITIVE_INFINITY;
+    if (group !== undefined && Number.isFinite(chunkRows) && chunkRows >= group / 2) chunkRows = Math.ceil(chunkRows / group) * group;
+    try {
+      for await (const chunk of bulk.chunks({ chunkRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })) {
+        try {
+          await failpoint('extract.after_batch');
+          this.ctx.signal?.throwIfAborted();
+          const t0 = Date.now();
+          if (this.txnRowsRead > 0) await this.commit(false);
+          const t1 = Date.now();
+          const txn = await this.transaction();
+          const { loaded, rejects } = await txn.writeBulk!(chunk);
+          if (process.env.DBG_BULK) console.error(`wait ${t0 - (this as any).tEnd} commit ${t1 - t0} write ${Date.now() - t1}`);
+          (this as any).tEnd = Date.now();
+          await failpoint('load.after_write');
+          this.rowsRead += chunk.rows;
+          this.txnRowsRead += chunk.rows;
+          this.rowsLoaded += loaded;
+          this.rowsRejected += rejects.length;
+          this.pendingRejects.push(...rejects);
+          if (chunk.last !== undefined) {
+            this.position = { watermark: chunk.last, group: chunk.last.cursor.value };
+            if (loaded > 0) {
+              if (this.cursorMin === null && chunk.firstCursor !== undefined) this.cursorMin = chunk.firstCursor;
+              this.cursorMax = chunk.last.cursor.value;
+            }
+          } else if (chunk.lastPk !== undefined) {
+            this.position = { afterPk: chunk.lastPk, group: chunk.lastPk.map((v) => v.value).join('\u0000') };
+          }
+          this.ctx.onProgress?.(this.stream.name, this.rowsRead);
+        } finally {
+          await chunk.release();
+        }
+      }
+    } catch (error) {
+      await this.txn?.rollback().catch(() => undefined);
+      if (error instanceof TidemarkError) throw withContext(error, { ...context, phase: error.context.phase ?? 'extract' }, 'source');
+      throw withContext(error, { ...context, phase: 'extract' }, 'source');
+    }
+    if (this.building || this.txnRowsRead > 0) await this.commit(true);
     return { state: this.state, result: this.result('committed') };
   }
 

@@ -3,9 +3,15 @@
  * queue: BullMQ may hand a stalled job to a second worker while the first is only paused, and then the pipeline's
  * lease and fencing token (checked inside every commit) keep the displaced worker from committing anything.
  *
- * A job whose pipeline lease is held elsewhere is put back as delayed (not a failed attempt) and retried, so jobs of
- * one pipeline run one at a time across all workers. Jobs for a DuckDB destination also take the file's writer lease,
- * because DuckDB allows one writer process per file: they are serialised per file, whatever the pipeline.
+ * Which jobs run side by side is decided by leases, taken by `run` before it opens anything (engine/run.ts):
+ * - a partition job into a destination that takes concurrent writers (Postgres) holds the pipeline lease shared and
+ *   its partition's lease exclusively, so partition jobs of one pipeline load and commit in parallel, never beside a
+ *   whole-pipeline job, and never two of one partition;
+ * - any other job, and every job into DuckDB or SQLite (one writer per file), holds the pipeline lease exclusively:
+ *   those run one at a time per pipeline. Jobs for a DuckDB destination also take the file's writer lease, because
+ *   DuckDB allows one writer process per file: they are serialised per file, whatever the pipeline.
+ * A job whose lease is held elsewhere is put back as delayed (not a failed attempt) and retried shortly; it holds
+ * no destination connection or file while it waits.
  */
 import { hostname } from 'node:os';
 import type { Job, Worker } from 'bullmq';

@@ -158,14 +158,35 @@ export async function createStateStore(config: StateStoreConfig): Promise<Extern
 }
 
 /** A provider whose implementation (and driver) loads on the first `acquire`. */
-function lazyLeases(load: () => Promise<LeaseProvider>): LeaseProvider {
+function lazyLeases(load: () => Promise<LeaseProvider>, shared = false): LeaseProvider {
   let provider: Promise<LeaseProvider> | undefined;
+  const loaded = () => (provider ??= load());
   return {
     async acquire(pipeline, options) {
-      provider ??= load();
-      return (await provider).acquire(pipeline, options);
+      return (await loaded()).acquire(pipeline, options);
     },
+    // Declared up front (callers decide by its presence before anything loads); only set for providers that have it.
+    ...(shared
+      ? {
+          async acquireShared(pipeline: string, options: { ttlMs: number }) {
+            const p = await loaded();
+            if (p.acquireShared === undefined) throw new Error('this lease provider has no shared mode');
+            return p.acquireShared(pipeline, options);
+          },
+        }
+      : {}),
   };
+}
+
+/**
+ * Whether partition jobs of this pipeline may load and commit side by side: the destination accepts concurrent
+ * writers and keeps per-partition fences, the state lives in it (a separate store would need the pipeline state
+ * written by every commit), and the lease provider has a shared mode. Postgres qualifies. DuckDB and SQLite (one
+ * writer per file) do not: their partition jobs take the whole pipeline lease and run one at a time. The files
+ * destination will qualify once its commit honours `Fence.partition`.
+ */
+export function concurrentPartitionWriters(config: DestinationConfig, state: StateConfig = 'destination'): boolean {
+  return state === 'destination' && config.type === 'postgres';
 }
 
 function storeLeases(config: StateStoreConfig | LockStoreConfig): LeaseProvider {
@@ -190,7 +211,7 @@ export function leaseProviderFor(config: DestinationConfig, state: StateConfig =
   if (state !== 'destination') return storeLeases(state);
   switch (config.type) {
     case 'postgres':
-      return lazyLeases(async () => new (await import('../state/postgres/postgres-lease.js')).PostgresLeaseProvider(config.url, config.schema));
+      return lazyLeases(async () => new (await import('../state/postgres/postgres-lease.js')).PostgresLeaseProvider(config.url, config.schema), true);
     case 'files':
       // A local lake: an exclusive lock file beside the data. A bucket: lease objects with conditional writes.
       if (config.lock !== undefined) return storeLeases(config.lock);

@@ -5,7 +5,7 @@
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { DuckDBInstance, listValue, type DuckDBAppender, type DuckDBConnection, type DuckDBValue } from '@duckdb/node-api';
-import type { DestinationCapabilities } from '../../core/connector.js';
+import type { BulkChunk, DestinationCapabilities } from '../../core/connector.js';
 import { ConflictError, DestinationError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
@@ -72,6 +72,64 @@ function appendValue(appender: DuckDBAppender, type: ColumnType, value: Value): 
   }
 }
 
+/**
+ * How a bulk CSV field (Postgres text form) is read. `read`: the type DuckDB's CSV reader parses it as on the fast
+ * path (an unparsable value skips its line, which the slow path then explains); VARCHAR where the reader would
+ * accept a wrong value (`0044-03-15 BC` as year 44) or silently read NULL (TIMESTAMPTZ). `cast`: the target type from
+ * text, behind `textGuard`. `guard`: what a parsed value must also meet (the row path's calendar: finite, years
+ * 1–9999). Undefined: the type cannot travel exactly this way (unbounded or wide decimals, kept as canonical text).
+ */
+interface BulkColumn {
+  readonly read: string;
+  readonly cast: string;
+  readonly textGuard?: (c: string) => string;
+  readonly convert?: (c: string) => string;
+  readonly guard?: (v: string) => string;
+}
+
+function bulkColumn(type: ColumnType): BulkColumn | undefined {
+  const calendar = (v: string) => `isfinite(${v}) AND year(${v}) BETWEEN 1 AND 9999`;
+  const notBc = (c: string) => `NOT ends_with(${c}, 'BC')`;
+  const target = duckdbColumnType(type);
+  switch (type.kind) {
+    case 'boolean':
+    case 'int16':
+    case 'int32':
+    case 'int64':
+    case 'uint64':
+    case 'float32':
+    case 'float64':
+    case 'uuid':
+    case 'time':
+      return { read: target, cast: target };
+    case 'decimal':
+      return type.precision === undefined || type.precision > 38 ? undefined : { read: target, cast: target };
+    case 'text':
+    case 'interval':
+      return { read: 'VARCHAR', cast: 'VARCHAR' };
+    case 'json':
+      return { read: 'VARCHAR', cast: 'JSON', convert: (c) => `CASE WHEN json_valid(${c}) THEN CAST(${c} AS JSON) END` };
+    case 'bytes':
+      return { read: 'VARCHAR', cast: 'BLOB', convert: (c) => `CASE WHEN starts_with(${c}, '\\x') THEN unhex(substr(${c}, 3)) END` };
+    case 'timestamp':
+      return { read: target, cast: target, textGuard: notBc, guard: calendar };
+    case 'date':
+    case 'timestamptz':
+      return { read: 'VARCHAR', cast: target, textGuard: notBc, guard: calendar };
+  }
+}
+
+/** The target value of a column read as text (NULL when it does not convert). */
+function fromText(spec: BulkColumn, c: string): string {
+  if (spec.convert) return spec.convert(c);
+  if (spec.cast === 'VARCHAR') return c;
+  return spec.textGuard ? `CASE WHEN ${spec.textGuard(c)} THEN TRY_CAST(${c} AS ${spec.cast}) END` : `TRY_CAST(${c} AS ${spec.cast})`;
+}
+
+const sqlString = (text: string) => `'${text.replace(/'/g, "''")}'`;
+/** DuckDB's default line limit; longer rows raise it for that chunk. */
+const DEFAULT_MAX_LINE = 2_097_152;
+
 class DuckDbExecutor implements SqlExecutor {
   constructor(readonly connection: DuckDBConnection) {}
 
@@ -121,6 +179,52 @@ function duckDbDialect(connection: DuckDBConnection, schema: string): SqlDialect
         appender.closeSync();
       }
     },
+    bulkColumn: (type) => bulkColumn(type) !== undefined,
+    async stageBulk(into: string, columns: readonly Column[], chunk: BulkChunk, notNull: readonly number[]) {
+      const specs = columns.map((c) => bulkColumn(c.type)!);
+      const raw = columns.map((_, i) => `c${i}`);
+      const options = (types: readonly string[], extra: readonly string[]) =>
+        [
+          sqlString(chunk.path), `header = false`, `delim = ','`, `quote = '"'`, `escape = '"'`, `new_line = '\\n'`, `auto_detect = false`,
+          `allow_quoted_nulls = false`, `strict_mode = true`, ...extra,
+          ...(chunk.maxRowBytes >= DEFAULT_MAX_LINE ? [`max_line_size = ${chunk.maxRowBytes + 1024}`, `buffer_size = ${4 * (chunk.maxRowBytes + 1024)}`] : []),
+          `columns = {${raw.map((c, i) => `'${c}': '${types[i]}'`).join(', ')}}`,
+        ].join(', ');
+      /** Conditions under which column i (raw `c`, value `v`) fits; `parsed`: the reader already parsed it as its type. */
+      const fits = (i: number, c: string, v: string, parsed: boolean): string[] => {
+        const spec = specs[i]!;
+        const converts = !parsed && (spec.convert !== undefined || spec.cast !== 'VARCHAR');
+        const ok = [...(converts ? [`${v} IS NOT NULL`] : []), ...(spec.guard ? [spec.guard(v)] : [])];
+        return [...(ok.length ? [`(${c} IS NULL OR (${ok.join(' AND ')}))`] : []), ...(notNull.includes(i) ? [`${c} IS NOT NULL`] : [])];
+      };
+      const names = columns.map((c) => quoteIdent(c.name)).join(', ');
+      const values = (parsedFast: boolean) =>
+        specs.map((spec, i) => (parsedFast && spec.read !== 'VARCHAR' ? raw[i]! : fromText(spec, raw[i]!)));
+      const fastValues = values(true);
+      const fastChecks = columns.flatMap((_, i) => fits(i, raw[i]!, `v${i}`, specs[i]!.read !== 'VARCHAR'));
+      // Fast: DuckDB parses most columns as their type; a line with a value that does not parse is skipped.
+      const inserted = await connection.run(
+        `INSERT INTO ${into} (${names}) SELECT ${columns.map((_, i) => `v${i}`).join(', ')} FROM ` +
+          `(SELECT ${raw.join(', ')}, ${fastValues.map((v, i) => `${v} AS v${i}`).join(', ')} FROM read_csv(${options(specs.map((s) => s.read), ['ignore_errors = true'])}))` +
+          (fastChecks.length ? ` WHERE ${fastChecks.join(' AND ')}` : ''),
+      );
+      const loaded = Number(inserted.rowsChanged);
+      if (loaded === chunk.rows) return { loaded, bad: [] };
+      // Rare: read the chunk again as text to find each refused row and its first bad column.
+      const slowValues = values(false);
+      const bad = columns
+        .map((_, i) => {
+          const all = fits(i, raw[i]!, `v${i}`, false);
+          return all.length ? `WHEN NOT (${all.join(' AND ')}) THEN ${i}` : '';
+        })
+        .filter((w) => w !== '');
+      if (bad.length === 0) return { loaded, bad: [] };
+      const checked =
+        `SELECT ${raw.join(', ')}, CASE ${bad.join(' ')} END AS _bad FROM ` +
+        `(SELECT ${raw.join(', ')}, ${slowValues.map((v, i) => `${v} AS v${i}`).join(', ')} FROM read_csv(${options(raw.map(() => 'VARCHAR'), [])}))`;
+      const rows = await connection.runAndReadAll(`SELECT _bad, ${raw.join(', ')} FROM (${checked}) WHERE _bad IS NOT NULL`);
+      return { loaded, bad: rows.getRows().map((r) => ({ column: Number(r[0]), values: r.slice(1).map((v) => (v === null ? null : String(v))) })) };
+    },
     renameTable: (from, to) => `ALTER TABLE ${quoteIdent(schema)}.${quoteIdent(from)} RENAME TO ${quoteIdent(to)}`,
     async insertFromScan(_exec, table, columns, scan) {
       // DuckDB reads the files itself: no row crosses into JS, and INSERT casts each column to the target type.
@@ -133,7 +237,7 @@ function duckDbDialect(connection: DuckDBConnection, schema: string): SqlDialect
 }
 
 export class DuckDbDestination extends SqlDestination {
-  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, nativeScan: ['duckdb'] };
+  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, nativeScan: ['duckdb'], bulkFormats: ['csv'], bulkRowGroup: 122_880 };
   private constructor(
     private readonly instance: DuckDBInstance,
     private readonly connection: DuckDBConnection,

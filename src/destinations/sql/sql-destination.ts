@@ -5,6 +5,8 @@
  */
 import { hostname } from 'node:os';
 import type {
+  BulkChunk,
+  ColumnBatch,
   CommitRequest,
   Destination,
   DestinationCapabilities,
@@ -16,13 +18,16 @@ import type {
 } from '../../core/connector.js';
 import { DestinationError, TidemarkError } from '../../core/errors.js';
 import { failpoint } from '../../core/failpoints.js';
-import type { Column, ColumnType, Row, Value } from '../../core/types.js';
+import type { Column, ColumnType, Reject, Row, Value } from '../../core/types.js';
+import { ValueRejection, coerceValue } from '../../core/values.js';
 import { quoteIdent } from '../../shared/sql.js';
 import type { SqlDialect, SqlExecutor } from './sql-dialect.js';
 import { SqlMeta, SqlStateStore } from './sql-meta.js';
 
 export const SEQ_COLUMN = '_tidemark_seq';
 const STAGE = '_tidemark_stage';
+/** Rows of bulk chunks, already in the target types, waiting for the commit (merges into tables holding rows). */
+const BULK_STAGE = '_tidemark_bulk';
 
 export function buildTableName(stream: string): string {
   return `_tidemark_build_${stream}`;
@@ -55,6 +60,12 @@ export abstract class SqlDestination implements Destination {
     await this.exec.run(`DROP TABLE IF EXISTS ${this.dialect.table(buildTableName(stream))}`);
   }
 
+  /** Whether the bulk path can carry every column of this schema exactly. */
+  acceptsBulk(format: 'csv', columns: readonly Column[]): boolean {
+    const check = this.dialect.bulkColumn;
+    return this.capabilities.bulkFormats?.includes(format) === true && check !== undefined && columns.every((c) => check.call(this.dialect, c.type));
+  }
+
   async begin(load: LoadInfo): Promise<LoadTransaction> {
     await this.meta.ensure();
     const columns = load.target.schema.columns;
@@ -71,6 +82,11 @@ class SqlLoadTransaction implements LoadTransaction {
   private commits = 0;
   /** The SQL transaction was opened early by `writeScan`, which also already replaced the partition's rows. */
   private open = false;
+  /** Bulk rows staged for the next commit, and facts about the bulk load kept across its commits. */
+  private bulkStaged = 0;
+  private bulkUnique = false;
+  /** Whether the target held rows before this load's first bulk chunk (undefined: not asked yet). */
+  private targetHadRows: boolean | undefined;
 
   constructor(
     private readonly exec: SqlExecutor,
@@ -116,10 +132,106 @@ class SqlLoadTransaction implements LoadTransaction {
     }
   }
 
+  /**
+   * The bulk path for chunk files. The first load into an empty live table (keys unique within the read), appends,
+   * and loads without a key insert straight into the target inside the commit's transaction; anything that must
+   * merge with existing rows is staged in the target types and merged at commit.
+   */
+  async writeBulk(chunk: BulkChunk): Promise<{ loaded: number; rejects: readonly Reject[] }> {
+    const stage = this.dialect.stageBulk;
+    if (stage === undefined) throw new DestinationError(`${this.dialect.name} cannot load bulk chunks`);
+    const { target } = this.load;
+    const { schema } = target;
+    const columns = schema.columns;
+    const table = target.build !== undefined ? buildTableName(schema.name) : schema.name;
+    const merge = target.write === 'merge' && schema.primaryKey.length > 0;
+    this.bulkUnique = chunk.uniqueKey;
+    try {
+      if (merge && this.targetHadRows === undefined) {
+        const existing = await this.dialect.tableColumns(this.exec, table);
+        this.targetHadRows = existing !== undefined && (await this.exec.query(`SELECT 1 AS one FROM ${this.dialect.table(table)} LIMIT 1`)).length > 0;
+      }
+      const direct = target.build === undefined && target.replacePartition === undefined && (!merge || (chunk.uniqueKey && this.targetHadRows === false));
+      let into: string;
+      if (direct) {
+        if (!this.open) {
+          await this.exec.run(this.dialect.beginStatement);
+          this.open = true;
+          await this.ensureTable(table, columns, false);
+        }
+        into = this.dialect.table(table);
+      } else {
+        if (this.bulkStaged === 0) {
+          const ddl = columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`).join(', ');
+          await this.dialect.createStage(this.exec, BULK_STAGE, ddl);
+        }
+        into = quoteIdent(BULK_STAGE);
+      }
+      const notNull = merge ? schema.primaryKey.map((name) => columns.findIndex((c) => c.name === name)) : [];
+      const result = await stage.call(this.dialect, into, columns, chunk, notNull);
+      if (result.loaded + result.bad.length !== chunk.rows) {
+        throw new DestinationError(`${this.dialect.name} read ${result.loaded + result.bad.length} rows of a chunk of ${chunk.rows}`);
+      }
+      if (!direct) this.bulkStaged += result.loaded;
+      return { loaded: result.loaded, rejects: result.bad.map((b) => bulkReject(columns, b.column, b.values)) };
+    } catch (error) {
+      await this.rollback();
+      throw error;
+    }
+  }
+
+  private async applyBulk(table: string): Promise<void> {
+    const { schema, write } = this.load.target;
+    const quoted = this.dialect.table(table);
+    const names = schema.columns.map((c) => quoteIdent(c.name)).join(', ');
+    if (write === 'merge' && schema.primaryKey.length > 0) {
+      const pkList = schema.primaryKey.map((name) => quoteIdent(name)).join(', ');
+      await this.exec.run(`DELETE FROM ${quoted} WHERE (${pkList}) IN (SELECT ${pkList} FROM ${BULK_STAGE})`);
+      if (!this.bulkUnique) {
+        const cursor = schema.cursor !== undefined ? `${quoteIdent(schema.cursor)} DESC` : '1';
+        await this.exec.run(
+          `INSERT INTO ${quoted} (${names}) SELECT ${names} FROM (SELECT *, row_number() OVER (PARTITION BY ${pkList} ORDER BY ${cursor}) AS _tidemark_rank FROM ${BULK_STAGE}) ranked WHERE _tidemark_rank = 1`,
+        );
+        return;
+      }
+    }
+    await this.exec.run(`INSERT INTO ${quoted} (${names}) SELECT ${names} FROM ${BULK_STAGE}`);
+  }
+
+  /**
+   * The columnar path (appends and partition loads, no build table, no merge): rows go straight into the target
+   * inside the SQL transaction that `commit` finishes, opened at the first write (after the partition's old rows are
+   * deleted), so nothing is staged twice and nothing is visible before COMMIT. Anything else is staged as rows.
+   */
+  async writeColumns(batch: ColumnBatch): Promise<void> {
+    const { target } = this.load;
+    const { schema } = target;
+    const insert = this.dialect.insertColumns;
+    if (insert === undefined || target.build !== undefined || (target.write === 'merge' && schema.primaryKey.length > 0)) {
+      const rows: Row[] = [];
+      for (let r = 0; r < batch.rowCount; r += 1) rows.push(batch.columns.map((column) => column[r] ?? null));
+      return this.write(rows);
+    }
+    if (batch.rowCount === 0) return;
+    try {
+      if (!this.open) {
+        await this.exec.run(this.dialect.beginStatement);
+        this.open = true;
+        await this.ensureTable(schema.name, schema.columns, false);
+        await this.deletePartition(schema.name);
+      }
+      await insert.call(this.dialect, schema.name, schema.columns, batch);
+    } catch (error) {
+      await this.rollback();
+      throw error;
+    }
+  }
+
   private async deletePartition(table: string): Promise<void> {
     const partition = this.load.target.replacePartition;
     if (partition === undefined) return;
     if ((await this.dialect.tableColumns(this.exec, table))?.includes(partition.column) !== true) return;
+    await this.dialect.indexPartition?.(this.exec, table, partition.column);
     await this.exec.run(`DELETE FROM ${this.dialect.table(table)} WHERE ${quoteIdent(partition.column)} = ?`, [partition.value]);
   }
 
@@ -130,14 +242,23 @@ class SqlLoadTransaction implements LoadTransaction {
     if (!scanned) await this.exec.run(this.dialect.beginStatement);
     this.open = false;
     try {
-      await this.meta.checkFence(pipeline, fence.token, `${hostname()}:${process.pid}`);
-      await this.meta.writeState(request.state, request.state.version === 1 ? undefined : request.state.version - 1, { runId, reason: 'run' });
+      const holder = `${hostname()}:${process.pid}`;
+      if (fence.partition !== undefined) {
+        // A partition job: its own lease fences it; the pipeline lease it holds shared is only checked, and the
+        // pipeline's state document is left alone (the ledger row written below is the partition's state).
+        await this.meta.checkFence(fence.partition.lease, fence.partition.token, holder);
+        await this.meta.checkFence(pipeline, fence.token, holder, 'check');
+      } else {
+        await this.meta.checkFence(pipeline, fence.token, holder);
+        await this.meta.writeState(request.state, request.state.version === 1 ? undefined : request.state.version - 1, { runId, reason: 'run' });
+      }
       const table = target.build !== undefined ? buildTableName(stream) : stream;
       await this.ensureTable(table, target.schema.columns, request.freshBuild === true);
       if (!scanned) await this.deletePartition(table);
       if (this.staged > 0) await this.applyStage(table);
+      if (this.bulkStaged > 0) await this.applyBulk(table);
       await this.meta.writeRejects(pipeline, stream, runId, request.rejects);
-      if (request.ledger?.length) await this.meta.writeLedger(request.ledger);
+      if (request.ledger?.length) await this.meta.writeLedger(request.ledger, request.ledgerExpect);
       await this.meta.writeRun(request.run);
       this.commits += 1;
       const loadId = `${this.loadIdPrefix}-${this.commits}`;
@@ -159,6 +280,8 @@ class SqlLoadTransaction implements LoadTransaction {
     }
     await this.exec.run(`DELETE FROM ${STAGE}`);
     this.staged = 0;
+    if (this.bulkStaged > 0) await this.exec.run(`DROP TABLE IF EXISTS ${quoteIdent(BULK_STAGE)}`);
+    this.bulkStaged = 0;
   }
 
   /**
@@ -191,13 +314,21 @@ class SqlLoadTransaction implements LoadTransaction {
     }
     await this.exec.run(`DELETE FROM ${STAGE}`).catch(() => undefined);
     this.staged = 0;
+    if (this.bulkStaged > 0) await this.exec.run(`DROP TABLE IF EXISTS ${quoteIdent(BULK_STAGE)}`).catch(() => undefined);
+    this.bulkStaged = 0;
   }
 
   /** Creates the table, or adds the columns the source grew since; inside the commit, so a failed run leaves none. */
   private async ensureTable(table: string, columns: readonly Column[], fresh: boolean): Promise<void> {
     const quoted = this.dialect.table(table);
     if (fresh) await this.exec.run(`DROP TABLE IF EXISTS ${quoted}`);
-    const existing = fresh ? undefined : await this.dialect.tableColumns(this.exec, table);
+    let existing = fresh ? undefined : await this.dialect.tableColumns(this.exec, table);
+    if (!fresh && (existing === undefined || columns.some((c) => !existing!.includes(c.name)))) {
+      // Concurrent partition commits may all find the table missing (or short of a column): the first to take this
+      // lock creates it, the others wait until it commits and then see it. Held only by commits that change DDL.
+      await this.dialect.lockPipeline?.(this.exec, `#table:${table}`);
+      existing = await this.dialect.tableColumns(this.exec, table);
+    }
     if (existing === undefined) {
       const ddl = columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`).join(', ');
       await this.exec.run(`CREATE TABLE ${quoted} (${ddl})`);
@@ -232,4 +363,24 @@ class SqlLoadTransaction implements LoadTransaction {
       `INSERT INTO ${quoted} (${names}) SELECT ${names} FROM (SELECT ${casts}, row_number() OVER (PARTITION BY ${pkCasts} ORDER BY ${order}) AS _tidemark_rank FROM ${STAGE}) ranked WHERE _tidemark_rank = 1`,
     );
   }
+}
+
+/** A row the bulk path refused, with the reason the row path would give for the same value. */
+function bulkReject(columns: readonly Column[], index: number, values: readonly (string | null)[]): Reject {
+  const column = columns[index]!;
+  const raw = values[index] ?? null;
+  let message: string;
+  if (raw === null) message = `primary key column ${column.name} is NULL`;
+  else {
+    try {
+      coerceValue(column.type, raw);
+      message = `${JSON.stringify(raw.length > 40 ? `${raw.slice(0, 40)}…` : raw)} does not fit ${column.type.kind}`;
+    } catch (error) {
+      if (!(error instanceof ValueRejection)) throw error;
+      message = error.message;
+    }
+  }
+  const row: Record<string, string | null> = {};
+  columns.forEach((c, i) => (row[c.name] = values[i] ?? null));
+  return { column: column.name, reason: `column ${column.name}: ${message}`, row: JSON.stringify(row) };
 }

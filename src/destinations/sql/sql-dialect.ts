@@ -2,7 +2,7 @@
  * What a SQL destination must supply so that the shared load/commit code (sql-destination.ts) can drive it:
  * statement execution, type names, and a bulk path into a connection-local staging table.
  */
-import type { NativeScan } from '../../core/connector.js';
+import type { BulkChunk, ColumnBatch, NativeScan } from '../../core/connector.js';
 import type { Column, ColumnType, Row } from '../../core/types.js';
 
 export type SqlParam = string | number | bigint | null;
@@ -41,6 +41,24 @@ export interface SqlDialect {
   renameTable(from: string, to: string): string;
   /** Inside the current transaction: inserts a native scan's rows into `table` (columns in order); returns the count. */
   insertFromScan?(exec: SqlExecutor, table: string, columns: readonly string[], scan: NativeScan): Promise<number>;
+  /** Inside the current transaction: inserts rows given column by column into `table` (a target table, unquoted). */
+  insertColumns?(table: string, columns: readonly Column[], batch: ColumnBatch): Promise<void>;
+  /** Inside the current transaction, before a partition's rows are replaced: makes that delete cheap (an index). */
+  indexPartition?(exec: SqlExecutor, table: string, column: string): Promise<void>;
+  /** Whether `stageBulk` can check and hold every column of this type exactly (else the engine keeps the row path). */
+  bulkColumn?(type: ColumnType): boolean;
+  /**
+   * The bulk path for source chunk files: reads `chunk` with the engine's own CSV reader, checks every value against its
+   * column type in SQL and inserts the rows that fit into `into` (a quoted table whose columns carry the target
+   * types). Returns how many were inserted and, for each row that did not fit, the index of its first bad column and
+   * its raw text values. `notNull` lists columns whose NULL is a bad value (merge keys).
+   */
+  stageBulk?(
+    into: string,
+    columns: readonly Column[],
+    chunk: BulkChunk,
+    notNull: readonly number[],
+  ): Promise<{ readonly loaded: number; readonly bad: readonly { readonly column: number; readonly values: readonly (string | null)[] }[] }>;
   /**
    * Inside a transaction: serialises it against other transactions of the same pipeline until it ends, so the
    * compare-and-set reads of state and fence see the latest committed rows (engines whose write transactions are

@@ -4,7 +4,7 @@
  */
 import type { LedgerEntry, PartitionFile, PipelineState, PipelineStateVersion, Reject, RunRecord } from '../../core/types.js';
 import { ConflictError, StateError } from '../../core/errors.js';
-import type { LedgerStore, SaveMeta, StateStore } from '../../core/connector.js';
+import { partitionLeaseName, type LedgerMark, type LedgerStore, type SaveMeta, type StateStore } from '../../core/connector.js';
 import { quoteIdent } from '../../shared/sql.js';
 import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from './sql-dialect.js';
 
@@ -50,7 +50,10 @@ export class SqlMeta {
     if (this.ensured) return;
     for (const key of Object.keys(META_TABLES) as (keyof typeof META_TABLES)[]) {
       if ((await this.dialect.tableColumns(this.exec, META_TABLES[key])) === undefined) {
-        await this.exec.run(`CREATE TABLE IF NOT EXISTS ${this.t(key)} ${DDL[key]}`);
+        await this.exec.run(`CREATE TABLE IF NOT EXISTS ${this.t(key)} ${DDL[key]}`).catch(async (error: unknown) => {
+          // Workers starting together race to create the tables; Postgres lets all but one fail even with IF NOT EXISTS.
+          if ((await this.dialect.tableColumns(this.exec, META_TABLES[key])) === undefined) throw error;
+        });
       }
     }
     this.ensured = true;
@@ -87,21 +90,27 @@ export class SqlMeta {
     );
   }
 
-  /** Inside an open transaction: a newer fencing token wins; an older one is a zombie and is refused. */
-  async checkFence(pipeline: string, token: number, holder: string): Promise<void> {
-    await this.dialect.lockPipeline?.(this.exec, pipeline);
-    const rows = await this.exec.query(`SELECT token FROM ${this.t('locks')} WHERE pipeline = ?`, [pipeline]);
+  /**
+   * Inside an open transaction: a newer fencing token wins; an older one is a zombie and is refused. `lease` is a
+   * lease name: a pipeline, or a partition (`partitionLeaseName`), each with its own row of `_tidemark_locks`.
+   * `check` only compares (a partition job checking the pipeline lease it holds shared, whose token is not its own
+   * to record; it also takes no lock on it, so partition commits of one pipeline do not queue behind each other).
+   */
+  async checkFence(lease: string, token: number, holder: string, mode: 'record' | 'check' = 'record'): Promise<void> {
+    if (mode === 'record') await this.dialect.lockPipeline?.(this.exec, lease);
+    const rows = await this.exec.query(`SELECT token FROM ${this.t('locks')} WHERE pipeline = ?`, [lease]);
     const stored = rows.length ? Number(rows[0]!.token) : 0;
     if (stored > token) {
-      throw new ConflictError(`this run's lease (token ${token}) was taken over by token ${stored}; refusing to commit`, {
+      const pipeline = lease.split('/')[0]!;
+      throw new ConflictError(`this run's lease${lease === pipeline ? '' : ` of ${lease}`} (token ${token}) was taken over by token ${stored}; refusing to commit`, {
         context: { pipeline, phase: 'commit' },
       });
     }
-    if (stored !== token) {
+    if (mode === 'record' && stored !== token) {
       await this.exec.run(
         `INSERT INTO ${this.t('locks')} (pipeline, token, holder, updated_at) VALUES (?, ?, ?, ?)
          ON CONFLICT (pipeline) DO UPDATE SET token = excluded.token, holder = excluded.holder, updated_at = excluded.updated_at`,
-        [pipeline, token, holder, new Date().toISOString()],
+        [lease, token, holder, new Date().toISOString()],
       );
     }
   }
@@ -131,9 +140,30 @@ export class SqlMeta {
     }
   }
 
-  /** Inside an open transaction: one row per partition, replacing the partition's previous row. */
-  async writeLedger(entries: readonly LedgerEntry[]): Promise<void> {
+  /**
+   * Inside an open transaction: one row per partition, replacing the partition's previous row. With `expect`, a row
+   * is replaced only if it still holds what the load planned against (compare-and-set), under a transaction lock
+   * on the partition's name, so two commits of one partition (a zombie and its successor, or a whole-pipeline run)
+   * cannot both pass the comparison.
+   */
+  async writeLedger(entries: readonly LedgerEntry[], expect?: Readonly<Record<string, LedgerMark | null>>): Promise<void> {
     for (const e of entries) {
+      const expected = expect?.[e.partition];
+      if (expected !== undefined) {
+        await this.dialect.lockPipeline?.(this.exec, `${partitionLeaseName(e.pipeline, e.stream, e.partition)}#ledger`);
+        const rows = await this.exec.query(`SELECT run_id, loaded_at FROM ${this.t('ledger')} WHERE pipeline = ? AND stream = ? AND "partition" = ?`, [
+          e.pipeline,
+          e.stream,
+          e.partition,
+        ]);
+        const found = rows.length ? { runId: String(rows[0]!.run_id), loadedAt: String(rows[0]!.loaded_at) } : null;
+        if (found?.runId !== expected?.runId || found?.loadedAt !== expected?.loadedAt) {
+          throw new ConflictError(
+            `partition ${e.partition} of stream ${e.stream} was ${found ? `loaded by run ${found.runId} at ${found.loadedAt}` : 'forgotten'} while this run loaded it; refusing to commit over it`,
+            { context: { pipeline: e.pipeline, stream: e.stream, phase: 'commit' } },
+          );
+        }
+      }
       await this.exec.run(
         `INSERT INTO ${this.t('ledger')} (pipeline, stream, "partition", files, "rows", bytes, status, run_id, loaded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (pipeline, stream, "partition") DO UPDATE SET files = excluded.files, "rows" = excluded."rows", bytes = excluded.bytes,
@@ -148,10 +178,11 @@ export class SqlMeta {
     return {
       list: async (pipeline, stream) => {
         if (!(await this.exists())) return [];
+        // The stream filter is spliced in only when given: Postgres cannot type a bare `? IS NULL` parameter.
         const rows = await this.exec.query(
           `SELECT pipeline, stream, "partition", files, "rows", bytes, status, run_id, loaded_at FROM ${this.t('ledger')}
-           WHERE pipeline = ? AND (? IS NULL OR stream = ?) ORDER BY stream, "partition"`,
-          [pipeline, stream ?? null, stream ?? null],
+           WHERE pipeline = ?${stream === undefined ? '' : ' AND stream = ?'} ORDER BY stream, "partition"`,
+          stream === undefined ? [pipeline] : [pipeline, stream],
         );
         return rows.map(toLedgerEntry);
       },

@@ -5,6 +5,7 @@
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
+import type { ColumnBatch } from '../../core/connector.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
 import { SqlDestination } from '../sql/sql-destination.js';
@@ -44,6 +45,42 @@ export function toSqliteParam(value: Value): SqlParam | Buffer {
   if (typeof value === 'boolean') return value ? 1 : 0;
   if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
   return value;
+}
+
+/** Rows per multi-row INSERT of the columnar path (one call into SQLite per block). */
+const BLOCK_ROWS = 64;
+
+/**
+ * Inserts column-wise rows into `table` with multi-row INSERTs inside the open transaction. The parameters are passed
+ * as call arguments (`run.apply`), which better-sqlite3 binds ~30% faster than an array it has to walk element by
+ * element through the V8 API; one argument buffer is reused for every block.
+ */
+function insertColumns(exec: SqliteExecutor, table: string, columns: readonly Column[], batch: ColumnBatch): void {
+  const width = columns.length;
+  const perStatement = Math.max(1, Math.min(BLOCK_ROWS, Math.floor(32_000 / width)));
+  const names = columns.map((c) => quoteIdent(c.name)).join(', ');
+  const tuple = `(${new Array(width).fill('?').join(', ')})`;
+  const prepare = (n: number) => exec.statement(`INSERT INTO ${quoteIdent(table)} (${names}) VALUES ${new Array(n).fill(tuple).join(', ')}`);
+  // Booleans and bytes need converting for better-sqlite3; every other canonical value binds as it is.
+  const convert = columns.map((c) => c.type.kind === 'boolean' || c.type.kind === 'bytes');
+  const sources = batch.columns.map((values, i) => (convert[i] ? values.map((v) => toSqliteParam(v ?? null)) : values));
+  const block = prepare(perStatement);
+  const args = new Array<unknown>(perStatement * width);
+  const count = batch.rowCount;
+  let start = 0;
+  for (; start + perStatement <= count; start += perStatement) {
+    let k = 0;
+    for (let r = start; r < start + perStatement; r += 1) {
+      for (let c = 0; c < width; c += 1) args[k++] = sources[c]![r] ?? null;
+    }
+    block.run.apply(block, args);
+  }
+  if (start < count) {
+    const rest: unknown[] = [];
+    for (let r = start; r < count; r += 1) for (let c = 0; c < width; c += 1) rest.push(sources[c]![r] ?? null);
+    const statement = prepare(count - start);
+    statement.run.apply(statement, rest);
+  }
 }
 
 class SqliteExecutor implements SqlExecutor {
@@ -112,6 +149,13 @@ function sqliteDialect(exec: SqliteExecutor): SqlDialect {
       })();
     },
     renameTable: (from, to) => `ALTER TABLE ${quoteIdent(from)} RENAME TO ${quoteIdent(to)}`,
+    async insertColumns(table: string, columns: readonly Column[], batch: ColumnBatch) {
+      insertColumns(exec, table, columns, batch);
+    },
+    async indexPartition(e, table, column) {
+      // Without it, replacing a partition scans the whole table (once per partition: quadratic over a year of months).
+      await e.run(`CREATE INDEX IF NOT EXISTS ${quoteIdent(`_tidemark_${table}_${column}`)} ON ${quoteIdent(table)} (${quoteIdent(column)})`);
+    },
   };
 }
 
@@ -125,6 +169,9 @@ export class SqliteDestination extends SqlDestination {
     const db = new Database(options.path, { timeout: options.busyTimeoutMs ?? 30_000 });
     db.pragma('journal_mode = WAL');
     db.pragma('synchronous = FULL');
+    // A 64 MB page cache (default 2 MB): a partition's pages stay in memory until COMMIT instead of spilling to the
+    // WAL mid-transaction. Memory only; durability is unchanged.
+    db.pragma('cache_size = -65536');
     db.defaultSafeIntegers(true);
     return new SqliteDestination(new SqliteExecutor(db));
   }
@@ -135,6 +182,10 @@ export class SqliteDestination extends SqlDestination {
       return `${value} exceeds SQLite's signed 64-bit INTEGER`;
     }
     return undefined;
+  }
+
+  mayReject(type: ColumnType): boolean {
+    return type.kind === 'float32' || type.kind === 'float64' || type.kind === 'uint64';
   }
 
   query(sql: string, params: readonly SqlParam[] = []): Promise<SqlRow[]> {

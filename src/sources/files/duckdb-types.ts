@@ -46,6 +46,33 @@ export function formatTimestampMicros(micros: bigint): string {
   return `${cachedDate} ${pad(h, 2)}:${pad(m, 2)}:${pad(s, 2)}.${pad(rest - s * 1_000_000, 6)}`;
 }
 
+/** Day number → 'YYYY-MM-DD' (the days of a partition are few; timestamps within one are not sorted). */
+const dates = new Map<number, string>();
+/** '00'…'59'. */
+const TWO = Array.from({ length: 60 }, (_, i) => String(i).padStart(2, '0'));
+
+/**
+ * Epoch microseconds (a safe integer) → 'YYYY-MM-DD HH:MM:SS.ffffff', as `formatTimestampMicros`, without a bigint
+ * and with the date of the last day seen cached.
+ */
+export function formatMicrosNumber(n: number): string {
+  const day = Math.floor(n / DAY_US);
+  if (day < -719162 || day > 2932896) return formatMicros(BigInt(n), false);
+  let date = dates.get(day);
+  if (date === undefined) {
+    if (dates.size >= 4096) dates.clear();
+    date = new Date(day * 86_400_000).toISOString().slice(0, 10);
+    dates.set(day, date);
+  }
+  const rest = n - day * DAY_US;
+  const seconds = Math.floor(rest / 1_000_000);
+  const micros = rest - seconds * 1_000_000;
+  const h = Math.floor(seconds / 3600);
+  const m = Math.floor((seconds - h * 3600) / 60);
+  const fraction = micros === 0 ? '000000' : String(micros + 1_000_000).slice(1);
+  return `${date} ${TWO[h]}:${TWO[m]}:${TWO[seconds - h * 3600 - m * 60]}.${fraction}`;
+}
+
 const same = (c: string) => c;
 const asText = (c: string) => `CAST(${c} AS VARCHAR)`;
 const json = (c: string) => `CAST(to_json(${c}) AS VARCHAR)`;

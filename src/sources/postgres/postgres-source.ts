@@ -5,15 +5,19 @@
  * COPY takes no bind parameters, so watermark values are bound into transaction-local settings with `set_config($n)`
  * and read back in the predicate with `current_setting(…)::type`: values never enter the SQL text.
  */
+import { mkdtemp, rm, unlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, BulkChunk, BulkRead, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
-import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
-import { coerceValue, encodeValue } from '../../core/values.js';
+import type { Column, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
+import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan } from '../../shared/sql.js';
 import { safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { CopyTextParser } from './copy-text.js';
+import { CsvChunker, type FinishedChunk, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
 
 const ALIAS = 't';
@@ -31,6 +35,8 @@ interface PgStream {
   readonly schema: StreamSchema;
   readonly columns: readonly PgColumn[];
   readonly relation: string;
+  /** The quoted table name, for table streams. */
+  readonly table?: string;
 }
 
 interface Bound {
@@ -114,7 +120,7 @@ export class PostgresSource implements Source {
         primaryKey,
         ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}),
       };
-      return { schema, columns, relation: `${relation} AS ${ALIAS}` };
+      return { schema, columns, relation: `${relation} AS ${ALIAS}`, ...(stream.table !== undefined ? { table: relation } : {}) };
     } catch (cause) {
       if (cause instanceof SourceError) throw cause;
       throw new SourceError(`cannot read the schema of ${stream.table ?? 'the query'}: ${(cause as Error).message}`, { cause, context });
@@ -294,7 +300,147 @@ export class PostgresSource implements Source {
       ...(read.warnings.length ? { warnings: read.warnings } : {}),
       close,
       batches: () => this.copyBatches(queries, decoders, request.batchRows, close),
+      // Rows with a NULL cursor come from a second query: those reads keep the row path.
+      ...(queries.length === 1 ? { bulk: this.bulkRead(queries[0]!, described, read.incremental, close) } : {}),
     };
+  }
+
+  /** The same rows as `batches()`, as CSV chunk files written by COPY, ahead of the loading of earlier chunks. */
+  private bulkRead(sql: string, described: PgStream, incremental: boolean, close: () => Promise<void>): BulkRead {
+    const { schema } = described;
+    const columns = schema.columns;
+    const pkIndexes = schema.primaryKey.map((name) => columns.findIndex((c) => c.name === name));
+    const cursorIndex = incremental && schema.cursor !== undefined ? columns.findIndex((c) => c.name === schema.cursor) : -1;
+    const typed = (i: number, text: string | null | undefined): TypedValue => {
+      if (text === null || text === undefined) throw new Error('NULL key');
+      return { type: columns[i]!.type.kind, value: canonical(columns[i]!.type, text) };
+    };
+    type Position = { readonly last?: Watermark; readonly lastPk?: readonly TypedValue[] };
+    let keyOf: ((fields: readonly (string | null)[]) => RowKey<Position>) | undefined;
+    let sameGroup = (a: string, b: string): boolean => a === b;
+    if (cursorIndex >= 0) {
+      const kind = columns[cursorIndex]!.type.kind;
+      sameGroup = (a, b) => compareCanonical(kind, a, b) === 0;
+      keyOf = (fields) => {
+        try {
+          const cursor = typed(cursorIndex, fields[cursorIndex]);
+          return { group: cursor.value, position: { last: { cursor, pk: pkIndexes.map((i) => typed(i, fields[i])) } } };
+        } catch {
+          return { group: null, position: {} };
+        }
+      };
+    } else if (pkIndexes.length > 0) {
+      keyOf = (fields) => {
+        try {
+          const lastPk = pkIndexes.map((i) => typed(i, fields[i]));
+          return { group: lastPk.map((v) => v.value).join('\u0000'), position: { lastPk } };
+        } catch {
+          return { group: null, position: {} };
+        }
+      };
+    }
+    // Rows of one snapshot of a table repeat no value of its primary key.
+    const table = described.table;
+    const uniqueKey = async (): Promise<boolean> => {
+      if (table === undefined || schema.primaryKey.length === 0) return false;
+      const key = await this.tablePrimaryKey(table);
+      return key.length === schema.primaryKey.length && key.every((name) => schema.primaryKey.includes(name));
+    };
+    return {
+      format: 'csv',
+      chunks: (options) => this.csvChunks(sql, { ...options, keyOf, sameGroup, uniqueKey }, close),
+    };
+  }
+
+  private async *csvChunks<P extends { readonly last?: Watermark; readonly lastPk?: readonly TypedValue[] }>(
+    sql: string,
+    options: {
+      chunkRows: number;
+      signal?: AbortSignal;
+      keyOf: ((fields: readonly (string | null)[]) => RowKey<P>) | undefined;
+      sameGroup: (a: string, b: string) => boolean;
+      uniqueKey: () => Promise<boolean>;
+    },
+    close: () => Promise<void>,
+  ): AsyncIterable<BulkChunk> {
+    const client = await this.connection();
+    const uniqueKey = await options.uniqueKey();
+    const dir = await mkdtemp(join(tmpdir(), 'tidemark-pg-'));
+    const ready: BulkChunk[] = [];
+    let ended = false;
+    let stopped = false;
+    let failure: unknown;
+    let wake: (() => void) | undefined;
+    const notify = () => {
+      const w = wake;
+      wake = undefined;
+      w?.();
+    };
+    const toChunk = (c: FinishedChunk<P>): BulkChunk => ({
+      path: c.path,
+      rows: c.rows,
+      maxRowBytes: c.maxRowBytes,
+      uniqueKey,
+      ...(c.last?.position.last ? { last: c.last.position.last } : {}),
+      ...(c.last?.position.lastPk ? { lastPk: c.last.position.lastPk } : {}),
+      ...(c.first?.position.last ? { firstCursor: c.first.position.last.cursor.value } : {}),
+      release: () => unlink(c.path).catch(() => undefined),
+    });
+    const chunker = new CsvChunker<P>({
+      dir,
+      chunkRows: options.chunkRows,
+      ...(options.keyOf ? { keyOf: options.keyOf } : {}),
+      sameGroup: options.sameGroup,
+      onChunk: (c) => {
+        ready.push(toChunk(c));
+        notify();
+      },
+    });
+    const stream = client.query(copyTo(`COPY (${sql}) TO STDOUT (FORMAT csv)`));
+    // Extraction runs ahead of loading by at most this many finished chunks (bounded disk and memory).
+    const AHEAD = 2;
+    const pump = (async () => {
+      try {
+        for await (const chunk of stream as AsyncIterable<Buffer>) {
+          if (stopped) break;
+          chunker.push(chunk);
+          while (ready.length >= AHEAD && !stopped) await new Promise<void>((resolve) => (wake = resolve));
+        }
+        if (!stopped) chunker.finish();
+      } catch (error) {
+        failure = error;
+      } finally {
+        chunker.abandon();
+        ended = true;
+        notify();
+      }
+    })();
+    let completed = false;
+    try {
+      for (;;) {
+        options.signal?.throwIfAborted();
+        if (failure !== undefined) throw failure;
+        const next = ready.shift();
+        if (next !== undefined) {
+          notify();
+          yield next;
+          continue;
+        }
+        if (ended) break;
+        await new Promise<void>((resolve) => (wake = resolve));
+      }
+      completed = true;
+    } finally {
+      stopped = true;
+      notify();
+      if (!completed) {
+        (stream as unknown as { destroy(): void }).destroy();
+        await this.dropConnection();
+      }
+      await pump;
+      await close();
+      await rm(dir, { recursive: true, force: true });
+    }
   }
 
   private async *copyBatches(queries: readonly string[], decoders: readonly Decoder[], batchRows: number, close: () => Promise<void>): AsyncIterable<Batch> {

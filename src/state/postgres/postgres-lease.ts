@@ -20,7 +20,19 @@ export class PostgresLeaseProvider implements LeaseProvider {
     private readonly schema: string,
   ) {}
 
-  async acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+  acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+    return this.take(pipeline, options, false);
+  }
+
+  /**
+   * The same advisory lock taken shared (`pg_try_advisory_lock_shared`): Postgres lets shared holders in together and
+   * keeps them and an exclusive holder apart. The token is read, not bumped: only an exclusive taking fences.
+   */
+  acquireShared(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+    return this.take(pipeline, options, true);
+  }
+
+  private async take(pipeline: string, options: { ttlMs: number }, shared: boolean): Promise<Lease> {
     let client: pg.Client;
     try {
       client = await connectPostgres(this.url, 'tidemark-lease');
@@ -32,16 +44,38 @@ export class PostgresLeaseProvider implements LeaseProvider {
     try {
       await ensureSchema(client, this.schema, quoteIdent(this.schema));
       await createIfMissing(client, `CREATE TABLE IF NOT EXISTS ${table} (pipeline TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, acquired_at TEXT NOT NULL)`);
-      const got = await client.query(`SELECT pg_try_advisory_lock(hashtext('tidemark.lease'), hashtext($1)) AS ok`, [key]);
+      const lock = shared ? 'pg_try_advisory_lock_shared' : 'pg_try_advisory_lock';
+      const got = await client.query(`SELECT ${lock}(hashtext('tidemark.lease'), hashtext($1)) AS ok`, [key]);
       if (got.rows[0]?.ok !== true) {
         const holder = await client.query(`SELECT holder, acquired_at FROM ${table} WHERE pipeline = $1`, [pipeline]);
         const h = holder.rows[0] as { holder: string; acquired_at: string } | undefined;
-        throw new ConflictError(`pipeline ${pipeline} is already running (since ${h?.acquired_at ?? '?'}, ${h?.holder ?? 'another session'})`, {
+        // Shared holders (partition jobs) leave no row of their own; the server's lock table counts them.
+        const sharers = shared
+          ? 0
+          : Number(
+              (
+                await client.query(
+                  `SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' AND granted AND objsubid = 2
+                   AND classid = (hashtext('tidemark.lease')::bigint & 4294967295)::oid AND objid = (hashtext($1)::bigint & 4294967295)::oid`,
+                  [key],
+                )
+              ).rows[0]?.n ?? 0,
+            );
+        if (sharers > 0) {
+          throw new ConflictError(`pipeline ${pipeline} has ${sharers} partition job(s) running; it runs as a whole once they finish`, { context: { pipeline, phase: 'lock' } });
+        }
+        const what = shared ? `pipeline ${pipeline} is running exclusively` : `${pipeline.includes('/') ? 'partition' : 'pipeline'} ${pipeline} is already running`;
+        throw new ConflictError(`${what} (since ${h?.acquired_at ?? '?'}, ${h?.holder ?? 'another session'})`, {
           context: { pipeline, phase: 'lock' },
         });
       }
       const holder = `pid ${process.pid} on ${hostname()}`;
       const acquiredAt = new Date().toISOString();
+      if (shared) {
+        const current = await client.query(`SELECT token FROM ${table} WHERE pipeline = $1`, [pipeline]);
+        await client.query(`SET idle_session_timeout = ${Math.max(1000, Math.floor(options.ttlMs))}`).catch(() => undefined);
+        return new PostgresLease(pipeline, client, table, current.rows.length ? Number(current.rows[0].token) : 0, acquiredAt, options.ttlMs);
+      }
       const row = await client.query(
         `INSERT INTO ${table} AS l (pipeline, token, holder, acquired_at) VALUES ($1, 1, $2, $3)
          ON CONFLICT (pipeline) DO UPDATE SET token = l.token + 1, holder = excluded.holder, acquired_at = excluded.acquired_at RETURNING token`,
@@ -93,7 +127,8 @@ class PostgresLease implements Lease {
     let token: number | undefined;
     try {
       const rows = await this.client.query(`SELECT token FROM ${this.table} WHERE pipeline = $1`, [this.pipeline]);
-      token = rows.rows.length ? Number(rows.rows[0].token) : undefined;
+      // A shared lease taken before any exclusive one holds token 0 and finds no row.
+      token = rows.rows.length ? Number(rows.rows[0].token) : 0;
     } catch (error) {
       this.lost = `the lease session of pipeline ${this.pipeline} was lost: ${redact((error as Error).message)}`;
       throw fail(this.lost);

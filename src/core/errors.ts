@@ -3,6 +3,8 @@
  * cause; the CLI maps `kind` to an exit code in one place.
  */
 
+import { redact } from './logger.js';
+
 export type ErrorKind = 'config' | 'source' | 'destination' | 'state' | 'conflict' | 'usage';
 
 export interface ErrorContext {
@@ -91,8 +93,9 @@ function stripUndefined(context: ErrorContext): ErrorContext {
   return Object.fromEntries(Object.entries(context).filter(([, v]) => v !== undefined)) as ErrorContext;
 }
 
+/** The one-line message of any error, with every registered secret hidden (it may end up in run records). */
 export function errorMessage(error: unknown): string {
-  if (error instanceof TidemarkError) return error.describe();
-  if (error instanceof Error) return error.message;
-  return String(error);
+  if (error instanceof TidemarkError) return redact(error.describe());
+  if (error instanceof Error) return redact(error.message);
+  return redact(String(error));
 }

@@ -79,3 +79,36 @@ describe('hostile config', () => {
     expect(() => parsePipeline(`name: ok\nsource: {type: sqlite, path: a.db}\nstreams:\n  - name: ${JSON.stringify(name)}\n    table: t\n`)).toThrow(/name/);
   });
 });
+
+describe('secrets', () => {
+  it('a password given through ${env:…} never reaches output, errors, state or run records', async () => {
+    const { dir, cleanup } = await tempDir();
+    try {
+      const secret = `S3cr3t-${Date.now()}-pw`;
+      const config = await writeYaml(
+        dir,
+        'p.yaml',
+        `name: leaky\nsource:\n  type: postgres\n  url: \${env:TM_TEST_PG_URL}\nstreams:\n  - table: public.missing_table\n    primary_key: [id]\n    cursor: updated_at\ndestination: {type: sqlite, path: w.sqlite}\n`,
+      );
+      // First the connection fails (no such database), then a stream fails (no such table) and is recorded.
+      const missingDb = await cli(['run', config], { env: { TM_TEST_PG_URL: `postgres://postgres:${secret}@127.0.0.1:5432/tidemark_no_such_db_${process.pid}` } });
+      expect(missingDb.code).toBe(1);
+      expect(missingDb.stderr).toMatch(/tidemark_no_such_db/);
+      expect(missingDb.stderr + missingDb.stdout).not.toContain(secret);
+      const env = { TM_TEST_PG_URL: `postgres://postgres:${secret}@127.0.0.1:5432/test` };
+      const out = await cli(['run', config, '--json'], { env });
+      expect(out.code).toBe(1);
+      const plan = await cli(['plan', config], { env });
+      const runs = await cli(['runs', '--json', '--config', config], { env });
+      const state = await cli(['state', 'show', '--json', '--config', config], { env });
+      for (const text of [out.stdout, out.stderr, plan.stdout, plan.stderr, runs.stdout, runs.stderr, state.stdout, state.stderr]) {
+        expect(text).not.toContain(secret);
+      }
+      expect(out.stdout + out.stderr).toMatch(/missing_table/);
+      const rows = await destinationQuery('sqlite', join(dir, 'w.sqlite'), 'SELECT * FROM _tidemark_runs');
+      expect(JSON.stringify(rows, (_k, v) => (typeof v === 'bigint' ? String(v) : v))).not.toContain(secret);
+    } finally {
+      await cleanup();
+    }
+  });
+});

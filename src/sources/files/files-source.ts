@@ -54,7 +54,8 @@ function readerSql(spec: FilesStreamSpec, paths: readonly string[], params: Para
     case 'parquet':
       return `read_parquet(${files}${union})`;
     case 'jsonl':
-      return `read_json(${files}, format = 'newline_delimited'${union})`;
+      // DuckDB's default 16 MB object limit would refuse a long line (one big record); 1 GiB keeps memory bounded.
+      return `read_json(${files}, format = 'newline_delimited', maximum_object_size = 1073741824${union})`;
     case 'csv': {
       const csv: CsvOptions = spec.csv!;
       const quote = csv.quote === '' ? `quote = ''` : `quote = ${bind(csv.quote)}`;

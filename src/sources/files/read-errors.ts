@@ -38,6 +38,9 @@ export async function explainReadError(message: string, files: readonly ReadFile
   }
 
   const csvLine = /CSV Error on Line: (\d+)/.exec(message);
+  if (csvLine && /invalid unicode/i.test(message)) {
+    return { file: display, line: Number(csvLine[1]), reason: `text is not valid ${csv?.encoding ?? 'utf-8'} (set encoding: if the file uses another one)` };
+  }
   if (csvLine) {
     const lines = message.split('\n');
     const blank = lines.findIndex((l, i) => i > 0 && l.trim() === '');

@@ -1,5 +1,6 @@
 /** The public library API of tidemark. The CLI uses only what is exported here. */
-export { loadPipeline, parsePipeline, parseStateSpec } from './config/load.js';
+export { loadPipeline } from './config/load.js';
+export { parsePipeline, parseStateSpec } from './config/parse.js';
 export type { PipelineConfig, StreamConfig } from './config/load.js';
 export { pipelineJsonSchema } from './config/schema.js';
 export { loadPipelineOrTarget, loadTargetPipeline } from './config/load.js';

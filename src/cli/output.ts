@@ -14,5 +14,8 @@ export function printError(line: string): void {
 }
 
 export function formatCount(n: number): string {
-  return n.toLocaleString('en-US');
+  // Not toLocaleString: loading ICU's number formatting costs ~20 ms, a visible share of a no-op run.
+  const [int, frac] = String(n).split('.');
+  const grouped = int!.replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+  return frac === undefined ? grouped : `${grouped}.${frac}`;
 }

@@ -2,18 +2,19 @@
  * Config in three steps: written (YAML → document) → checked (zod, errors with a dot-path) → resolved (defaults,
  * `${env:…}`, paths relative to the file, cross-field rules).
  */
-import { readFile } from 'node:fs/promises';
-import { dirname, isAbsolute, resolve } from 'node:path';
+import { createHash } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { tmpdir, userInfo } from 'node:os';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { Cron } from 'croner';
-import { parseDocument } from 'yaml';
-import type { z } from 'zod';
 import type { CsvOptions, FileFormat, FilesStreamSpec, StreamSpec } from '../core/connector.js';
 import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
-import { redact, registerSecret } from '../core/logger.js';
+import { registerSecret } from '../core/logger.js';
 import type { NullCursorPolicy, OnChange, Strategy, WriteMode } from '../core/types.js';
 import { apiStreamName, apiStreamSpec, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
-import { NAME_RE, pipelineSchema, stateSchema, targetPipelineSchema, type DestinationConfig, type PipelineDocument, type SourceConfig, type StateConfig, type StreamDocument } from './schema.js';
+import { NAME_RE } from './names.js';
+import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
 
 export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
@@ -52,72 +53,104 @@ export const DEFAULT_CHECKPOINT_ROWS = 100_000;
 const DEFAULT_BATCH_ROWS = 10_000;
 const DEFAULT_LOCK_TTL_MS = 120_000;
 
-export async function loadPipeline(file: string, env: NodeJS.ProcessEnv = process.env): Promise<PipelineConfig> {
-  let text: string;
+async function readText(file: string): Promise<string> {
   try {
-    text = await readFile(file, 'utf8');
+    return await readFile(file, 'utf8');
   } catch (cause) {
     throw new ConfigError(`cannot read ${file}: ${(cause as NodeJS.ErrnoException).code ?? (cause as Error).message}`, { cause });
   }
-  return parsePipeline(text, { file, env });
+}
+
+export async function loadPipeline(file: string, env: NodeJS.ProcessEnv = process.env): Promise<PipelineConfig> {
+  return loadText(await readText(file), file, env, false);
 }
 
 /** A pipeline file read by `tidemark target`: the source may be omitted (records come from stdin), and so may streams. */
 export async function loadTargetPipeline(file: string, env: NodeJS.ProcessEnv = process.env): Promise<PipelineConfig> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (cause) {
-    throw new ConfigError(`cannot read ${file}: ${(cause as NodeJS.ErrnoException).code ?? (cause as Error).message}`, { cause });
-  }
-  return parsePipeline(text, { file, env, target: true });
+  return loadText(await readText(file), file, env, true);
 }
 
 /** For commands that serve both kinds of file (`state …`): a file without a source is a `tidemark target` file. */
 export async function loadPipelineOrTarget(file: string, env: NodeJS.ProcessEnv = process.env): Promise<PipelineConfig> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (cause) {
-    throw new ConfigError(`cannot read ${file}: ${(cause as NodeJS.ErrnoException).code ?? (cause as Error).message}`, { cause });
-  }
-  const target = parseDocument(text).get('source') === undefined;
-  return parsePipeline(text, { file, env, target });
+  const text = await readText(file);
+  const { hasSource } = await import('./parse.js');
+  return loadText(text, file, env, !hasSource(text));
 }
 
-export function parsePipeline(text: string, options: { file?: string; env?: NodeJS.ProcessEnv; baseDir?: string; target?: boolean } = {}): PipelineConfig {
-  const where = options.file ?? '<inline>';
-  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  if (doc.errors.length > 0) {
-    const e = doc.errors[0]!;
-    const line = e.linePos?.[0];
-    throw new ConfigError(`${where}${line ? `:${line.line}:${line.col}` : ''}: invalid YAML: ${e.message.split('\n')[0]}`);
-  }
-  let raw: unknown;
-  try {
-    raw = doc.toJS({ maxAliasCount: 100 });
-  } catch (cause) {
-    throw new ConfigError(`${where}: invalid YAML: ${(cause as Error).message}`, { cause });
-  }
-  const interpolated = interpolate(raw, options.env ?? process.env, where, '');
-  const parsed = (options.target ? targetPipelineSchema : pipelineSchema).safeParse(interpolated);
-  if (!parsed.success) throw new ConfigError(`${where}: ${formatIssue(parsed.error.issues[0]!)}`, { context: { at: where } });
-  const baseDir = options.baseDir ?? (options.file ? dirname(resolve(options.file)) : process.cwd());
-  return resolvePipeline(parsed.data, where, baseDir, options.file);
+/**
+ * Loads through a cache of validated documents: YAML parsing and schema validation (yaml + zod, ~150 ms of module
+ * loading) are skipped when neither the file nor the environment values it names changed, which is most of what a
+ * no-op run would otherwise spend. Cached documents hold `${env:NAME}` placeholders, never the values.
+ */
+async function loadText(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): Promise<PipelineConfig> {
+  const baseDir = dirname(resolve(file));
+  const cached = await configCache.read(text, file, env, target);
+  if (cached !== undefined) return resolvePipeline(interpolate(cached, env, file, '') as PipelineDocument, file, baseDir, file);
+  const { validateText } = await import('./parse.js');
+  const doc = validateText(text, { where: file, env, target });
+  await configCache.write(text, file, env, target, doc);
+  return resolvePipeline(doc, file, baseDir, file);
 }
 
-function formatIssue(issue: z.core.$ZodIssue): string {
-  const path = issue.path.reduce<string>(
-    (acc, part) => (typeof part === 'number' ? `${acc}[${part}]` : acc ? `${acc}.${String(part)}` : String(part)),
-    '',
-  );
-  return `${path || '(document)'}: ${issue.message}`;
+const configCache = {
+  directory(): string {
+    return process.env.TIDEMARK_CACHE_DIR ?? join(tmpdir(), `tidemark-config-cache-${userInfo().uid}`);
+  },
+
+  /** The environment values a file names are part of the key, so a changed variable is a new entry. */
+  key(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): { path: string; vars: [string, string | undefined][] } {
+    const names = [...new Set([...text.matchAll(ENV_RE)].map((m) => m[1]!))].sort();
+    const vars = names.map((n): [string, string | undefined] => [n, env[n]]);
+    const hash = createHash('sha256').update(JSON.stringify([CACHE_VERSION, resolve(file), target, text, vars])).digest('hex');
+    return { path: join(this.directory(), `${hash}.json`), vars };
+  },
+
+  async read(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): Promise<unknown> {
+    if (process.env.TIDEMARK_CONFIG_CACHE === 'off') return undefined;
+    try {
+      return JSON.parse(await readFile(this.key(text, file, env, target).path, 'utf8')) as unknown;
+    } catch {
+      return undefined;
+    }
+  },
+
+  async write(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean, doc: PipelineDocument): Promise<void> {
+    if (process.env.TIDEMARK_CONFIG_CACHE === 'off') return;
+    const { path, vars } = this.key(text, file, env, target);
+    const placeholders = withPlaceholders(doc, vars);
+    const json = JSON.stringify(placeholders);
+    // Only cache what provably turns back into the same document and carries no value of the environment.
+    if (vars.some(([, v]) => v !== undefined && v.length > 0 && json.includes(JSON.stringify(v).slice(1, -1)))) return;
+    if (JSON.stringify(interpolate(placeholders, Object.fromEntries(vars), file, '')) !== JSON.stringify(doc)) return;
+    try {
+      await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+      const tmp = `${path}.${process.pid}.tmp`;
+      await writeFile(tmp, json, { mode: 0o600 });
+      await rename(tmp, path);
+    } catch {
+      // A cache that cannot be written only costs time.
+    }
+  },
+};
+
+const CACHE_VERSION = 1;
+
+/** Puts `${env:NAME}` back where interpolation inserted a value (longest values first). */
+function withPlaceholders(value: unknown, vars: readonly [string, string | undefined][]): unknown {
+  const ordered = vars.filter((v): v is [string, string] => v[1] !== undefined && v[1].length > 0).sort((a, b) => b[1].length - a[1].length);
+  const walk = (v: unknown): unknown => {
+    if (typeof v === 'string') return ordered.reduce((text, [name, val]) => text.split(val).join(`\${env:${name}}`), v);
+    if (Array.isArray(v)) return v.map(walk);
+    if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
+    return v;
+  };
+  return walk(value);
 }
 
-const ENV_RE = /\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}/g;
+export const ENV_RE = /\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}/g;
 
 /** Replaces `${env:NAME}` in every string; the values are registered as secrets so no message ever shows them. */
-function interpolate(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string): unknown {
+export function interpolate(value: unknown, env: NodeJS.ProcessEnv, file: string, path: string): unknown {
   if (typeof value === 'string') {
     return value.replace(ENV_RE, (_m, name: string) => {
       const v = env[name];
@@ -143,7 +176,7 @@ function resolvePath<T extends object>(section: T, baseDir: string): T {
   return { ...section, path: resolve(baseDir, path) };
 }
 
-function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, sourceFile?: string): PipelineConfig {
+export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, sourceFile?: string): PipelineConfig {
   const names = new Set<string>();
   const streams = doc.streams.map((s, i): StreamConfig => {
     const at = (field: string) => `${file}: streams[${i}].${field}`;
@@ -250,7 +283,7 @@ function resolveDestination(destination: DestinationConfig, file: string, baseDi
   return located.lock !== undefined ? { ...located, lock: resolvePath(located.lock, baseDir) } : located;
 }
 
-function resolveStateStore(state: Exclude<StateConfig, 'destination'>, baseDir: string): Exclude<StateConfig, 'destination'> {
+export function resolveStateStore(state: Exclude<StateConfig, 'destination'>, baseDir: string): Exclude<StateConfig, 'destination'> {
   if (state.type !== 'bucket') return resolvePath(state, baseDir);
   const located: typeof state = resolveLocation(state, baseDir);
   return located.lock !== undefined ? { ...located, lock: resolvePath(located.lock, baseDir) } : located;
@@ -304,37 +337,4 @@ function filesSpec(s: StreamDocument, at: (field: string) => string): FilesStrea
 function lastPart(table: string): string {
   const parts = table.split('.');
   return parts[parts.length - 1]!.replace(/^["`]|["`]$/g, '');
-}
-
-/**
- * A state store named on the command line (`tidemark state migrate --from … --to …`): `destination`,
- * `file:<dir>`, `sqlite:<file>`, `postgres://…[?schema=<name>]`, or the same as a JSON object. Relative paths are
- * taken from `baseDir`.
- */
-export function parseStateSpec(spec: string, baseDir: string = process.cwd()): StateConfig {
-  const text = spec.trim();
-  let raw: unknown;
-  if (text === 'destination') raw = text;
-  else if (text.startsWith('{')) {
-    try {
-      raw = JSON.parse(text);
-    } catch (cause) {
-      throw new ConfigError(`state store ${JSON.stringify(redact(text))}: not valid JSON`, { cause });
-    }
-  } else if (/^postgres(ql)?:\/\//.test(text)) {
-    registerSecret(text);
-    const url = new URL(text);
-    const schema = url.searchParams.get('schema');
-    url.searchParams.delete('schema');
-    raw = { type: 'postgres', url: url.toString(), ...(schema ? { schema } : {}) };
-  } else if (/^s3:\/\//i.test(text)) {
-    raw = { type: 'bucket', location: text };
-  } else {
-    const m = /^(file|sqlite|bucket):(.+)$/.exec(text);
-    if (!m) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: expected destination, file:<dir>, sqlite:<file>, bucket:<dir>, s3://bucket/prefix, postgres://… or a JSON object`);
-    raw = m[1] === 'bucket' ? { type: 'bucket', location: m[2] } : { type: m[1], path: m[2] };
-  }
-  const parsed = stateSchema.safeParse(raw);
-  if (!parsed.success) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: ${formatIssue(parsed.error.issues[0]!)}`);
-  return parsed.data === 'destination' ? parsed.data : resolveStateStore(parsed.data, baseDir);
 }

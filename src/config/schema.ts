@@ -3,9 +3,9 @@
  * each connector's own schema, so `tidemark schema` prints one JSON Schema of everything accepted.
  */
 import { z } from 'zod';
+import { NAME_RE } from './names.js';
 
-/** Names that become file names, table names and lock directories: no separators, no `..`, no NUL. */
-export const NAME_RE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+export { NAME_RE };
 const name = z
   .string()
   .regex(NAME_RE, 'letters, digits, "_", "-" and "." only, not starting with "." or "-"')

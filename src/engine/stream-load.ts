@@ -193,13 +193,9 @@ class StreamLoader {
         try {
           await failpoint('extract.after_batch');
           this.ctx.signal?.throwIfAborted();
-          const t0 = Date.now();
           if (this.txnRowsRead > 0) await this.commit(false);
-          const t1 = Date.now();
           const txn = await this.transaction();
           const { loaded, rejects } = await txn.writeBulk!(chunk);
-          if (process.env.DBG_BULK) console.error(`wait ${t0 - (this as any).tEnd} commit ${t1 - t0} write ${Date.now() - t1}`);
-          (this as any).tEnd = Date.now();
           await failpoint('load.after_write');
           this.rowsRead += chunk.rows;
           this.txnRowsRead += chunk.rows;

@@ -88,7 +88,10 @@ interface BulkColumn {
 }
 
 function bulkColumn(type: ColumnType): BulkColumn | undefined {
-  const calendar = (v: string) => `isfinite(${v}) AND year(${v}) BETWEEN 1 AND 9999`;
+  // Finite and within years 1–9999, as plain comparisons (infinities compare beyond any finite bound).
+  const lowest = type.kind === 'date' ? `DATE '0001-01-01'` : type.kind === 'timestamptz' ? `TIMESTAMPTZ '0001-01-01 00:00:00+00'` : `TIMESTAMP '0001-01-01 00:00:00'`;
+  const highest = type.kind === 'date' ? `DATE '9999-12-31'` : type.kind === 'timestamptz' ? `TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'` : `TIMESTAMP '9999-12-31 23:59:59.999999'`;
+  const calendar = (v: string) => `${v} BETWEEN ${lowest} AND ${highest}`;
   const notBc = (c: string) => `NOT ends_with(${c}, 'BC')`;
   const target = duckdbColumnType(type);
   switch (type.kind) {

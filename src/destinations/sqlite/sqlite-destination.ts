@@ -1,6 +1,11 @@
 /**
- * SQLite destination (better-sqlite3, WAL). Rows are staged in a TEMP table with one prepared statement inside a
- * temp-only transaction, then moved into the target in a `BEGIN IMMEDIATE` commit with state and runs.
+ * SQLite destination (better-sqlite3, WAL, synchronous=FULL). Rows are staged in a TEMP table with one prepared
+ * statement inside a temp-only transaction, then moved into the target in a `BEGIN IMMEDIATE` commit with state and
+ * runs. Partition loads (column batches, `writeColumns`) skip the stage: the `BEGIN IMMEDIATE` transaction opens at
+ * the first batch, deletes the partition's old rows, inserts straight into the target and is the commit that also
+ * writes ledger, state and run record — one SQLite transaction, so nothing is visible before COMMIT and a crash
+ * leaves nothing. It holds the file's write lock while the partition is read (local files, seconds); other writers
+ * wait up to the busy timeout.
  */
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';

@@ -5,7 +5,7 @@
  * COPY takes no bind parameters, so watermark values are bound into transaction-local settings with `set_config($n)`
  * and read back in the predicate with `current_setting(…)::type`: values never enter the SQL text.
  */
-import { mkdtemp, rm, unlink } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, unlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -365,7 +365,8 @@ export class PostgresSource implements Source {
   ): AsyncIterable<BulkChunk> {
     const client = await this.connection();
     const uniqueKey = await options.uniqueKey();
-    const dir = await mkdtemp(join(tmpdir(), 'tidemark-pg-'));
+    await removeOrphanChunkDirs();
+    const dir = await mkdtemp(join(tmpdir(), `${CHUNK_DIR_PREFIX}${process.pid}-`));
     const ready: BulkChunk[] = [];
     let ended = false;
     let stopped = false;
@@ -477,6 +478,27 @@ export class PostgresSource implements Source {
 
   async close(): Promise<void> {
     await this.dropConnection();
+  }
+}
+
+const CHUNK_DIR_PREFIX = 'tidemark-pg-';
+
+/** Chunk directories of runs that were killed (their process is gone) are removed by the next bulk read. */
+async function removeOrphanChunkDirs(): Promise<void> {
+  const names = await readdir(tmpdir()).catch(() => [] as string[]);
+  for (const name of names) {
+    const pid = new RegExp(`^${CHUNK_DIR_PREFIX}(\\d+)-`).exec(name)?.[1];
+    if (pid === undefined || Number(pid) === process.pid || alive(Number(pid))) continue;
+    await rm(join(tmpdir(), name), { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -3,7 +3,8 @@
  * interleaved inside each repetition), printed as one markdown table of ratios (tidemark / baseline).
  *
  *   npm run bench                 Postgres 1M rows (and a 10M history for the delta), 12 × 250k Parquet months
- *   npm run bench -- --quick      fits in about 2 minutes: 100k rows (1M history), 12 × 20k months
+ *   npm run bench -- --quick      about 2 minutes: 50k rows (500k history), 12 × 10k months
+ *   npm run bench -- --large      the issue's scale: 3M rows (30M history), 12 × 3M months (needs ~an hour and disk)
  *   npm run bench -- --reps 5     more repetitions
  *
  * Workloads (each script is runnable alone, see its header): bench/pg-to-duckdb.ts, bench/files-bench.ts.
@@ -13,11 +14,14 @@ import { cpus, loadavg, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 
 const quick = process.argv.includes('--quick');
+const large = process.argv.includes('--large');
 const repsArg = process.argv.indexOf('--reps');
 const REPS = repsArg > 0 ? Number(process.argv[repsArg + 1]) : 3;
 const SCALE = quick
-  ? { pgRows: 100_000, pgHistory: 1_000_000, months: 12, monthRows: 20_000 }
-  : { pgRows: 1_000_000, pgHistory: 10_000_000, months: 12, monthRows: 250_000 };
+  ? { pgRows: 50_000, pgHistory: 500_000, months: 12, monthRows: 10_000 }
+  : large
+    ? { pgRows: 3_000_000, pgHistory: 30_000_000, months: 12, monthRows: 3_000_000 }
+    : { pgRows: 1_000_000, pgHistory: 10_000_000, months: 12, monthRows: 250_000 };
 const TSX = fileURLToPath(new URL('../node_modules/.bin/tsx', import.meta.url));
 const script = (name: string) => fileURLToPath(new URL(name, import.meta.url));
 
@@ -73,7 +77,7 @@ row('no-op over 12 loaded months (DuckDB)', pick(files, 'duckdb_noop_s'), pick(f
 row('no-op over 12 loaded months (SQLite)', pick(files, 'sqlite_noop_s'), pick(files, 'sqlite_floor_s'), 'node + open + read ledger', '≤ 1.2');
 
 const loads = [...pg, ...files, ...pgHistory].map((r) => r.load);
-console.log(`\n### Benchmarks (${quick ? '--quick' : 'default'} scale, median of ${REPS}; ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}, load average ${f(Math.min(...loads), 1)}–${f(Math.max(...loads), 1)})\n`);
+console.log(`\n### Benchmarks (${quick ? '--quick' : large ? '--large' : 'default'} scale, median of ${REPS}; ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}, load average ${f(Math.min(...loads), 1)}–${f(Math.max(...loads), 1)})\n`);
 console.log('| workload | tidemark | baseline | ratio | target | notes |');
 console.log('|---|---|---|---|---|---|');
 for (const r of rows) console.log(`| ${r.join(' | ')} |`);

@@ -4,7 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
-import { tmpdir, userInfo } from 'node:os';
+import { homedir } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { Cron } from 'croner';
 import type { CsvOptions, FileFormat, FilesStreamSpec, StreamSpec } from '../core/connector.js';
@@ -94,7 +94,8 @@ async function loadText(text: string, file: string, env: NodeJS.ProcessEnv, targ
 
 const configCache = {
   directory(): string {
-    return process.env.TIDEMARK_CACHE_DIR ?? join(tmpdir(), `tidemark-config-cache-${userInfo().uid}`);
+    const base = process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache');
+    return process.env.TIDEMARK_CACHE_DIR ?? join(base, 'tidemark', 'config');
   },
 
   /** The environment values a file names are part of the key, so a changed variable is a new entry. */

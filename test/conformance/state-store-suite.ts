@@ -107,7 +107,7 @@ export function stateStoreConformance(kind: string, makeHarness: () => Promise<S
       const results = await Promise.allSettled(Array.from({ length: 5 }, () => store.acquire('race', { ttlMs: 30_000 })));
       const won = results.filter((r) => r.status === 'fulfilled');
       expect(won).toHaveLength(1);
-      for (const r of results) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(ConflictError);
+      for (const r of results) if (r.status === 'rejected') expect(r.reason, String((r.reason as Error).message)).toBeInstanceOf(ConflictError);
       await (won[0] as PromiseFulfilledResult<Awaited<ReturnType<ExternalStateStore['acquire']>>>).value.release();
     });
   });

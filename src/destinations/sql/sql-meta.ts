@@ -46,14 +46,28 @@ export class SqlMeta {
     return (await this.dialect.tableColumns(this.exec, META_TABLES.state)) !== undefined;
   }
 
+  /**
+   * Creates the missing tables in one transaction, so another process never sees some of them without the rest
+   * (`exists()` looks at the state table alone). Racing creators: the loser's statement fails or waits, and it
+   * only has to find the tables there afterwards.
+   */
   async ensure(): Promise<void> {
     if (this.ensured) return;
-    for (const key of Object.keys(META_TABLES) as (keyof typeof META_TABLES)[]) {
-      if ((await this.dialect.tableColumns(this.exec, META_TABLES[key])) === undefined) {
-        await this.exec.run(`CREATE TABLE IF NOT EXISTS ${this.t(key)} ${DDL[key]}`).catch(async (error: unknown) => {
-          // Workers starting together race to create the tables; Postgres lets all but one fail even with IF NOT EXISTS.
-          if ((await this.dialect.tableColumns(this.exec, META_TABLES[key])) === undefined) throw error;
-        });
+    const keys = Object.keys(META_TABLES) as (keyof typeof META_TABLES)[];
+    const missing = async () => {
+      const out: (keyof typeof META_TABLES)[] = [];
+      for (const key of keys) if ((await this.dialect.tableColumns(this.exec, META_TABLES[key])) === undefined) out.push(key);
+      return out;
+    };
+    const todo = await missing();
+    if (todo.length > 0) {
+      try {
+        await this.exec.run(this.dialect.beginStatement);
+        for (const key of todo) await this.exec.run(`CREATE TABLE IF NOT EXISTS ${this.t(key)} ${DDL[key]}`);
+        await this.exec.run('COMMIT');
+      } catch (error) {
+        await this.exec.run('ROLLBACK').catch(() => undefined);
+        if ((await missing()).length > 0) throw error;
       }
     }
     this.ensured = true;

@@ -91,9 +91,13 @@ class PostgresExecutor implements SqlExecutor {
     this.watch(client);
   }
 
+  /** Only the current session's loss counts: the old one ends after a reconnect, and must not trigger another. */
   private watch(client: pg.Client): void {
-    client.on('error', () => (this.broken = true));
-    client.on('end', () => (this.broken = true));
+    const lost = () => {
+      if (client === this.client) this.broken = true;
+    };
+    client.on('error', lost);
+    client.on('end', lost);
   }
 
   async query(sql: string, params: readonly SqlParam[] = []): Promise<SqlRow[]> {

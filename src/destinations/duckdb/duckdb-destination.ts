@@ -9,6 +9,9 @@ import type { BulkChunk, DestinationCapabilities } from '../../core/connector.js
 import { ConflictError, DestinationError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
+import { appendDuckDbValue as appendValue, duckdbColumnType, duckdbStageType as stageType } from './duckdb-types.js';
+
+export { duckdbColumnType };
 import { SqlDestination } from '../sql/sql-destination.js';
 import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
 
@@ -19,58 +22,6 @@ export interface DuckDbDestinationOptions {
   readonly openTimeoutMs?: number;
 }
 
-export function duckdbColumnType(type: ColumnType): string {
-  switch (type.kind) {
-    case 'boolean': return 'BOOLEAN';
-    case 'int16': return 'SMALLINT';
-    case 'int32': return 'INTEGER';
-    case 'int64': return 'BIGINT';
-    case 'uint64': return 'UBIGINT';
-    case 'decimal':
-      // DuckDB's DECIMAL stops at 38 digits; wider or unbounded numerics stay exact as text.
-      return type.precision !== undefined && type.precision <= 38 ? `DECIMAL(${type.precision},${type.scale ?? 0})` : 'VARCHAR';
-    case 'float32': return 'FLOAT';
-    case 'float64': return 'DOUBLE';
-    case 'text': return 'VARCHAR';
-    case 'bytes': return 'BLOB';
-    case 'uuid': return 'UUID';
-    case 'json': return 'JSON';
-    case 'date': return 'DATE';
-    case 'time': return 'TIME';
-    case 'timestamp': return 'TIMESTAMP';
-    case 'timestamptz': return 'TIMESTAMPTZ';
-    case 'interval': return 'VARCHAR';
-  }
-}
-
-function stageType(type: ColumnType): string {
-  switch (type.kind) {
-    case 'boolean': return 'BOOLEAN';
-    case 'int16':
-    case 'int32': return 'INTEGER';
-    case 'int64': return 'BIGINT';
-    case 'uint64': return 'UBIGINT';
-    case 'float32':
-    case 'float64': return 'DOUBLE';
-    case 'bytes': return 'BLOB';
-    default: return 'VARCHAR';
-  }
-}
-
-function appendValue(appender: DuckDBAppender, type: ColumnType, value: Value): void {
-  if (value === null) return appender.appendNull();
-  switch (type.kind) {
-    case 'boolean': return appender.appendBoolean(value as boolean);
-    case 'int16':
-    case 'int32': return appender.appendInteger(value as number);
-    case 'int64': return appender.appendBigInt(value as bigint);
-    case 'uint64': return appender.appendUBigInt(value as bigint);
-    case 'float32':
-    case 'float64': return appender.appendDouble(value as number);
-    case 'bytes': return appender.appendBlob(value as Uint8Array);
-    default: return appender.appendVarchar(value as string);
-  }
-}
 
 /**
  * How a bulk CSV field (Postgres text form) is read. `read`: the type DuckDB's CSV reader parses it as on the fast

@@ -3,14 +3,13 @@
  * each new or changed partition in ONE commit that holds its rows (replacing the partition's old rows), its ledger
  * row, the next state and the run record. A crash inside a partition leaves none of its rows and no ledger mark.
  */
-import { hostname } from 'node:os';
 import { partitionLeaseName, type ColumnBatch, type Lease, type LedgerStore, type LoadTransaction, type OpenedPartition, type PartitionListing, type PartitionedSource } from '../core/connector.js';
 import { DestinationError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type { Column, LedgerEntry, PartitionFile, PipelineState, Reject, Row, RunRecord, StreamResult } from '../core/types.js';
 import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
-import type { StreamContext, StreamOutcome } from './stream-load.js';
+import { runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 
 export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload';
 
@@ -346,13 +345,7 @@ class PartitionLoader {
   }
 
   private runRecord(outcome: RunRecord['outcome']): RunRecord {
-    return {
-      runId: this.ctx.runId,
-      pipeline: this.ctx.pipeline,
-      stream: this.stream.name,
-      startedAt: this.ctx.startedAt,
-      finishedAt: new Date().toISOString(),
-      outcome,
+    return runRecordFor(this.ctx, this.stream.name, outcome, {
       rowsRead: this.rowsRead,
       rowsLoaded: this.rowsLoaded,
       rowsRejected: this.rowsRejected,
@@ -360,10 +353,9 @@ class PartitionLoader {
       cursorMin: null,
       cursorMax: null,
       full: false,
-      worker: this.ctx.worker ?? `${hostname()}:${process.pid}`,
-      error: null,
-    };
+    });
   }
+
 
   private result(): StreamResult {
     return {

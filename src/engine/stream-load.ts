@@ -393,13 +393,7 @@ class StreamLoader {
   }
 
   private runRecord(outcome: RunRecord['outcome']): RunRecord {
-    return {
-      runId: this.ctx.runId,
-      pipeline: this.ctx.pipeline,
-      stream: this.stream.name,
-      startedAt: this.ctx.startedAt,
-      finishedAt: new Date().toISOString(),
-      outcome,
+    return runRecordFor(this.ctx, this.stream.name, outcome, {
       rowsRead: this.rowsRead,
       rowsLoaded: this.rowsLoaded,
       rowsRejected: this.rowsRejected,
@@ -407,10 +401,9 @@ class StreamLoader {
       cursorMin: this.cursorMin,
       cursorMax: this.cursorMax,
       full: this.building,
-      worker: this.ctx.worker ?? `${hostname()}:${process.pid}`,
-      error: null,
-    };
+    });
   }
+
 
   result(outcome: StreamResult['outcome']): StreamResult {
     return {
@@ -427,4 +420,24 @@ class StreamLoader {
       full: this.building,
     };
   }
+}
+
+/** The row of `_tidemark_runs` a commit writes: what this run has done so far in the stream. */
+export function runRecordFor(
+  ctx: Pick<StreamContext, 'runId' | 'pipeline' | 'startedAt' | 'worker'>,
+  stream: string,
+  outcome: RunRecord['outcome'],
+  counts: Pick<RunRecord, 'rowsRead' | 'rowsLoaded' | 'rowsRejected' | 'commits' | 'cursorMin' | 'cursorMax' | 'full'>,
+): RunRecord {
+  return {
+    runId: ctx.runId,
+    pipeline: ctx.pipeline,
+    stream,
+    startedAt: ctx.startedAt,
+    finishedAt: new Date().toISOString(),
+    outcome,
+    ...counts,
+    worker: ctx.worker ?? `${hostname()}:${process.pid}`,
+    error: null,
+  };
 }

@@ -98,7 +98,8 @@ async function createIfMissing(client: pg.Client, ddl: string): Promise<void> {
     await client.query(ddl);
   } catch (error) {
     const code = (error as { code?: string }).code;
-    if (code !== '42P07' && code !== '23505') throw error;
+    // Racing creators: the table (42P07), its row type (42710) or the catalog row (23505) already exists.
+    if (code !== '42P07' && code !== '42710' && code !== '23505') throw error;
   }
 }
 

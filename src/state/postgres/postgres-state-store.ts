@@ -30,7 +30,7 @@ class PostgresStoreExecutor implements StoreExecutor {
     } catch (error) {
       const code = (error as { code?: string }).code;
       // Two first saves may race to create the tables; the loser's "already exists" is success.
-      if (/^\s*CREATE TABLE IF NOT EXISTS/i.test(sql) && (code === '42P07' || code === '23505')) return [];
+      if (/^\s*CREATE TABLE IF NOT EXISTS/i.test(sql) && (code === '42P07' || code === '42710' || code === '23505')) return [];
       throw new StateError(`Postgres state store: ${redact((error as Error).message)}`, { cause: error });
     }
   }

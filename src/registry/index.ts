@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import type { Destination, LeaseProvider, Source } from '../core/connector.js';
-import type { BucketStateConfig, DestinationConfig, FilesDestinationConfig, LockStoreConfig, SourceConfig, StateConfig, StateStoreConfig } from '../config/schema.js';
+import type { DestinationConfig, FilesDestinationConfig, LockStoreConfig, SourceConfig, StateConfig, StateStoreConfig } from '../config/schema.js';
 import type { ObjectStoreOptions } from '../shared/object-store.js';
 import { parseDuration } from '../core/duration.js';
 import { DEFAULT_MAX_SKEW_MS, type ServerSourceOptions } from '../sources/server-source.js';
@@ -37,21 +37,7 @@ export async function openSource(config: SourceConfig): Promise<Source> {
     case 'files': {
       // The AWS SDK loads only when the location is a bucket (see shared/object-store.ts).
       const { FilesSource } = await import('../sources/files/files-source.js');
-      return FilesSource.open({
-        location: config.location,
-        ...(config.endpoint !== undefined ? { endpoint: config.endpoint } : {}),
-        ...(config.region !== undefined ? { region: config.region } : {}),
-        ...(config.credentials !== undefined
-          ? {
-              credentials: {
-                accessKeyId: config.credentials.access_key_id,
-                secretAccessKey: config.credentials.secret_access_key,
-                ...(config.credentials.session_token !== undefined ? { sessionToken: config.credentials.session_token } : {}),
-              },
-            }
-          : {}),
-        ...(config.force_path_style !== undefined ? { forcePathStyle: config.force_path_style } : {}),
-      });
+      return FilesSource.open({ location: config.location, ...bucketOptions(config) });
     }
   }
 }
@@ -105,8 +91,8 @@ export async function openDestination(config: DestinationConfig, options: OpenDe
   }
 }
 
-/** Endpoint, region and credentials of a lake or bucket store section, as the object store takes them. */
-function bucketOptions(config: FilesDestinationConfig | BucketStateConfig): ObjectStoreOptions {
+/** Endpoint, region and credentials of a files source, lake or bucket store section, as the object store takes them. */
+function bucketOptions(config: Pick<FilesDestinationConfig, 'endpoint' | 'region' | 'credentials' | 'force_path_style'>): ObjectStoreOptions {
   return {
     ...(config.endpoint !== undefined ? { endpoint: config.endpoint } : {}),
     ...(config.region !== undefined ? { region: config.region } : {}),

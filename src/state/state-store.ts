@@ -70,3 +70,30 @@ export abstract class StateOnlyStore {
 }
 
 export type { PipelineStateVersion };
+
+/** The JSON document a file or bucket store keeps per state version. */
+export interface StoredDocument {
+  readonly format: 'tidemark-state';
+  readonly version: number;
+  readonly savedAt: string;
+  readonly runId: string | null;
+  readonly reason: string;
+  readonly state: PipelineState;
+}
+
+/** Parses a stored document; `what` names it in errors (`state file …`, `state object …`). Anything off is corruption. */
+export function parseStoredDocument(text: string, pipeline: string, what: string): StoredDocument {
+  let doc: Partial<StoredDocument>;
+  try {
+    doc = JSON.parse(text) as Partial<StoredDocument>;
+  } catch (cause) {
+    throw new CorruptStateError(`${what} is not valid JSON (torn or damaged)`, { context: { pipeline }, cause });
+  }
+  if (doc === null || typeof doc !== 'object' || doc.format !== 'tidemark-state') {
+    throw new CorruptStateError(`${what} is not a tidemark state document`, { context: { pipeline } });
+  }
+  const where = what.replace(/^state (file|object) /, '');
+  const state = parseStoredState(JSON.stringify(doc.state ?? null), pipeline, where);
+  if (state.version !== doc.version) throw new CorruptStateError(`${what} disagrees with itself about its version`, { context: { pipeline } });
+  return { format: 'tidemark-state', version: state.version, savedAt: String(doc.savedAt), runId: doc.runId ?? null, reason: String(doc.reason ?? ''), state };
+}

@@ -9,7 +9,7 @@ import type { BulkChunk, DestinationCapabilities } from '../../core/connector.js
 import { ConflictError, DestinationError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
-import { appendDuckDbValue as appendValue, duckdbColumnType, duckdbStageType as stageType } from './duckdb-types.js';
+import { appendRowsWithSeq, duckdbColumnType, duckdbStageType as stageType } from './duckdb-types.js';
 
 export { duckdbColumnType };
 import { SqlDestination } from '../sql/sql-destination.js';
@@ -120,18 +120,7 @@ function duckDbDialect(connection: DuckDBConnection, schema: string): SqlDialect
     },
     async appendToStage(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number) {
       const appender = await connection.createAppender(stage, 'main', 'temp');
-      try {
-        let seq = BigInt(firstSeq);
-        for (const row of rows) {
-          for (let i = 0; i < columns.length; i += 1) appendValue(appender, columns[i]!.type, row[i] ?? null);
-          appender.appendBigInt(seq);
-          seq += 1n;
-          appender.endRow();
-        }
-        appender.flushSync();
-      } finally {
-        appender.closeSync();
-      }
+      appendRowsWithSeq(appender, columns, rows, firstSeq);
     },
     bulkColumn: (type) => bulkColumn(type) !== undefined,
     async stageBulk(into: string, columns: readonly Column[], chunk: BulkChunk, notNull: readonly number[]) {

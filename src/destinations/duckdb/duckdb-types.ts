@@ -3,7 +3,7 @@
  * itself. Shared by the DuckDB destination and the lake writer (which writes files through DuckDB).
  */
 import type { DuckDBAppender } from '@duckdb/node-api';
-import type { ColumnType, Value } from '../../core/types.js';
+import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 
 export function duckdbColumnType(type: ColumnType): string {
   switch (type.kind) {
@@ -55,5 +55,21 @@ export function appendDuckDbValue(appender: DuckDBAppender, type: ColumnType, va
     case 'float64': return appender.appendDouble(value as number);
     case 'bytes': return appender.appendBlob(value as Uint8Array);
     default: return appender.appendVarchar(value as string);
+  }
+}
+
+/** Appends rows with a running sequence number as the last column, then flushes and closes the appender. */
+export function appendRowsWithSeq(appender: DuckDBAppender, columns: readonly Column[], rows: readonly Row[], firstSeq: number): void {
+  try {
+    let seq = BigInt(firstSeq);
+    for (const row of rows) {
+      for (let i = 0; i < columns.length; i += 1) appendDuckDbValue(appender, columns[i]!.type, row[i] ?? null);
+      appender.appendBigInt(seq);
+      seq += 1n;
+      appender.endRow();
+    }
+    appender.flushSync();
+  } finally {
+    appender.closeSync();
   }
 }

@@ -10,7 +10,7 @@ import { DuckDBInstance, type DuckDBAppender, type DuckDBConnection } from '@duc
 import type { FileFormat } from '../../core/connector.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
-import { appendDuckDbValue as appendValue, duckdbColumnType, duckdbStageType as stageType } from '../duckdb/duckdb-types.js';
+import { appendRowsWithSeq, duckdbColumnType, duckdbStageType as stageType } from '../duckdb/duckdb-types.js';
 import type { LakeCompression } from './lake-layout.js';
 
 /** The type a column is written as; wider-than-DuckDB decimals and intervals stay exact as text. */
@@ -78,18 +78,7 @@ export class LakeWriter {
 
   async append(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number): Promise<void> {
     const appender = await this.connection.createAppender(stage);
-    try {
-      let seq = BigInt(firstSeq);
-      for (const row of rows) {
-        for (let i = 0; i < columns.length; i += 1) appendValue(appender, columns[i]!.type, row[i] ?? null);
-        appender.appendBigInt(seq);
-        seq += 1n;
-        appender.endRow();
-      }
-      appender.flushSync();
-    } finally {
-      appender.closeSync();
-    }
+    appendRowsWithSeq(appender, columns, rows, firstSeq);
   }
 
   async clearStage(stage: string): Promise<void> {

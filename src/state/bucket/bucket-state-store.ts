@@ -13,21 +13,12 @@ import { ConflictError, StateError } from '../../core/errors.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
 import type { ObjectStore } from '../../shared/object-store.js';
 import { ObjectStoreLeaseProvider, probeConditionalWrites } from '../../shared/object-store-lease.js';
-import { CorruptStateError, StateOnlyStore, parseStoredState, type ExternalStateStore } from '../state-store.js';
+import { CorruptStateError, StateOnlyStore, parseStoredDocument, type ExternalStateStore, type StoredDocument } from '../state-store.js';
 
 export interface BucketStateStoreOptions {
   readonly store: ObjectStore;
   /** The pipeline lock, when it is kept in another store (`lock:`); default: lease objects in this bucket. */
   readonly leases?: LeaseProvider;
-}
-
-interface StoredDocument {
-  readonly format: 'tidemark-state';
-  readonly version: number;
-  readonly savedAt: string;
-  readonly runId: string | null;
-  readonly reason: string;
-  readonly state: PipelineState;
 }
 
 const NAME_RE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
@@ -86,19 +77,9 @@ export class BucketStateStore extends StateOnlyStore implements ExternalStateSto
   }
 
   private parse(text: string, pipeline: string, where: string): StoredDocument {
-    let doc: Partial<StoredDocument>;
-    try {
-      doc = JSON.parse(text) as Partial<StoredDocument>;
-    } catch (cause) {
-      throw new CorruptStateError(`state object ${where} is not valid JSON (torn or damaged)`, { context: { pipeline }, cause });
-    }
-    if (doc === null || typeof doc !== 'object' || doc.format !== 'tidemark-state') {
-      throw new CorruptStateError(`state object ${where} is not a tidemark state document`, { context: { pipeline } });
-    }
-    const state = parseStoredState(JSON.stringify(doc.state ?? null), pipeline, where);
-    if (state.version !== doc.version) throw new CorruptStateError(`state object ${where} disagrees with itself about its version`, { context: { pipeline } });
-    return { format: 'tidemark-state', version: state.version, savedAt: String(doc.savedAt), runId: doc.runId ?? null, reason: String(doc.reason ?? ''), state };
+    return parseStoredDocument(text, pipeline, `state object ${where}`);
   }
+
 
   async load(pipeline: string): Promise<PipelineState | undefined> {
     return (await this.read(pipeline))?.doc.state;

@@ -10,21 +10,12 @@ import { join } from 'node:path';
 import type { Lease, SaveMeta } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
-import { CorruptStateError, StateOnlyStore, parseStoredState, type ExternalStateStore } from '../state-store.js';
+import { CorruptStateError, StateOnlyStore, parseStoredDocument, type ExternalStateStore, type StoredDocument } from '../state-store.js';
 import { FileLeaseProvider } from './file-lease.js';
 
 export interface FileStateStoreOptions {
   /** A directory; created when missing. */
   readonly path: string;
-}
-
-interface StoredDocument {
-  readonly format: 'tidemark-state';
-  readonly version: number;
-  readonly savedAt: string;
-  readonly runId: string | null;
-  readonly reason: string;
-  readonly state: PipelineState;
 }
 
 const HISTORY_RE = /^(\d{12})\.json$/;
@@ -68,19 +59,9 @@ export class FileStateStore extends StateOnlyStore implements ExternalStateStore
   }
 
   private parseDocument(text: string, pipeline: string, where: string): StoredDocument {
-    let doc: Partial<StoredDocument>;
-    try {
-      doc = JSON.parse(text) as Partial<StoredDocument>;
-    } catch (cause) {
-      throw new CorruptStateError(`state file ${where} is not valid JSON (torn or damaged)`, { context: { pipeline }, cause });
-    }
-    if (doc === null || typeof doc !== 'object' || doc.format !== 'tidemark-state') {
-      throw new CorruptStateError(`state file ${where} is not a tidemark state document`, { context: { pipeline } });
-    }
-    const state = parseStoredState(JSON.stringify(doc.state ?? null), pipeline, where);
-    if (state.version !== doc.version) throw new CorruptStateError(`state file ${where} disagrees with itself about its version`, { context: { pipeline } });
-    return { format: 'tidemark-state', version: state.version, savedAt: String(doc.savedAt), runId: doc.runId ?? null, reason: String(doc.reason ?? ''), state };
+    return parseStoredDocument(text, pipeline, `state file ${where}`);
   }
+
 
   async save(next: PipelineState, expectedVersion: number | undefined, meta: SaveMeta): Promise<void> {
     const stored = await this.load(next.pipeline);

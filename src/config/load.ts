@@ -4,9 +4,9 @@
  */
 import { createHash } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
-import { Cron } from 'croner';
 import type { CsvOptions, FileFormat, FilesStreamSpec, StreamSpec } from '../core/connector.js';
 import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
@@ -290,9 +290,13 @@ export function resolveStateStore(state: Exclude<StateConfig, 'destination'>, ba
   return located.lock !== undefined ? { ...located, lock: resolvePath(located.lock, baseDir) } : located;
 }
 
-/** A bad cron pattern or zone is a config error now, not a scheduler that silently never fires. */
+/**
+ * A bad cron pattern or zone is a config error now, not a scheduler that silently never fires. croner is loaded only
+ * for a pipeline that has a schedule (~5 ms a `tidemark run` of any other pipeline does not pay).
+ */
 function checkSchedule(pattern: string, timezone: string | undefined, file: string): string {
   try {
+    const { Cron } = createRequire(import.meta.url)('croner') as typeof import('croner');
     new Cron(pattern, { paused: true, ...(timezone !== undefined ? { timezone } : {}) }).nextRun();
   } catch (cause) {
     const what = /timezone/i.test((cause as Error).message) ? `timezone: unknown time zone ${JSON.stringify(timezone)} (use an IANA name such as Europe/Berlin)` : `schedule: ${(cause as Error).message}`;

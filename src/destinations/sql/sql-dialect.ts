@@ -33,6 +33,8 @@ export interface SqlDialect {
   castFromStage(expression: string, type: ColumnType): string;
   /** Column names of an existing table, or undefined when it does not exist. */
   tableColumns(exec: SqlExecutor, name: string): Promise<string[] | undefined>;
+  /** Whether a table exists, where that is cheaper to ask than its columns. */
+  tableExists?(exec: SqlExecutor, name: string): Promise<boolean>;
   /** Creates (or empties) the connection-local staging table. */
   createStage(exec: SqlExecutor, stage: string, columnsDdl: string): Promise<void>;
   /** The bulk path: appends rows to the staging table with sequence numbers from `firstSeq`. */

@@ -30,6 +30,8 @@ const DDL: Record<keyof typeof META_TABLES, string> = {
 
 export class SqlMeta {
   private ensured = false;
+  /** Meta tables are never dropped: once seen, a run does not look them up again (each look-up costs a query). */
+  private seen = false;
 
   constructor(
     private readonly exec: SqlExecutor,
@@ -42,8 +44,10 @@ export class SqlMeta {
 
   /** Whether tidemark has written here before; reads never create tables. */
   async exists(): Promise<boolean> {
-    if (this.ensured) return true;
-    return (await this.dialect.tableColumns(this.exec, META_TABLES.state)) !== undefined;
+    if (this.ensured || this.seen) return true;
+    const name = META_TABLES.state;
+    this.seen = this.dialect.tableExists ? await this.dialect.tableExists(this.exec, name) : (await this.dialect.tableColumns(this.exec, name)) !== undefined;
+    return this.seen;
   }
 
   /**

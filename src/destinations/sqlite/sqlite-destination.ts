@@ -172,6 +172,9 @@ export class SqliteDestination extends SqlDestination {
   static async open(options: SqliteDestinationOptions): Promise<SqliteDestination> {
     await mkdir(dirname(options.path), { recursive: true });
     const db = new Database(options.path, { timeout: options.busyTimeoutMs ?? 30_000 });
+    // A new file gets 32 KiB pages (default 4 KiB): bulk loads of wide rows measured ~8% faster, fewer B-tree
+    // pages to split and write. It can only be chosen before the first table exists (and before WAL).
+    if (Number(db.pragma('page_count', { simple: true })) === 0) db.pragma('page_size = 32768');
     db.pragma('journal_mode = WAL');
     db.pragma('synchronous = FULL');
     // A 64 MB page cache (default 2 MB): a partition's pages stay in memory until COMMIT instead of spilling to the

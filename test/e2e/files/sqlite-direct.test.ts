@@ -4,6 +4,7 @@
  * partition already inserted, the old ones already deleted — must leave the table and the ledger as after the last
  * commit, and a reader must never see the half-written partition.
  */
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -109,5 +110,31 @@ destination: {type: sqlite, path: ${JSON.stringify(target)}}
       await run.done;
     }
     expect(fingerprint()).toBe(before);
+  });
+
+  it('strings keep every byte on the columnar path: empty, ASCII, inline and long, non-ASCII, NULL', async () => {
+    // DuckDB stores strings of up to 12 bytes inline; the reader builds short ASCII ones itself.
+    const values = ['', 'N', 'CRD', 'abcdefghijkl', 'abcdefghijklm', 'é', 'ÿes', '日本', '😀 x', 'tab\there', 'a\u0000b', null];
+    const lines = Array.from({ length: 3000 }, (_, i) => JSON.stringify({ id: i, label: values[i % values.length] }));
+    const textDir = join(dir, 'text');
+    await mkdir(join(textDir, 'labels'), { recursive: true });
+    await writeFile(join(textDir, 'labels', 'part=a.jsonl'), `${lines.join('\n')}\n`);
+    const textTarget = join(dir, 'text.sqlite');
+    const textConfig = await writeYaml(
+      dir,
+      'text.yaml',
+      `name: text
+source: {type: files, location: ${JSON.stringify(textDir)}}
+streams:
+  - name: labels
+    pattern: labels/part={part}.jsonl
+destination: {type: sqlite, path: ${JSON.stringify(textTarget)}}
+`,
+    );
+    const result = await cli(['run', textConfig, '--json']);
+    expect(result.code, result.stderr).toBe(0);
+    const rows = sqliteQuery(textTarget, `SELECT id, label FROM labels ORDER BY id`);
+    expect(rows).toHaveLength(lines.length);
+    for (const row of rows) expect(row.label).toBe(values[Number(row.id) % values.length]);
   });
 });

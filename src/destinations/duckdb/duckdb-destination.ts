@@ -109,14 +109,13 @@ function duckDbDialect(connection: DuckDBConnection, schema: string): SqlDialect
       return target === stageType(type) ? expression : `CAST(${expression} AS ${target})`;
     },
     async tableColumns(exec, name) {
-      const rows = await exec.query(
-        `SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = ? AND table_name = ? ORDER BY column_index`,
-        [schema, name],
-      );
-      return rows.length ? rows.map((r) => String(r.column_name)) : undefined;
+      // duckdb_tables() + DESCRIBE: ~2 ms, where duckdb_columns() takes ~15 ms on a freshly opened file (it lists
+      // every column of every table); part of every commit.
+      if (!(await this.tableExists!(exec, name))) return undefined;
+      const rows = await exec.query(`DESCRIBE ${quoteIdent(schema)}.${quoteIdent(name)}`);
+      return rows.map((r) => String(r.column_name));
     },
     async tableExists(exec, name) {
-      // duckdb_tables() answers in ~1 ms where duckdb_columns() takes ~15 ms on a freshly opened file.
       const rows = await exec.query(`SELECT 1 AS hit FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = ? AND table_name = ?`, [schema, name]);
       return rows.length > 0;
     },

@@ -45,9 +45,12 @@ export class SqlMeta {
   /** Whether tidemark has written here before; reads never create tables. */
   async exists(): Promise<boolean> {
     if (this.ensured || this.seen) return true;
-    const name = META_TABLES.state;
-    this.seen = this.dialect.tableExists ? await this.dialect.tableExists(this.exec, name) : (await this.dialect.tableColumns(this.exec, name)) !== undefined;
+    this.seen = await this.tableExists(META_TABLES.state);
     return this.seen;
+  }
+
+  private async tableExists(name: string): Promise<boolean> {
+    return this.dialect.tableExists ? this.dialect.tableExists(this.exec, name) : (await this.dialect.tableColumns(this.exec, name)) !== undefined;
   }
 
   /**
@@ -60,7 +63,7 @@ export class SqlMeta {
     const keys = Object.keys(META_TABLES) as (keyof typeof META_TABLES)[];
     const missing = async () => {
       const out: (keyof typeof META_TABLES)[] = [];
-      for (const key of keys) if ((await this.dialect.tableColumns(this.exec, META_TABLES[key])) === undefined) out.push(key);
+      for (const key of keys) if (!(await this.tableExists(META_TABLES[key]))) out.push(key);
       return out;
     };
     const todo = await missing();

@@ -43,6 +43,12 @@ export abstract class SqlDestination implements Destination {
   readonly state: StateStore;
   readonly ledger: LedgerStore;
   private loadCounter = 0;
+  /**
+   * Tables this destination created, with the partition values it has committed into them since: no other value
+   * can have rows there, so loading a new partition needs no delete (and SQLite no index for one) — an initial
+   * backfill of many partitions runs without maintaining that index; the first reload builds it.
+   */
+  private readonly createdTables = new Map<string, Set<string>>();
 
   protected constructor(
     protected readonly exec: SqlExecutor,
@@ -72,7 +78,7 @@ export abstract class SqlDestination implements Destination {
     const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.stageType(c.type)}`), `${SEQ_COLUMN} BIGINT`].join(', ');
     await this.dialect.createStage(this.exec, STAGE, ddl);
     this.loadCounter += 1;
-    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${this.loadCounter}`, ddl);
+    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${this.loadCounter}`, ddl, this.createdTables);
   }
 }
 
@@ -95,7 +101,11 @@ class SqlLoadTransaction implements LoadTransaction {
     private readonly load: LoadInfo,
     private readonly loadIdPrefix: string,
     private readonly stageDdl: string,
+    private readonly createdTables: Map<string, Set<string>>,
   ) {}
+
+  /** The table this transaction created (it is empty until this load writes). */
+  private created: string | undefined;
 
   async write(rows: readonly Row[]): Promise<void> {
     if (rows.length === 0) return;
@@ -233,6 +243,8 @@ class SqlLoadTransaction implements LoadTransaction {
   private async deletePartition(table: string): Promise<void> {
     const partition = this.load.target.replacePartition;
     if (partition === undefined) return;
+    const written = this.createdTables.get(table);
+    if (this.created === table || (written !== undefined && !written.has(partition.value))) return;
     if ((await this.dialect.tableColumns(this.exec, table))?.includes(partition.column) !== true) return;
     await this.dialect.indexPartition?.(this.exec, table, partition.column);
     await this.exec.run(`DELETE FROM ${this.dialect.table(table)} WHERE ${quoteIdent(partition.column)} = ?`, [partition.value]);
@@ -273,7 +285,9 @@ class SqlLoadTransaction implements LoadTransaction {
       await failpoint('load.before_commit');
       await request.verify?.();
       await this.commitOrConfirm(loadId, { pipeline, stream, phase: 'commit' });
+      this.committedInto(table);
     } catch (error) {
+      this.created = undefined;
       await this.exec.run('ROLLBACK').catch(() => undefined);
       if (error instanceof TidemarkError) throw error;
       throw new DestinationError(`commit into ${this.dialect.name} failed: ${(error as Error).message}`, {
@@ -310,7 +324,16 @@ class SqlLoadTransaction implements LoadTransaction {
     }
   }
 
+  /** After a COMMIT: what `createdTables` knows about the table now. */
+  private committedInto(table: string): void {
+    if (this.created === table) this.createdTables.set(table, new Set());
+    this.created = undefined;
+    const partition = this.load.target.replacePartition;
+    if (partition !== undefined) this.createdTables.get(table)?.add(partition.value);
+  }
+
   async rollback(): Promise<void> {
+    this.created = undefined;
     if (this.open) {
       this.open = false;
       await this.exec.run('ROLLBACK').catch(() => undefined);
@@ -336,6 +359,7 @@ class SqlLoadTransaction implements LoadTransaction {
       const ddl = columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`).join(', ');
       await this.exec.run(`CREATE TABLE ${quoted} (${ddl})`);
       await this.dialect.afterCreateTable?.(this.exec, table, this.load.target.schema.primaryKey);
+      this.created = table;
       return;
     }
     const have = new Set(existing);

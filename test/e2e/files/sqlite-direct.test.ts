@@ -137,4 +137,27 @@ destination: {type: sqlite, path: ${JSON.stringify(textTarget)}}
     expect(rows).toHaveLength(lines.length);
     for (const row of rows) expect(row.label).toBe(values[Number(row.id) % values.length]);
   });
+
+  it('a backfill into a new table deletes nothing; a later reload builds the partition index and replaces exactly', async () => {
+    await writeTaxiMonth(monthFile('2024-02'), { year: 2024, month: 2, rows: FEB, seed: 2 });
+    await writeTaxiMonth(monthFile('2024-03'), { year: 2024, month: 3, rows: 700, seed: 3 });
+    const first = await cli(['run', config, '--json']);
+    expect(first.code, first.stderr).toBe(0);
+    expect(byMonth()).toEqual({ '2024-01': JAN, '2024-02': FEB, '2024-03': 700 });
+    const indexes = () => sqliteQuery(target, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'trips'`).map((r) => String(r.name));
+    // The run created the table: no partition of it could have rows before, so none was deleted or indexed.
+    expect(indexes()).toEqual([]);
+
+    // forget keeps the rows; the next run did not create the table, so it deletes Feb's rows (through the index it
+    // builds now) before loading Feb again.
+    const forget = await cli(['ledger', 'forget', '2024-02', '--config', config]);
+    expect(forget.code, forget.stderr).toBe(0);
+    const again = await cli(['run', config, '--json']);
+    expect(again.code, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout).streams[0]).toMatchObject({ rows_loaded: FEB, partitions_loaded: ['2024-02'] });
+    expect(byMonth()).toEqual({ '2024-01': JAN, '2024-02': FEB, '2024-03': 700 });
+    expect(indexes()).toHaveLength(1);
+    const verify = await cli(['ledger', 'verify', '--json', '--config', config]);
+    expect(verify.code, verify.stderr).toBe(0);
+  });
 });

@@ -48,26 +48,40 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
   const lease = leases.pipeline;
   try {
     await failpoint('lock.after_acquire');
-    const destination = await openPipelineDestination(pipeline, logger).catch((e: unknown) => {
-      throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'destination');
-    });
+    const { destination, source } = await openEnds(pipeline, logger);
     try {
-      const source = await openSource(pipeline.source).catch((e: unknown) => {
-        throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'source');
-      });
-      try {
-        const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease, partitionLeases: leases.partitions, options, logger });
-        return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: new Date().toISOString(), ok: results.every((r) => r.outcome === 'committed'), streams: results };
-      } finally {
-        await source.close();
-      }
+      const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease, partitionLeases: leases.partitions, options, logger });
+      return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: new Date().toISOString(), ok: results.every((r) => r.outcome === 'committed'), streams: results };
     } finally {
-      await destination.close();
+      try {
+        await source.close();
+      } finally {
+        await destination.close();
+      }
     }
   } finally {
     for (const own of leases.partitions?.values() ?? []) await own.release();
     await lease.release();
   }
+}
+
+/**
+ * Destination and source open side by side: DuckDB creates its instance on a worker thread while the source's
+ * driver loads and connects (~40 ms of a no-op run). When one fails, the other is closed again.
+ */
+async function openEnds(pipeline: PipelineConfig, logger: Logger): Promise<{ destination: Destination; source: Source }> {
+  const [destination, source] = await Promise.allSettled([
+    openPipelineDestination(pipeline, logger).catch((e: unknown) => {
+      throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'destination');
+    }),
+    openSource(pipeline.source).catch((e: unknown) => {
+      throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'source');
+    }),
+  ]);
+  if (destination.status === 'fulfilled' && source.status === 'fulfilled') return { destination: destination.value, source: source.value };
+  if (destination.status === 'fulfilled') await destination.value.close().catch(() => undefined);
+  if (source.status === 'fulfilled') await source.value.close().catch(() => undefined);
+  throw destination.status === 'rejected' ? destination.reason : (source as PromiseRejectedResult).reason;
 }
 
 interface RunLeases {

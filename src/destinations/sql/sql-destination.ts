@@ -281,6 +281,9 @@ class SqlLoadTransaction implements LoadTransaction {
       if (request.swap) {
         await this.exec.run(`DROP TABLE IF EXISTS ${this.dialect.table(stream)}`);
         await this.exec.run(this.dialect.renameTable(buildTableName(stream), stream));
+        // Renamed tables are not ones this destination knows to hold only its own partitions.
+        this.created = undefined;
+        for (const name of [stream, table]) this.createdTables.delete(name);
       }
       await failpoint('load.before_commit');
       await request.verify?.();

@@ -27,7 +27,7 @@ import { hashFile, openObjectStore, type ObjectStore, type ObjectStoreOptions } 
 import { quoteIdent } from '../../shared/sql.js';
 import { columnReader, formatMicrosNumber, formatTimestampMicros, type ColumnReader } from './duckdb-types.js';
 import { compilePattern } from './file-pattern.js';
-import { explainReadError, type ReadFile } from './read-errors.js';
+import type { ReadFile } from './read-errors.js';
 
 export interface FilesSourceOptions extends ObjectStoreOptions {
   readonly location: string;
@@ -184,6 +184,8 @@ export class FilesSource implements Source {
       const explain = async (error: unknown): Promise<Error> => {
         if (error instanceof SourceError) return error;
         const message = error instanceof Error ? error.message : String(error);
+        // Loaded only for a failure (it pulls in readline and zlib, which a no-op run does not need).
+        const { explainReadError } = await import('./read-errors.js');
         const failure = await explainReadError(message, read, spec.format, spec.csv);
         return new SourceError(
           `cannot read ${failure.file}${failure.line !== undefined ? ` at line ${failure.line}` : ''}: ${failure.reason} (partition ${partition.partition}; nothing of it was loaded)`,
@@ -356,19 +358,20 @@ function readStrings(vector: DuckDBVarCharVector, count: number, out: Value[], v
       out[r] = null;
       continue;
     }
-    const at = r * 16;
-    const length = view.getUint32(at, true);
-    let text = '';
-    for (let i = at + 4; i < at + 4 + length && length <= 12; i += 1) {
-      const byte = bytes[i]!;
-      if (byte >= 0x80) {
-        text = '';
-        break;
-      }
-      text += String.fromCharCode(byte);
-    }
-    out[r] = text.length === length ? text : vector.getItem(r);
+    const length = view.getUint32(r * 16, true);
+    out[r] = (length <= 12 ? inlineAscii(bytes, r * 16 + 4, length) : undefined) ?? vector.getItem(r);
   }
+}
+
+/** The string of `length` bytes at `start` when they are all ASCII, else undefined. */
+function inlineAscii(bytes: Uint8Array, start: number, length: number): string | undefined {
+  let text = '';
+  for (let i = start; i < start + length; i += 1) {
+    const byte = bytes[i]!;
+    if (byte >= 0x80) return undefined;
+    text += String.fromCharCode(byte);
+  }
+  return text;
 }
 
 /** Which rows of a vector are valid: undefined when all are, else a bit test over 32-bit words. */

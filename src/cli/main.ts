@@ -1,6 +1,7 @@
 /**
  * The command line: argv parsing, output and exit codes. Every command is a thin function over the library.
  */
+import { createRequire } from 'node:module';
 import { parseArgs } from 'node:util';
 import type { Command } from 'commander';
 import { errorMessage } from '../core/errors.js';
@@ -54,8 +55,11 @@ function plainRun(argv: readonly string[]): { files: string[]; options: { full?:
 }
 
 function program(Command: typeof import('commander').Command, setCode: (code: number) => void): Command {
+  // src/cli, dist/cli and the bundle in dist/bin all sit two levels below the package root.
+  const { version } = createRequire(import.meta.url)('../../package.json') as { version: string };
   const cli = new Command('tidemark')
     .description('Incremental extract-and-load: exactly once, crash-safe, inspectable.')
+    .version(version, '-V, --version', 'print the version')
     .exitOverride()
     .showHelpAfterError();
   const act = <A extends unknown[]>(fn: (...args: A) => Promise<number>) => async (...args: A) => setCode(await fn(...args));

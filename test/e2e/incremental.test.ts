@@ -178,6 +178,23 @@ describe('schema and stream selection', () => {
   });
 });
 
+describe('command line', () => {
+  it('run without commander and through it agree: unknown options are usage errors, --version and --help exit 0', async () => {
+    const unknown = await cli(['run', 'p.yaml', '--bogus']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain("unknown option '--bogus'");
+    const missing = await cli(['run']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain("missing required argument 'pipeline'");
+    const version = await cli(['--version']);
+    expect(version.code).toBe(0);
+    expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    const help = await cli(['run', '--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain('--stream <name>');
+  });
+});
+
 describe('config errors', () => {
   it('exit 2 with the file and the path in the document', async () => {
     const { dir, cleanup } = await tempDir();

@@ -3,6 +3,7 @@ import type { StreamState, TypedValue, Watermark } from '../core/types.js';
 import type { PipelineConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { planStream } from './plan.js';
+import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 
 export interface StreamPlanReport {
@@ -33,7 +34,8 @@ export async function planPipeline(
   const destination = await openDestination(pipeline.destination, options.openTimeoutMs !== undefined ? { openTimeoutMs: options.openTimeoutMs } : {});
   let states: Readonly<Record<string, StreamState>>;
   try {
-    states = (await destination.state.load(pipeline.name))?.streams ?? {};
+    // With a separate state store, the state the run would reconcile to (the store may be ahead of the destination).
+    states = (await plannedState(pipeline, destination.state))?.streams ?? {};
   } finally {
     await destination.close();
   }

@@ -15,7 +15,7 @@
 import type { CommitRequest, Destination, LoadInfo, LoadTransaction, NativeScan, SaveMeta, StateStore } from '../core/connector.js';
 import { ConflictError, StateError, errorMessage } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
-import type { Logger } from '../core/logger.js';
+import { silentLogger, type Logger } from '../core/logger.js';
 import type { ColumnType, PipelineState, Row } from '../core/types.js';
 import type { PipelineConfig } from '../config/load.js';
 import { createStateStore, openDestination, type OpenDestinationOptions } from '../registry/index.js';
@@ -31,8 +31,11 @@ export interface Reconciled {
 
 const meta = (reason: string): SaveMeta => ({ runId: null, reason });
 
+/** What reconciling reads and writes: the store's and the destination's state, nothing else. */
+type ReconcilingStore = Pick<ExternalStateStore, 'load' | 'save' | 'repair' | 'description'>;
+
 /** Brings the store and the destination to the same state and version; see the module comment for the rules. */
-export async function reconcile(pipeline: string, store: ExternalStateStore, destination: StateStore, logger: Logger): Promise<Reconciled> {
+export async function reconcile(pipeline: string, store: ReconcilingStore, destination: Pick<StateStore, 'load' | 'save'>, logger: Logger): Promise<Reconciled> {
   const recorded = await destination.load(pipeline);
   let cached: PipelineState | undefined;
   try {
@@ -76,6 +79,27 @@ export async function openPipelineDestination(pipeline: PipelineConfig, logger: 
   if (pipeline.state === 'destination') return destination;
   const store = await reconciledStore(pipeline, destination, logger);
   return new MirroredDestination(destination, store.store, store.state.version, logger);
+}
+
+/**
+ * The state the next run will start from, without writing anything (`tidemark plan`): `reconcile` run against
+ * read-only views of the store and the destination, so plan and run can never disagree on the rules.
+ */
+export async function plannedState(pipeline: PipelineConfig, destination: StateStore): Promise<PipelineState | undefined> {
+  if (pipeline.state === 'destination') return destination.load(pipeline.name);
+  const store = await createStateStore(pipeline.state);
+  try {
+    const unchanged = async (): Promise<void> => undefined;
+    const { state } = await reconcile(
+      pipeline.name,
+      { load: (p) => store.load(p), save: unchanged, repair: unchanged, description: store.description },
+      { load: (p) => destination.load(p), save: unchanged },
+      silentLogger,
+    );
+    return state;
+  } finally {
+    await store.close();
+  }
 }
 
 /** The pipeline's state, reconciled, for edits outside a run (`tidemark state set|reset|rollback|import`). */

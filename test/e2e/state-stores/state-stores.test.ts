@@ -138,6 +138,24 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     expect(JSON.parse(next.stdout).streams[0].rows_read).toBe(0);
     expect((await storeState()).version).toBe(destinationVersion());
   });
+  it('plan shows the state the run will start from: the store\'s when it is ahead of the destination, writing nothing', async () => {
+    const plain = await writeYaml(dir, 'plain.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(target)}}` }));
+    expect((await cli(['run', plain])).code).toBe(0);
+    const spec = kind === 'file' ? `file:${join(dir, 'state')}` : kind === 'sqlite' ? `sqlite:${join(dir, 'state.sqlite')}` : `${pg.url}?schema=${schema}`;
+    expect((await cli(['state', 'migrate', '--from', 'destination', '--to', spec, '--config', plain])).code).toBe(0);
+    // A new, empty destination with the migrated store: the store is ahead, and a run would adopt its state.
+    const fresh = join(dir, 'fresh.sqlite');
+    const moved = await writeYaml(dir, 'moved.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(fresh)}}`, state: storeYaml() }));
+    const plan = await cli(['plan', moved, '--json']);
+    expect(plan.code, plan.stderr).toBe(0);
+    const [items] = JSON.parse(plan.stdout) as { watermark: { pk: { value: string }[] } | null }[];
+    expect(items!.watermark!.pk[0]!.value).toBe('200');
+    const written = sqliteQuery(fresh, `SELECT name FROM sqlite_master WHERE name = '_tidemark_state'`);
+    expect(written).toEqual([]);
+    const next = await cli(['run', moved, '--json']);
+    expect(next.code, next.stderr).toBe(0);
+    expect(JSON.parse(next.stdout).streams[0].rows_read).toBe(0);
+  });
 });
 
 describe('a torn, empty or corrupt state file', () => {

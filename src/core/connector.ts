@@ -110,6 +110,11 @@ export interface ReadRequest {
   readonly afterPk?: readonly TypedValue[];
   /** Incremental streams read up to a fixed upper bound; `false` for full reads. */
   readonly incremental: boolean;
+  /**
+   * Read only rows no transaction still open can add to (at or below the source's safe mark), where the source
+   * knows one. For streams that cannot re-read (append): the rest waits for a later run instead of being skipped.
+   */
+  readonly upToSafeMark?: boolean;
   /** The resume position stored by the last commit of an unfinished read. */
   readonly resume?: JsonValue;
   readonly nullCursor: NullCursorPolicy;

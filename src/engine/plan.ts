@@ -46,8 +46,10 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
     const from = subtractLookback(watermark.cursor, stream.lookbackMs, stream.name);
     return { request: { ...base, incremental: true, from }, ...buildInfo, startWatermark: watermark };
   }
+  // Merge re-reads from the safe mark (above); anything else must not pass it, or a late commit would fall behind.
+  const safeOnly = stream.write !== 'merge' ? { upToSafeMark: true } : {};
   return {
-    request: { ...base, ...resume, incremental: true, ...(watermark ? { after: watermark } : {}) },
+    request: { ...base, ...resume, ...safeOnly, incremental: true, ...(watermark ? { after: watermark } : {}) },
     ...buildInfo,
     ...(watermark ? { startWatermark: watermark } : {}),
   };

@@ -66,6 +66,29 @@ export function safeMarkOf(kind: ColumnKind, horizon: SnapshotHorizon, maxSkewMs
   return kind === 'date' ? { type: kind, value: naive.slice(0, 10) } : { type: kind, value: naive };
 }
 
+/**
+ * The upper bound of a read that must not re-read (`ReadRequest.upToSafeMark`): `until`, lowered to the last cursor
+ * value below the safe mark. A time mark is where a still-open transaction may stamp its rows, so the bound stays
+ * strictly below it (a day below for dates); a sequence mark is the last id known to be committed, so it is kept.
+ */
+export function capAtSafeMark(until: TypedValue | null, safe: TypedValue | null | undefined): TypedValue | null {
+  if (until === null || safe === null || safe === undefined) return until;
+  const cap = lastSafeValue(safe);
+  return compareCanonical(until.type, cap.value, until.value) < 0 ? cap : until;
+}
+
+function lastSafeValue(safe: TypedValue): TypedValue {
+  switch (safe.type) {
+    case 'timestamp':
+    case 'timestamptz':
+      return { type: safe.type, value: formatMicros(timestampMicros(safe.value) - 1n, safe.type === 'timestamptz') };
+    case 'date':
+      return { type: safe.type, value: formatMicros(timestampMicros(`${safe.value} 00:00:00`) - 86_400_000_000n, false).slice(0, 10) };
+    default:
+      return safe;
+  }
+}
+
 function sequenceSafeMark(kind: ColumnKind, horizon: SnapshotHorizon, readStart: TypedValue | undefined): TypedValue | null {
   const atNow = horizon.maxCursorAtNow;
   if (horizon.oldestOpen === null) return atNow === null ? lowest(kind) : { type: kind, value: atNow };

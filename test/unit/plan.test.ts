@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { maxWatermark, subtractLookback } from '../../src/engine/plan.js';
+import { capAtSafeMark } from '../../src/sources/server-source.js';
 
 describe('planning helpers', () => {
   it('subtracts a lookback from time cursors only', () => {
@@ -14,5 +15,24 @@ describe('planning helpers', () => {
     expect(maxWatermark(w('10', '1'), w('9', '99'))).toEqual(w('10', '1'));
     expect(maxWatermark(w('10', '1'), w('10', '2'))).toEqual(w('10', '2'));
     expect(maxWatermark(undefined, w('1', '1'))).toEqual(w('1', '1'));
+  });
+});
+
+describe('capAtSafeMark (append reads stop below the safe mark)', () => {
+  const t = (value: string) => ({ type: 'timestamp' as const, value });
+  it('keeps a time bound strictly below the mark, where an open transaction may still stamp rows', () => {
+    expect(capAtSafeMark(t('2024-01-01 00:00:10.000000'), t('2024-01-01 00:00:05.000000'))).toEqual(t('2024-01-01 00:00:04.999999'));
+    expect(capAtSafeMark(t('2024-01-01 00:00:01.000000'), t('2024-01-01 00:00:05.000000'))).toEqual(t('2024-01-01 00:00:01.000000'));
+    const tz = capAtSafeMark({ type: 'timestamptz', value: '2024-01-01T00:00:10.000000Z' }, { type: 'timestamptz', value: '2024-01-01T00:00:00.000000Z' });
+    expect(tz).toEqual({ type: 'timestamptz', value: '2023-12-31T23:59:59.999999Z' });
+  });
+  it('keeps a date bound a day below, and a sequence bound at the mark (the last id known committed)', () => {
+    expect(capAtSafeMark({ type: 'date', value: '2024-03-10' }, { type: 'date', value: '2024-03-01' })).toEqual({ type: 'date', value: '2024-02-29' });
+    expect(capAtSafeMark({ type: 'int64', value: '900' }, { type: 'int64', value: '42' })).toEqual({ type: 'int64', value: '42' });
+  });
+  it('leaves the bound alone without a mark (no privilege, or a cursor type without one) or without rows', () => {
+    expect(capAtSafeMark(t('2024-01-01 00:00:10.000000'), null)).toEqual(t('2024-01-01 00:00:10.000000'));
+    expect(capAtSafeMark(t('2024-01-01 00:00:10.000000'), undefined)).toEqual(t('2024-01-01 00:00:10.000000'));
+    expect(capAtSafeMark(null, t('2024-01-01 00:00:05.000000'))).toBeNull();
   });
 });

@@ -15,7 +15,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan } from '../../shared/sql.js';
-import { safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { CopyTextParser } from './copy-text.js';
 import { CsvChunker, type FinishedChunk, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
@@ -169,13 +169,14 @@ export class PostgresSource implements Source {
     const client = await this.connection();
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     try {
-      const bounds = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
+      const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
+      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart(request)) : undefined;
+      const bounds = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
       const bound = this.predicate(described, request, cursor, bounds.until);
       if (bound.values.length) {
         const sets = bound.values.map((_, i) => `set_config('tidemark.p${i + 1}', $${i + 1}, true)`).join(', ');
         await client.query(`SELECT ${sets}`, bound.values.map(paramText));
       }
-      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart(request)) : undefined;
       const warnings = incremental ? this.privilegeWarnings() : [];
       return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings });
     } catch (error) {

@@ -77,6 +77,20 @@ export function capAtSafeMark(until: TypedValue | null, safe: TypedValue | null 
   return compareCanonical(until.type, cap.value, until.value) < 0 ? cap : until;
 }
 
+/** An open transaction older than this that holds an append read back is worth a warning. */
+const LONG_OPEN_MS = 5 * 60_000;
+
+/** Says why an append read stopped short, when a long-open transaction is the reason (it may never end by itself). */
+export function heldBackWarning(found: TypedValue | null, until: TypedValue | null, horizon: SnapshotHorizon | undefined): string[] {
+  if (found === null || horizon?.oldestOpen == null || (until !== null && compareCanonical(found.type, until.value, found.value) >= 0)) return [];
+  const openMs = Number((timestampMicros(horizon.now) - timestampMicros(horizon.oldestOpen)) / 1000n);
+  if (openMs < LONG_OPEN_MS) return [];
+  return [
+    `a transaction open since ${horizon.oldestOpen} (${Math.round(openMs / 60_000)} min) holds this append stream below ${until?.value ?? 'its start'}: ` +
+      `newer rows wait until it ends (it may still write rows below them)`,
+  ];
+}
+
 function lastSafeValue(safe: TypedValue): TypedValue {
   switch (safe.type) {
     case 'timestamp':

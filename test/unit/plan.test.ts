@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { maxWatermark, subtractLookback } from '../../src/engine/plan.js';
-import { capAtSafeMark } from '../../src/sources/server-source.js';
+import { capAtSafeMark, heldBackWarning } from '../../src/sources/server-source.js';
 
 describe('planning helpers', () => {
   it('subtracts a lookback from time cursors only', () => {
@@ -34,5 +34,18 @@ describe('capAtSafeMark (append reads stop below the safe mark)', () => {
     expect(capAtSafeMark(t('2024-01-01 00:00:10.000000'), null)).toEqual(t('2024-01-01 00:00:10.000000'));
     expect(capAtSafeMark(t('2024-01-01 00:00:10.000000'), undefined)).toEqual(t('2024-01-01 00:00:10.000000'));
     expect(capAtSafeMark(null, t('2024-01-01 00:00:05.000000'))).toBeNull();
+  });
+});
+
+describe('heldBackWarning', () => {
+  const t = (value: string) => ({ type: 'timestamp' as const, value });
+  const horizon = (oldestOpen: string | null) => ({ now: '2024-01-01T01:00:00.000000Z', oldestOpen, writerOffsetMinutes: 0, maxCursorAtNow: null });
+  it('names a long-open transaction that holds an append read back, and nothing else', () => {
+    const [warning] = heldBackWarning(t('2024-01-01 00:59:00.000000'), t('2024-01-01 00:09:59.999999'), horizon('2024-01-01T00:10:00.000000Z'));
+    expect(warning).toMatch(/open since 2024-01-01T00:10:00.000000Z \(50 min\) holds this append stream below 2024-01-01 00:09:59.999999/);
+    // Not held back, a short transaction, or nothing open: no warning.
+    expect(heldBackWarning(t('2024-01-01 00:05:00.000000'), t('2024-01-01 00:05:00.000000'), horizon('2024-01-01T00:10:00.000000Z'))).toEqual([]);
+    expect(heldBackWarning(t('2024-01-01 00:59:00.000000'), t('2024-01-01 00:57:59.999999'), horizon('2024-01-01T00:58:00.000000Z'))).toEqual([]);
+    expect(heldBackWarning(t('2024-01-01 00:59:00.000000'), t('2024-01-01 00:58:59.999999'), horizon(null))).toEqual([]);
   });
 });

@@ -9,7 +9,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan } from '../../shared/sql.js';
-import { capAtSafeMark, safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, heldBackWarning, safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { castFor, isNotNull, mysqlColumnType, paramValue, typeCast, type MysqlField } from './mysql-types.js';
 
 const ALIAS = '`t`';
@@ -154,7 +154,10 @@ export class MysqlSource implements Source {
       const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, request.from ?? request.after?.cursor) : undefined;
       const bounds = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
       const bound = predicate(schema, request, cursor, bounds.until);
-      const warnings = incremental && !this.seesTransactions && !this.warned ? [this.privilegeWarning()] : [];
+      const warnings = [
+        ...(incremental && !this.seesTransactions && !this.warned ? [this.privilegeWarning()] : []),
+        ...(incremental ? heldBackWarning(found.until, bounds.until, horizon) : []),
+      ];
       return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings });
     } catch (error) {
       await conn.query('ROLLBACK').catch(() => undefined);

@@ -15,7 +15,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan } from '../../shared/sql.js';
-import { capAtSafeMark, safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, heldBackWarning, safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { CopyTextParser } from './copy-text.js';
 import { CsvChunker, type FinishedChunk, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
@@ -177,7 +177,7 @@ export class PostgresSource implements Source {
         const sets = bound.values.map((_, i) => `set_config('tidemark.p${i + 1}', $${i + 1}, true)`).join(', ');
         await client.query(`SELECT ${sets}`, bound.values.map(paramText));
       }
-      const warnings = incremental ? this.privilegeWarnings() : [];
+      const warnings = incremental ? [...this.privilegeWarnings(), ...heldBackWarning(found.until, bounds.until, horizon)] : [];
       return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings });
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);

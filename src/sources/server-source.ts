@@ -69,12 +69,13 @@ export function safeMarkOf(kind: ColumnKind, horizon: SnapshotHorizon, maxSkewMs
 /**
  * The upper bound of a read that must not re-read (`ReadRequest.upToSafeMark`): `until`, lowered to the last cursor
  * value below the safe mark. A time mark is where a still-open transaction may stamp its rows, so the bound stays
- * strictly below it (a day below for dates); a sequence mark is the last id known to be committed, so it is kept.
+ * strictly below it (a day below for dates). Sequence cursors are not capped: their mark cannot move while any
+ * transaction is open, which on a busy server is always, so a capped append stream would never advance.
  */
 export function capAtSafeMark(until: TypedValue | null, safe: TypedValue | null | undefined): TypedValue | null {
   if (until === null || safe === null || safe === undefined) return until;
   const cap = lastSafeValue(safe);
-  return compareCanonical(until.type, cap.value, until.value) < 0 ? cap : until;
+  return cap !== undefined && compareCanonical(until.type, cap.value, until.value) < 0 ? cap : until;
 }
 
 /** An open transaction older than this that holds an append read back is worth a warning. */
@@ -91,7 +92,7 @@ export function heldBackWarning(found: TypedValue | null, until: TypedValue | nu
   ];
 }
 
-function lastSafeValue(safe: TypedValue): TypedValue {
+function lastSafeValue(safe: TypedValue): TypedValue | undefined {
   switch (safe.type) {
     case 'timestamp':
     case 'timestamptz':
@@ -99,7 +100,7 @@ function lastSafeValue(safe: TypedValue): TypedValue {
     case 'date':
       return { type: safe.type, value: formatMicros(timestampMicros(`${safe.value} 00:00:00`) - 86_400_000_000n, false).slice(0, 10) };
     default:
-      return safe;
+      return undefined;
   }
 }
 

@@ -19,6 +19,7 @@ import { capAtSafeMark, heldBackWarning, safeMarkOf, type ServerSourceOptions, t
 import { CopyTextParser } from './copy-text.js';
 import { CsvChunker, type FinishedChunk, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
+import { processAlive } from '../../shared/process.js';
 
 const ALIAS = 't';
 const UTC_TEXT = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`;
@@ -489,17 +490,8 @@ async function removeOrphanChunkDirs(): Promise<void> {
   const names = await readdir(tmpdir()).catch(() => [] as string[]);
   for (const name of names) {
     const pid = new RegExp(`^${CHUNK_DIR_PREFIX}(\\d+)-`).exec(name)?.[1];
-    if (pid === undefined || Number(pid) === process.pid || alive(Number(pid))) continue;
+    if (pid === undefined || Number(pid) === process.pid || processAlive(Number(pid))) continue;
     await rm(join(tmpdir(), name), { recursive: true, force: true }).catch(() => undefined);
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -10,6 +10,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Lease, LeaseProvider } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
+import { processAlive } from '../../shared/process.js';
 
 /** One lease file: who holds which fencing token, since when, until when. */
 export interface LeaseRecord {
@@ -25,15 +26,6 @@ const FILE_RE = /^lease-(\d{12})\.json$/;
 
 function fileName(token: number): string {
   return `lease-${String(token).padStart(12, '0')}.json`;
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 export class FileLeaseProvider implements LeaseProvider {

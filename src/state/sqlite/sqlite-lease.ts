@@ -9,6 +9,7 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { Lease, LeaseProvider } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
+import { processAlive } from '../../shared/process.js';
 
 const TABLE = '_tidemark_leases';
 
@@ -19,15 +20,6 @@ interface LeaseRow {
   readonly acquired_at: string;
   readonly expires_at: number;
   readonly released: number;
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 function live(row: LeaseRow | undefined): boolean {

@@ -228,7 +228,7 @@ export class FilesSource implements Source {
         bytes,
         canonical: true,
         ...(scan ? { scan } : {}),
-        batches: () => this.rows(connection, rowSql, params, readers, partition.partition, batchRows, explain),
+        batches: () => this.rows(this.columns(connection, rowSql, params, readers, partition.partition, explain), batchRows),
         columnBatches: () => this.columns(connection, rowSql, params, readers, partition.partition, explain),
         explain,
         close: cleanup,
@@ -239,45 +239,11 @@ export class FilesSource implements Source {
     }
   }
 
-  private async *rows(
-    connection: DuckDBConnection,
-    sql: string,
-    params: readonly Param[],
-    readers: readonly ColumnReader[],
-    partitionValue: string,
-    batchRows: number,
-    explain: (error: unknown) => Promise<Error>,
-  ): AsyncGenerator<Batch> {
-    let result;
-    try {
-      result = await connection.stream(sql, bindValues(params));
-    } catch (error) {
-      throw await explain(error);
-    }
-    const width = readers.length;
+  /** The row path: the column batches of `columns()`, turned into rows and gathered into batches of `batchRows`. */
+  private async *rows(columnBatches: AsyncIterable<ColumnBatch>, batchRows: number): AsyncGenerator<Batch> {
     let rows: Row[] = [];
-    for (;;) {
-      let chunk;
-      try {
-        chunk = await result.fetchChunk();
-      } catch (error) {
-        throw await explain(error);
-      }
-      if (!chunk || chunk.rowCount === 0) break;
-      const count = chunk.rowCount;
-      const vectors: DuckDBValue[][] = [];
-      for (let c = 0; c < width; c += 1) vectors.push(chunk.getColumnValues(c));
-      for (let r = 0; r < count; r += 1) {
-        const row: Row = new Array(width + 1);
-        for (let c = 0; c < width; c += 1) {
-          const v = vectors[c]![r]!;
-          const reader = readers[c]!;
-          row[c] =
-            v === null ? null : reader.micros ? formatTimestampMicros(v as bigint) : reader.blob ? (v as { bytes: Uint8Array }).bytes : (v as Row[number]);
-        }
-        row[width] = partitionValue;
-        rows.push(row);
-      }
+    for await (const batch of columnBatches) {
+      for (let r = 0; r < batch.rowCount; r += 1) rows.push(batch.columns.map((values) => values[r] ?? null));
       if (rows.length >= batchRows) {
         yield { rows };
         rows = [];
@@ -287,7 +253,7 @@ export class FilesSource implements Source {
   }
 
   /**
-   * The rows of `rows()`, one DuckDB chunk (2,048 rows) at a time, column by column: numbers and bigints come
+   * A partition's values, one DuckDB chunk (2,048 rows) at a time, column by column: numbers and bigints come
    * straight from the vectors' typed arrays (validity tested bit by bit), timestamps are formatted from their
    * microseconds without a bigint per value, and no row arrays are built.
    */
@@ -383,7 +349,7 @@ function validityOf(vector: RawVector): ((r: number) => boolean) | undefined {
   return (r) => ((words[(offset + r) >>> 5]! >>> ((offset + r) & 31)) & 1) === 1;
 }
 
-/** One column of a chunk as values, exactly as the row path gives them. */
+/** One column of a chunk as canonical values (both the column path and the row path read through here). */
 function readVector(chunk: DuckDBDataChunk, c: number, count: number, reader: ColumnReader): Value[] {
   const vector = chunk.getColumnVector(c) as unknown as RawVector;
   const items = vector.items;

@@ -126,13 +126,19 @@ export function sourceScenarios(dialect: Dialect): void {
       expect(next).toBeGreaterThan(100_010);
     });
 
-    it('loads a row whose transaction began before a run and committed after it with an older cursor (time cursor)', async () => {
+    /** `items` with row 100 stamped in a transaction left open, then rows 1 and 2 stamped a second later and committed. */
+    async function lateRowBehindTwo(): Promise<Session> {
       await db.exec(dialect.itemsTable('items'));
       const late = await db.session();
       await late.exec('BEGIN');
       await late.exec(`INSERT INTO items VALUES (100, ${dialect.now}, 'late')`);
       await new Promise((r) => setTimeout(r, 1100));
       await db.exec(`INSERT INTO items VALUES (1, ${dialect.now}, 'a'), (2, ${dialect.now}, 'b')`);
+      return late;
+    }
+
+    it('loads a row whose transaction began before a run and committed after it with an older cursor (time cursor)', async () => {
+      const late = await lateRowBehindTwo();
       const config = await pipeline([{ table: 'items', primary_key: ['id'], cursor: 'updated_at' }]);
       expect((await runJson(config)).rows_loaded).toBe(2);
       const plan = await cli(['plan', config]);
@@ -147,12 +153,7 @@ export function sourceScenarios(dialect: Dialect): void {
     });
 
     it('append streams read only below the safe mark: a late commit is loaded once, in a later run, never skipped', async () => {
-      await db.exec(dialect.itemsTable('items'));
-      const late = await db.session();
-      await late.exec('BEGIN');
-      await late.exec(`INSERT INTO items VALUES (100, ${dialect.now}, 'late')`);
-      await new Promise((r) => setTimeout(r, 1100));
-      await db.exec(`INSERT INTO items VALUES (1, ${dialect.now}, 'a'), (2, ${dialect.now}, 'b')`);
+      const late = await lateRowBehindTwo();
       const config = await pipeline([{ table: 'items', primary_key: ['id'], cursor: 'updated_at', write: 'append' }]);
       // Rows 1 and 2 are newer than a transaction still open: an append run leaves them for later rather than pass
       // a point the open transaction may still write below.

@@ -10,7 +10,7 @@ import { createTestDatabase, type TestDatabase } from '../../conformance/postgre
 import { monthName, writeTaxiMonth } from '../../fixtures/taxi.js';
 import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
-import { openQueue, queueArgs, startWorker, uniqueQueueName, waitFor } from './queue-fixture.js';
+import { openQueue, queueArgs, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from './queue-fixture.js';
 
 const ROWS = 6000;
 
@@ -18,16 +18,6 @@ let root: string;
 let cleanup: () => Promise<void>;
 beforeAll(async () => ({ dir: root, cleanup } = await tempDir('tidemark-qpart-')));
 afterAll(() => cleanup());
-
-type Started = ReturnType<typeof startWorker>;
-
-async function stopAll(workers: readonly Started[]): Promise<void> {
-  for (const w of workers) {
-    if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGCONT');
-    w.child.kill('SIGTERM');
-  }
-  await Promise.all(workers.map((w) => w.done));
-}
 
 /** `months` taxi months as Parquet files and one pipeline loading them, partitioned by month, into a fresh database. */
 async function taxiPipeline(label: string, months: number): Promise<{ config: string; db: TestDatabase }> {

@@ -63,6 +63,17 @@ export function startWorker(queueName: string, name: string, env: Record<string,
   return { ...started, stderr: () => stderr };
 }
 
+export type Started = ReturnType<typeof startWorker>;
+
+/** Stops workers whatever state they are in: a paused (SIGSTOP) one is continued first, so SIGTERM reaches it. */
+export async function stopAll(workers: readonly Started[]): Promise<void> {
+  for (const w of workers) {
+    if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGCONT');
+    w.child.kill('SIGTERM');
+  }
+  await Promise.all(workers.map((w) => w.done));
+}
+
 export function openQueue(queueName: string): { queue: Queue; close: () => Promise<void> } {
   const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   const queue = new Queue(queueName, { connection, prefix: PREFIX });

@@ -7,22 +7,12 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
 import { tempDir } from '../../helpers/fs.js';
-import { ROWS, landed, month, monthsFixture, openQueue, queueArgs, startWorker, uniqueQueueName, waitFor } from './queue-fixture.js';
+import { ROWS, landed, month, monthsFixture, openQueue, queueArgs, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from './queue-fixture.js';
 
 let root: string;
 let cleanup: () => Promise<void>;
 beforeAll(async () => ({ dir: root, cleanup } = await tempDir('tidemark-queue-')));
 afterAll(() => cleanup());
-
-type Started = ReturnType<typeof startWorker>;
-
-async function stopAll(workers: readonly Started[]): Promise<void> {
-  for (const w of workers) {
-    if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGCONT');
-    w.child.kill('SIGTERM');
-  }
-  await Promise.all(workers.map((w) => w.done));
-}
 
 describe('tidemark worker / enqueue on BullMQ', () => {
   it('fans 12 streams out over 3 workers; every row lands once and runs name the worker and job', async () => {

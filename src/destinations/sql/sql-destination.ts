@@ -106,6 +106,12 @@ class SqlLoadTransaction implements LoadTransaction {
 
   /** The table this transaction created (it is empty until this load writes). */
   private created: string | undefined;
+  /**
+   * Columns a table of this load is known to have: after a commit, its later commits need not ask the catalog again
+   * (two lookups per chunk of a bulk load). `ensured` waits for the commit that makes it true.
+   */
+  private readonly knownColumns = new Map<string, ReadonlySet<string>>();
+  private ensured: { readonly table: string; readonly names: ReadonlySet<string> } | undefined;
 
   async write(rows: readonly Row[]): Promise<void> {
     if (rows.length === 0) return;
@@ -283,7 +289,11 @@ class SqlLoadTransaction implements LoadTransaction {
         await this.exec.run(this.dialect.renameTable(buildTableName(stream), stream));
         // Renamed tables are not ones this destination knows to hold only its own partitions.
         this.created = undefined;
-        for (const name of [stream, table]) this.createdTables.delete(name);
+        for (const name of [stream, table]) {
+          this.createdTables.delete(name);
+          this.knownColumns.delete(name);
+        }
+        this.ensured = undefined;
       }
       await failpoint('load.before_commit');
       await request.verify?.();
@@ -291,6 +301,7 @@ class SqlLoadTransaction implements LoadTransaction {
       this.committedInto(table);
     } catch (error) {
       this.created = undefined;
+      this.ensured = undefined;
       await this.exec.run('ROLLBACK').catch(() => undefined);
       if (error instanceof TidemarkError) throw error;
       throw new DestinationError(`commit into ${this.dialect.name} failed: ${(error as Error).message}`, {
@@ -298,7 +309,7 @@ class SqlLoadTransaction implements LoadTransaction {
         cause: error,
       });
     }
-    await this.exec.run(`DELETE FROM ${STAGE}`);
+    if (this.staged > 0) await this.exec.run(`DELETE FROM ${STAGE}`);
     this.staged = 0;
     if (this.bulkStaged > 0) await this.exec.run(`DROP TABLE IF EXISTS ${quoteIdent(BULK_STAGE)}`);
     this.bulkStaged = 0;
@@ -331,12 +342,15 @@ class SqlLoadTransaction implements LoadTransaction {
   private committedInto(table: string): void {
     if (this.created === table) this.createdTables.set(table, new Set());
     this.created = undefined;
+    if (this.ensured !== undefined) this.knownColumns.set(this.ensured.table, this.ensured.names);
+    this.ensured = undefined;
     const partition = this.load.target.replacePartition;
     if (partition !== undefined) this.createdTables.get(table)?.add(partition.value);
   }
 
   async rollback(): Promise<void> {
     this.created = undefined;
+    this.ensured = undefined;
     if (this.open) {
       this.open = false;
       await this.exec.run('ROLLBACK').catch(() => undefined);
@@ -349,6 +363,9 @@ class SqlLoadTransaction implements LoadTransaction {
 
   /** Creates the table, or adds the columns the source grew since; inside the commit, so a failed run leaves none. */
   private async ensureTable(table: string, columns: readonly Column[], fresh: boolean): Promise<void> {
+    const known = this.ensured?.table === table ? this.ensured.names : this.knownColumns.get(table);
+    if (!fresh && known !== undefined && columns.every((c) => known.has(c.name))) return;
+    this.ensured = { table, names: new Set(columns.map((c) => c.name)) };
     const quoted = this.dialect.table(table);
     if (fresh) await this.exec.run(`DROP TABLE IF EXISTS ${quoted}`);
     let existing = fresh ? undefined : await this.dialect.tableColumns(this.exec, table);

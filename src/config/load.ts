@@ -2,7 +2,6 @@
  * Config in three steps: written (YAML → document) → checked (zod, errors with a dot-path) → resolved (defaults,
  * `${env:…}`, paths relative to the file, cross-field rules).
  */
-import { createHash } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
@@ -11,6 +10,7 @@ import type { CsvOptions, FileFormat, FilesStreamSpec, StreamSpec } from '../cor
 import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
+import { nodeCrypto } from '../shared/lazy-crypto.js';
 import type { NullCursorPolicy, OnChange, Strategy, WriteMode } from '../core/types.js';
 import { apiStreamName, apiStreamSpec, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
@@ -98,18 +98,25 @@ const configCache = {
     return process.env.TIDEMARK_CACHE_DIR ?? join(base, 'tidemark', 'config');
   },
 
-  /** The environment values a file names are part of the key, so a changed variable is a new entry. */
-  key(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): { path: string; vars: [string, string | undefined][] } {
+  /**
+   * An entry is named by a quick hash and holds what it was made from, compared on every read. The environment
+   * values a file names are part of it, so a changed variable is a new entry; they are secrets, so they enter only
+   * through SHA-256, and node:crypto (~4 ms of start-up) loads only for a file that names a variable.
+   */
+  key(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): CacheKey {
     const names = [...new Set([...text.matchAll(ENV_RE)].map((m) => m[1]!))].sort();
     const vars = names.map((n): [string, string | undefined] => [n, env[n]]);
-    const hash = createHash('sha256').update(JSON.stringify([CACHE_VERSION, resolve(file), target, text, vars])).digest('hex');
-    return { path: join(this.directory(), `${hash}.json`), vars };
+    const source = JSON.stringify([CACHE_VERSION, resolve(file), target, text]);
+    const environment = vars.length === 0 ? '' : sha256Hex(JSON.stringify(vars));
+    return { path: join(this.directory(), `${fnv1a64(source + environment)}.json`), source, environment, vars };
   },
 
   async read(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): Promise<unknown> {
     if (process.env.TIDEMARK_CONFIG_CACHE === 'off') return undefined;
+    const key = this.key(text, file, env, target);
     try {
-      return JSON.parse(await readFile(this.key(text, file, env, target).path, 'utf8')) as unknown;
+      const entry = JSON.parse(await readFile(key.path, 'utf8')) as Partial<CacheEntry>;
+      return entry.source === key.source && entry.environment === key.environment ? entry.document : undefined;
     } catch {
       return undefined;
     }
@@ -117,16 +124,17 @@ const configCache = {
 
   async write(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean, doc: PipelineDocument): Promise<void> {
     if (process.env.TIDEMARK_CONFIG_CACHE === 'off') return;
-    const { path, vars } = this.key(text, file, env, target);
+    const { path, source, environment, vars } = this.key(text, file, env, target);
     const placeholders = withPlaceholders(doc, vars);
     const json = JSON.stringify(placeholders);
     // Only cache what provably turns back into the same document and carries no value of the environment.
     if (vars.some(([, v]) => v !== undefined && v.length > 0 && json.includes(JSON.stringify(v).slice(1, -1)))) return;
     if (JSON.stringify(interpolate(placeholders, Object.fromEntries(vars), file, '')) !== JSON.stringify(doc)) return;
+    const entry: CacheEntry = { source, environment, document: placeholders };
     try {
       await mkdir(dirname(path), { recursive: true, mode: 0o700 });
       const tmp = `${path}.${process.pid}.tmp`;
-      await writeFile(tmp, json, { mode: 0o600 });
+      await writeFile(tmp, JSON.stringify(entry), { mode: 0o600 });
       await rename(tmp, path);
     } catch {
       // A cache that cannot be written only costs time.
@@ -134,7 +142,38 @@ const configCache = {
   },
 };
 
-const CACHE_VERSION = 1;
+const CACHE_VERSION = 2;
+
+interface CacheKey {
+  readonly path: string;
+  /** The cache version, file, kind and text the entry was validated from. */
+  readonly source: string;
+  /** SHA-256 of the environment values the file names; empty when it names none. */
+  readonly environment: string;
+  readonly vars: [string, string | undefined][];
+}
+
+interface CacheEntry {
+  readonly source: string;
+  readonly environment: string;
+  readonly document: unknown;
+}
+
+function sha256Hex(text: string): string {
+  return nodeCrypto().createHash('sha256').update(text).digest('hex');
+}
+
+/** FNV-1a, 64 bits as two 32-bit lanes: names a cache entry, whose content is then compared in full. */
+function fnv1a64(text: string): string {
+  let a = 0x811c9dc5;
+  let b = 0x050c5d1f;
+  for (let i = 0; i < text.length; i += 1) {
+    const c = text.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193);
+    b = Math.imul(b ^ c, 0x01000193) ^ (a >>> 15);
+  }
+  return (a >>> 0).toString(16).padStart(8, '0') + (b >>> 0).toString(16).padStart(8, '0');
+}
 
 /** Puts `${env:NAME}` back where interpolation inserted a value (longest values first). */
 function withPlaceholders(value: unknown, vars: readonly [string, string | undefined][]): unknown {

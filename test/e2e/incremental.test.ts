@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { cli } from '../helpers/cli.js';
@@ -192,6 +192,36 @@ describe('command line', () => {
     const help = await cli(['run', '--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('--stream <name>');
+  });
+
+  it('starts from a code cache in the user cache directory, survives a corrupt one, and runs without one when told', async () => {
+    const { dir, cleanup } = await tempDir();
+    try {
+      const env = { XDG_CACHE_HOME: dir };
+      const codeDir = join(dir, 'tidemark', 'code');
+      const first = await cli(['--version'], { env });
+      expect(first.code, first.stderr).toBe(0);
+      const [entry, ...others] = await readdir(codeDir);
+      expect(others).toEqual([]);
+      // Named by the bundle's hash, its length, Node's version and the CPU: another build or Node gets its own.
+      expect(entry).toMatch(new RegExp(`^[0-9a-f]{16}-\\d+-${process.version.replace(/\./g, '\\.')}-${process.arch}\\.bin$`));
+      const cached = await stat(join(codeDir, entry!));
+      expect(cached.size).toBeGreaterThan(10_000);
+      const second = await cli(['--version'], { env });
+      expect(second.stdout).toBe(first.stdout);
+      expect((await stat(join(codeDir, entry!))).mtimeMs).toBe(cached.mtimeMs); // accepted, not written again
+      await writeFile(join(codeDir, entry!), 'not a code cache');
+      const corrupt = await cli(['--version'], { env });
+      expect(corrupt.code, corrupt.stderr).toBe(0);
+      expect(corrupt.stdout).toBe(first.stdout);
+      expect((await readFile(join(codeDir, entry!))).length).toBeGreaterThan(10_000); // rejected by V8, so written anew
+      const off = join(dir, 'off');
+      const plain = await cli(['--version'], { env: { XDG_CACHE_HOME: off, TIDEMARK_CODE_CACHE: 'off' } });
+      expect(plain.stdout).toBe(first.stdout);
+      await expect(stat(off)).rejects.toThrow(/ENOENT/);
+    } finally {
+      await cleanup();
+    }
   });
 });
 

@@ -43,4 +43,24 @@ describe('validated-config cache', () => {
     await writeFile(file, yaml('    lookback: 5m\n'));
     await expect(loadPipeline(file, { TM_CACHE_SRC: 'a.db' })).rejects.toThrow(/streams\[0\]\.lookback/);
   });
+
+  it('an entry is used only for the file, text and environment it was made from (its name is a quick hash)', async () => {
+    const file = join(dir, 'p.yaml');
+    await writeFile(file, yaml());
+    await loadPipeline(file, { TM_CACHE_SRC: 'a.db' });
+    const [name] = await readdir(join(dir, 'cache'));
+    const path = join(dir, 'cache', name!);
+    const entry = JSON.parse(await readFile(path, 'utf8')) as { source: string; environment: string; document: { streams: { cursor: string }[] } };
+    expect(entry.environment).toMatch(/^[0-9a-f]{64}$/); // the values only as SHA-256
+    // Another file's entry under this name (a collision) is not taken for this one.
+    entry.document.streams[0]!.cursor = 'id';
+    await writeFile(path, JSON.stringify({ ...entry, source: entry.source.replace('p.yaml', 'q.yaml') }));
+    expect((await loadPipeline(file, { TM_CACHE_SRC: 'a.db' })).streams[0]!.cursor).toBe('updated_at');
+    // Nor for other values of the variables it names.
+    await writeFile(path, JSON.stringify({ ...entry, environment: '0'.repeat(64) }));
+    expect((await loadPipeline(file, { TM_CACHE_SRC: 'a.db' })).streams[0]!.cursor).toBe('updated_at');
+    // An untouched entry is used as it is (the proof that the two reads above went around it).
+    await writeFile(path, JSON.stringify(entry));
+    expect((await loadPipeline(file, { TM_CACHE_SRC: 'a.db' })).streams[0]!.cursor).toBe('id');
+  });
 });

@@ -4,12 +4,12 @@
  * older token can always be told apart. A holder whose process is gone (same host) is taken over at once;
  * otherwise the lease must expire first.
  */
-import { randomBytes } from 'node:crypto';
 import { link, mkdir, readdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Lease, LeaseProvider } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
+import { randomHex } from '../../core/ids.js';
 import { processAlive } from '../../shared/process.js';
 
 /** One lease file: who holds which fencing token, since when, until when. */
@@ -50,7 +50,7 @@ export class FileLeaseProvider implements LeaseProvider {
       expiresAt: Date.now() + options.ttlMs,
       released: false,
     };
-    const tmp = join(dir, `.tmp-${randomBytes(6).toString('hex')}`);
+    const tmp = join(dir, `.tmp-${process.pid}-${randomHex(6)}`);
     await writeFile(tmp, JSON.stringify(record));
     try {
       await link(tmp, join(dir, fileName(token)));
@@ -126,7 +126,7 @@ class FileLease implements Lease {
   }
 
   private async write(record: LeaseRecord): Promise<void> {
-    const tmp = join(this.dir, `.tmp-${randomBytes(6).toString('hex')}`);
+    const tmp = join(this.dir, `.tmp-${process.pid}-${randomHex(6)}`);
     await writeFile(tmp, JSON.stringify(record));
     await rename(tmp, join(this.dir, fileName(record.token)));
     this.record = record;

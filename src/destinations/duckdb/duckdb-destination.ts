@@ -116,8 +116,14 @@ function duckDbDialect(connection: DuckDBConnection, schema: string): SqlDialect
       return rows.map((r) => String(r.column_name));
     },
     async tableExists(exec, name) {
-      const rows = await exec.query(`SELECT 1 AS hit FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = ? AND table_name = ?`, [schema, name]);
-      return rows.length > 0;
+      return (await this.existingTables!(exec, [name])).has(name);
+    },
+    async existingTables(exec, names) {
+      const rows = await exec.query(
+        `SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = ? AND table_name IN (${names.map(() => '?').join(', ')})`,
+        [schema, ...names],
+      );
+      return new Set(rows.map((r) => String(r.table_name)));
     },
     async createStage(exec, stage, columnsDdl) {
       await exec.run(`CREATE OR REPLACE TEMP TABLE ${quoteIdent(stage)} (${columnsDdl})`);

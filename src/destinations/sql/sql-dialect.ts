@@ -35,6 +35,8 @@ export interface SqlDialect {
   tableColumns(exec: SqlExecutor, name: string): Promise<string[] | undefined>;
   /** Whether a table exists, where that is cheaper to ask than its columns. */
   tableExists?(exec: SqlExecutor, name: string): Promise<boolean>;
+  /** Which of these tables exist, in one question (the meta tables are checked together). */
+  existingTables?(exec: SqlExecutor, names: readonly string[]): Promise<Set<string>>;
   /** Creates (or empties) the connection-local staging table. */
   createStage(exec: SqlExecutor, stage: string, columnsDdl: string): Promise<void>;
   /** The bulk path: appends rows to the staging table with sequence numbers from `firstSeq`. */

@@ -62,6 +62,10 @@ export class SqlMeta {
     if (this.ensured) return;
     const keys = Object.keys(META_TABLES) as (keyof typeof META_TABLES)[];
     const missing = async () => {
+      if (this.dialect.existingTables) {
+        const existing = await this.dialect.existingTables(this.exec, keys.map((key) => META_TABLES[key]));
+        return keys.filter((key) => !existing.has(META_TABLES[key]));
+      }
       const out: (keyof typeof META_TABLES)[] = [];
       for (const key of keys) if (!(await this.tableExists(META_TABLES[key]))) out.push(key);
       return out;

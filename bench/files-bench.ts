@@ -142,7 +142,7 @@ async function tidemark(kind: 'duckdb' | 'sqlite'): Promise<{ load: Timed; noop:
   await writeFile(
     floorScript,
     kind === 'duckdb'
-      ? `import { DuckDBInstance } from ${modules('@duckdb/node-api/lib/index.js')};
+      ? `import { createRequire } from 'node:module'; const { DuckDBInstance } = createRequire(import.meta.url)(${modules('@duckdb/node-api')});
 const i = await DuckDBInstance.create(${JSON.stringify(path)}); const c = await i.connect();
 (await c.runAndReadAll('SELECT * FROM _tidemark_ledger')).getRowObjectsJS(); c.closeSync(); i.closeSync();`
       : `import { createRequire } from 'node:module'; const Database = createRequire(import.meta.url)(${modules('better-sqlite3')});

@@ -3,9 +3,12 @@
  * of the next token with an atomic link (exactly one contender can), so tokens only grow and a zombie holder of an
  * older token can always be told apart. A holder whose process is gone (same host) is taken over at once;
  * otherwise the lease must expire first.
+ *
+ * File calls are synchronous on purpose: a lease is a few tiny files in a local directory, each call takes
+ * microseconds, where a thread-pool round trip queued behind a busy event loop took milliseconds (a run makes about
+ * a dozen, and every commit checks the lease twice).
  */
-import { readdirSync, readFileSync } from 'node:fs';
-import { link, mkdir, readdir, rename, unlink, writeFile } from 'node:fs/promises';
+import { linkSync, mkdirSync, readdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Lease, LeaseProvider } from '../../core/connector.js';
@@ -34,7 +37,7 @@ export class FileLeaseProvider implements LeaseProvider {
 
   async acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
     const dir = join(this.directory, pipeline);
-    await mkdir(dir, { recursive: true });
+    mkdirSync(dir, { recursive: true });
     const current = await latest(dir);
     if (current && isLive(current)) {
       throw new ConflictError(
@@ -52,9 +55,9 @@ export class FileLeaseProvider implements LeaseProvider {
       released: false,
     };
     const tmp = join(dir, `.tmp-${process.pid}-${randomHex(6)}`);
-    await writeFile(tmp, JSON.stringify(record));
+    writeFileSync(tmp, JSON.stringify(record));
     try {
-      await link(tmp, join(dir, fileName(token)));
+      linkSync(tmp, join(dir, fileName(token)));
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const winner = await latest(dir);
@@ -63,9 +66,9 @@ export class FileLeaseProvider implements LeaseProvider {
         { context: { pipeline, phase: 'lock' } },
       );
     } finally {
-      await unlink(tmp).catch(() => undefined);
+      unlinkQuietly(tmp);
     }
-    await prune(dir, token);
+    prune(dir, token);
     return new FileLease(pipeline, dir, record, options.ttlMs);
   }
 }
@@ -79,8 +82,6 @@ export function isLive(record: LeaseRecord): boolean {
 
 /** The newest lease record of a pipeline's lease directory (the highest token), if any. */
 export async function latest(dir: string): Promise<LeaseRecord | undefined> {
-  // Synchronous on purpose: every commit asks this twice, and a directory of a few small files is read in
-  // microseconds, where five thread-pool round trips queued behind a busy event loop took 2–30 ms per commit.
   const tokens = readdirSync(dir)
     .map((f) => FILE_RE.exec(f))
     .filter((m): m is RegExpExecArray => m !== null)
@@ -91,10 +92,18 @@ export async function latest(dir: string): Promise<LeaseRecord | undefined> {
   return JSON.parse(text) as LeaseRecord;
 }
 
-async function prune(dir: string, keepFrom: number): Promise<void> {
-  for (const f of await readdir(dir)) {
+function prune(dir: string, keepFrom: number): void {
+  for (const f of readdirSync(dir)) {
     const m = FILE_RE.exec(f);
-    if (m && Number(m[1]) < keepFrom - 1) await unlink(join(dir, f)).catch(() => undefined);
+    if (m && Number(m[1]) < keepFrom - 1) unlinkQuietly(join(dir, f));
+  }
+}
+
+function unlinkQuietly(file: string): void {
+  try {
+    unlinkSync(file);
+  } catch {
+    // already gone
   }
 }
 
@@ -130,8 +139,8 @@ class FileLease implements Lease {
 
   private async write(record: LeaseRecord): Promise<void> {
     const tmp = join(this.dir, `.tmp-${process.pid}-${randomHex(6)}`);
-    await writeFile(tmp, JSON.stringify(record));
-    await rename(tmp, join(this.dir, fileName(record.token)));
+    writeFileSync(tmp, JSON.stringify(record));
+    renameSync(tmp, join(this.dir, fileName(record.token)));
     this.record = record;
   }
 

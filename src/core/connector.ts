@@ -382,6 +382,8 @@ export interface Destination {
   acceptsBulk?(format: BulkRead['format'], columns: readonly Column[]): boolean;
   /** Drops a stream's leftover build table (after a reset). */
   dropBuild(stream: string): Promise<void>;
+  /** The highest fencing token a commit recorded for this lease name (0 when none): leases must start above it. */
+  fenceToken?(lease: string): Promise<number>;
   /** The partition ledger, on destinations that keep one beside the data (needed by `strategy: partitioned`). */
   readonly ledger?: LedgerStore;
   close(): Promise<void>;
@@ -424,8 +426,17 @@ export interface StateStore {
   close(): Promise<void>;
 }
 
+export interface LeaseOptions {
+  readonly ttlMs: number;
+  /**
+   * The token taken is at least this. A lock store new to a pipeline (its state moved to another store, a lock
+   * directory deleted) starts at 1, below the fence its destination recorded; the run takes its lease again above it.
+   */
+  readonly minToken?: number;
+}
+
 export interface LeaseProvider {
-  acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease>;
+  acquire(pipeline: string, options: LeaseOptions): Promise<Lease>;
   /**
    * The lease in shared mode, on providers that have one: any number of shared holders at once, none while an
    * exclusive holder (`acquire`) has it and vice versa. Its token is the current exclusive token, unchanged; it is

@@ -4,7 +4,7 @@
  * Every commit carries data and state together; a failure leaves state and data as after the last commit.
  */
 import { hostname } from 'node:os';
-import { partitionLeaseName, type Destination, type Lease, type Source } from '../core/connector.js';
+import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, type Source } from '../core/connector.js';
 import { ConflictError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { newRunId } from '../core/ids.js';
@@ -13,6 +13,7 @@ import { silentLogger } from '../core/logger.js';
 import type { PipelineState, RunResult, StreamResult } from '../core/types.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { concurrentPartitionWriters, leaseProviderFor, openSource } from '../registry/index.js';
+import { aboveFence } from './lease-fence.js';
 import { openPipelineDestination } from './state-sync.js';
 import { partitionLoader } from './partition-load.js';
 import { loadStream } from './stream-load.js';
@@ -44,13 +45,16 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
   const startedAt = new Date().toISOString();
   const streams = selectStreams(pipeline, options.streams);
   // Leases first, before any destination connection or file is opened: a run that has to wait holds nothing.
-  const leases = await acquireLeases(pipeline, streams, options);
-  const lease = leases.pipeline;
+  const provider = leaseProviderFor(pipeline.destination, pipeline.state);
+  const leases = await acquireLeases(provider, pipeline, streams, options);
   try {
     await failpoint('lock.after_acquire');
     const { destination, source } = await openEnds(pipeline, logger);
     try {
-      const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease, partitionLeases: leases.partitions, options, logger });
+      // A shared lease only carries the current token; the exclusive ones are taken above the destination's fence.
+      if (leases.partitions === undefined) leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
+      else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
+      const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger });
       return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: new Date().toISOString(), ok: results.every((r) => r.outcome === 'committed'), streams: results };
     } finally {
       try {
@@ -61,7 +65,7 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
     }
   } finally {
     for (const own of leases.partitions?.values() ?? []) await own.release();
-    await lease.release();
+    await leases.pipeline.release();
   }
 }
 
@@ -84,11 +88,12 @@ async function openEnds(pipeline: PipelineConfig, logger: Logger): Promise<{ des
   throw destination.status === 'rejected' ? destination.reason : (source as PromiseRejectedResult).reason;
 }
 
+/** The leases a run holds; `aboveFence` may replace them, so the run releases what is here when it ends. */
 interface RunLeases {
   /** The pipeline lease: exclusive, or shared when this run is a partition job. */
-  readonly pipeline: Lease;
+  pipeline: Lease;
   /** A partition job's own leases by lease name (`partitionLeaseName`); absent for an exclusive run. */
-  readonly partitions?: ReadonlyMap<string, Lease>;
+  readonly partitions?: Map<string, Lease>;
 }
 
 /**
@@ -97,8 +102,7 @@ interface RunLeases {
  * command, which hold it exclusively) and one exclusive lease per partition (so no partition loads twice at once),
  * and its commits are fenced by the partition's token. Any other run holds the pipeline lease exclusively.
  */
-async function acquireLeases(pipeline: PipelineConfig, streams: readonly StreamConfig[], options: RunOptions): Promise<RunLeases> {
-  const provider = leaseProviderFor(pipeline.destination, pipeline.state);
+async function acquireLeases(provider: LeaseProvider, pipeline: PipelineConfig, streams: readonly StreamConfig[], options: RunOptions): Promise<RunLeases> {
   const ttl = { ttlMs: pipeline.lockTtlMs };
   const partitions = options.partitions ?? [];
   const partitionJob =

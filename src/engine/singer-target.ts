@@ -11,6 +11,7 @@ import type { PipelineState, StreamResult } from '../core/types.js';
 import { DEFAULT_CHECKPOINT_ROWS, type PipelineConfig, type StreamConfig } from '../config/load.js';
 import { leaseProviderFor, openSingerSpool } from '../registry/index.js';
 import { emptyState } from './run.js';
+import { aboveFence } from './lease-fence.js';
 import { openPipelineDestination } from './state-sync.js';
 import { loadStream } from './stream-load.js';
 
@@ -44,12 +45,14 @@ export async function runTarget(pipeline: PipelineConfig, options: TargetOptions
   }
   const runId = newRunId();
   const startedAt = new Date().toISOString();
-  const lease = await leaseProviderFor(pipeline.destination, pipeline.state).acquire(pipeline.name, { ttlMs: pipeline.lockTtlMs });
+  const leases = leaseProviderFor(pipeline.destination, pipeline.state);
+  let lease = await leases.acquire(pipeline.name, { ttlMs: pipeline.lockTtlMs });
   try {
     const destination = await openPipelineDestination(pipeline, logger).catch((e: unknown) => {
       throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'destination');
     });
     try {
+      lease = await aboveFence(leases, lease, destination, pipeline.lockTtlMs);
       return await new TargetRun(pipeline, runId, startedAt, destination, lease, options).run();
     } finally {
       await destination.close();

@@ -214,6 +214,10 @@ class MirroredDestination implements Destination {
     return this.inner.mayReject?.(type) ?? true;
   }
 
+  async fenceToken(lease: string): Promise<number> {
+    return (await this.inner.fenceToken?.(lease)) ?? 0;
+  }
+
   dropBuild(stream: string): Promise<void> {
     return this.inner.dropBuild(stream);
   }

@@ -10,7 +10,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import type { Lease, LeaseProvider } from '../core/connector.js';
+import type { Lease, LeaseProvider, LeaseOptions } from '../core/connector.js';
 import { ConfigError, ConflictError } from '../core/errors.js';
 import type { ObjectStore } from './object-store.js';
 
@@ -87,7 +87,7 @@ export class ObjectStoreLeaseProvider implements LeaseProvider {
     private readonly prefix: string,
   ) {}
 
-  async acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+  async acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     if (!(await probeConditionalWrites(this.store))) {
       // A configuration problem: the same pipeline works once the lock is kept elsewhere.
       throw new ConfigError(unsafeLockingMessage(this.store, 'a lease'), { context: { pipeline, phase: 'lock' } });
@@ -99,7 +99,7 @@ export class ObjectStoreLeaseProvider implements LeaseProvider {
         context: { pipeline, phase: 'lock' },
       });
     }
-    const token = (current?.record.token ?? 0) + 1;
+    const token = Math.max((current?.record.token ?? 0) + 1, options.minToken ?? 1);
     const record: LeaseRecord = { token, host: hostname(), pid: process.pid, acquiredAt: new Date().toISOString(), expiresAt: Date.now() + options.ttlMs, released: false };
     let etag: string | undefined;
     try {

@@ -1,4 +1,4 @@
-import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { cli } from '../helpers/cli.js';
@@ -48,6 +48,23 @@ describe.each(KINDS)('incremental runs into %s', (kind) => {
     expect((await state()).version).toBe(before.version);
     expect((await cli(['runs', '--json', '--config', config])).stdout).toBe(runsBefore);
     expect((await contents()).n).toBe(250);
+  });
+
+  it('a deleted lock directory does not fence the next runs out: their tokens start above the one the destination saw', async () => {
+    createItems(source, itemRange(1, 30, 3));
+    config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target } }));
+    expect((await cli(['run', config])).code).toBe(0);
+    upsertItems(source, itemRange(31, 5, 3, 100));
+    expect((await cli(['run', config])).code).toBe(0);
+    const fence = async () => Number((await destinationQuery(kind, target, `SELECT token FROM _tidemark_locks`))[0]!.token);
+    expect(await fence()).toBe(2);
+    await rm(`${target}.locks`, { recursive: true, force: true });
+    upsertItems(source, itemRange(36, 5, 3, 200));
+    const after = await cli(['run', config, '--json']);
+    expect(after.code, after.stderr).toBe(0);
+    expect(JSON.parse(after.stdout).streams[0].rows_loaded).toBe(5);
+    expect(await fence()).toBe(3);
+    expect(await contents()).toMatchObject({ n: 40, distinct: 40 });
   });
 
   it('never loses or duplicates rows that share a cursor value across batch, checkpoint and run boundaries', async () => {

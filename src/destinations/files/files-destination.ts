@@ -183,6 +183,12 @@ export class FilesDestination implements Destination {
     }
   }
 
+  /** The lake fences whole pipelines (its manifest's `fence`); partition leases are not recorded here. */
+  async fenceToken(lease: string): Promise<number> {
+    if (lease.includes('/')) return 0;
+    return (await this.lake.head(lease)).manifest.fence;
+  }
+
   async dropBuild(stream: string): Promise<void> {
     for (const pipeline of await this.pipelines()) {
       const head = await this.lake.head(pipeline);

@@ -66,6 +66,10 @@ export abstract class SqlDestination implements Destination {
     await this.exec.run(`DROP TABLE IF EXISTS ${this.dialect.table(buildTableName(stream))}`);
   }
 
+  fenceToken(lease: string): Promise<number> {
+    return this.meta.fenceToken(lease);
+  }
+
   /** Whether the bulk path can carry every column of this schema exactly. */
   acceptsBulk(format: 'csv', columns: readonly Column[]): boolean {
     const check = this.dialect.bulkColumn;

@@ -140,6 +140,13 @@ export class SqlMeta {
     }
   }
 
+  /** The fencing token commits recorded for a lease name; 0 before any commit (reads never create tables). */
+  async fenceToken(lease: string): Promise<number> {
+    if (!(await this.exists())) return 0;
+    const rows = await this.exec.query(`SELECT token FROM ${this.t('locks')} WHERE pipeline = ?`, [lease]);
+    return rows.length ? Number(rows[0]!.token) : 0;
+  }
+
   async writeRun(run: RunRecord): Promise<void> {
     const values: SqlParam[] = [
       run.runId, run.pipeline, run.stream, run.startedAt, run.finishedAt, run.outcome, run.rowsRead, run.rowsLoaded,

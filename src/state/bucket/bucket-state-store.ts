@@ -8,7 +8,7 @@
  * safe under a lease kept elsewhere; the lease provider of this store refuses to lock on such a server (see
  * shared/object-store-lease.ts), and `lock:` names the store that holds the lease instead.
  */
-import type { Lease, LeaseProvider, SaveMeta } from '../../core/connector.js';
+import type { Lease, LeaseProvider, SaveMeta, LeaseOptions } from '../../core/connector.js';
 import { ConflictError, StateError } from '../../core/errors.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
 import type { ObjectStore } from '../../shared/object-store.js';
@@ -151,7 +151,7 @@ export class BucketStateStore extends StateOnlyStore implements ExternalStateSto
     return [...byVersion.values()].sort((a, b) => b.version - a.version);
   }
 
-  acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+  acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.leases.acquire(checkPipeline(pipeline), options);
   }
 

@@ -11,7 +11,7 @@
 import { linkSync, mkdirSync, readdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type { Lease, LeaseProvider } from '../../core/connector.js';
+import type { Lease, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 import { randomHex } from '../../core/ids.js';
 import { processAlive } from '../../shared/process.js';
@@ -35,7 +35,7 @@ function fileName(token: number): string {
 export class FileLeaseProvider implements LeaseProvider {
   constructor(private readonly directory: string) {}
 
-  async acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+  async acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     const dir = join(this.directory, pipeline);
     mkdirSync(dir, { recursive: true });
     const current = await latest(dir);
@@ -45,7 +45,7 @@ export class FileLeaseProvider implements LeaseProvider {
         { context: { pipeline, phase: 'lock' } },
       );
     }
-    const token = (current?.token ?? 0) + 1;
+    const token = Math.max((current?.token ?? 0) + 1, options.minToken ?? 1);
     const record: LeaseRecord = {
       token,
       host: hostname(),

@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { link, mkdir, open, readdir, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Lease, SaveMeta } from '../../core/connector.js';
+import type { Lease, SaveMeta, LeaseOptions } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
 import { CorruptStateError, StateOnlyStore, parseStoredDocument, type ExternalStateStore, type StoredDocument } from '../state-store.js';
@@ -150,7 +150,7 @@ export class FileStateStore extends StateOnlyStore implements ExternalStateStore
     return out;
   }
 
-  acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+  acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.leases.acquire(pipeline, options);
   }
 

@@ -6,7 +6,7 @@
  */
 import { hostname } from 'node:os';
 import type pg from 'pg';
-import type { Lease, LeaseProvider } from '../../core/connector.js';
+import type { Lease, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError, StateError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
 import { connectPostgres, ensureSchema } from '../../shared/postgres-client.js';
@@ -20,7 +20,7 @@ export class PostgresLeaseProvider implements LeaseProvider {
     private readonly schema: string,
   ) {}
 
-  acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+  acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.take(pipeline, options, false);
   }
 
@@ -28,11 +28,11 @@ export class PostgresLeaseProvider implements LeaseProvider {
    * The same advisory lock taken shared (`pg_try_advisory_lock_shared`): Postgres lets shared holders in together and
    * keeps them and an exclusive holder apart. The token is read, not bumped: only an exclusive taking fences.
    */
-  acquireShared(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+  acquireShared(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.take(pipeline, options, true);
   }
 
-  private async take(pipeline: string, options: { ttlMs: number }, shared: boolean): Promise<Lease> {
+  private async take(pipeline: string, options: LeaseOptions, shared: boolean): Promise<Lease> {
     let client: pg.Client;
     try {
       client = await connectPostgres(this.url, 'tidemark-lease');
@@ -77,9 +77,9 @@ export class PostgresLeaseProvider implements LeaseProvider {
         return new PostgresLease(pipeline, client, table, current.rows.length ? Number(current.rows[0].token) : 0, acquiredAt, options.ttlMs);
       }
       const row = await client.query(
-        `INSERT INTO ${table} AS l (pipeline, token, holder, acquired_at) VALUES ($1, 1, $2, $3)
-         ON CONFLICT (pipeline) DO UPDATE SET token = l.token + 1, holder = excluded.holder, acquired_at = excluded.acquired_at RETURNING token`,
-        [pipeline, holder, acquiredAt],
+        `INSERT INTO ${table} AS l (pipeline, token, holder, acquired_at) VALUES ($1, $4, $2, $3)
+         ON CONFLICT (pipeline) DO UPDATE SET token = GREATEST(l.token + 1, $4), holder = excluded.holder, acquired_at = excluded.acquired_at RETURNING token`,
+        [pipeline, holder, acquiredAt, options.minToken ?? 1],
       );
       // The server ends a session idle longer than the ttl, releasing the lock of a frozen holder.
       await client.query(`SET idle_session_timeout = ${Math.max(1000, Math.floor(options.ttlMs))}`).catch(() => undefined);

@@ -3,7 +3,7 @@
  * (created when missing), compare-and-set under a per-pipeline transaction lock, and an advisory-lock lease.
  */
 import type pg from 'pg';
-import type { Lease, SaveMeta } from '../../core/connector.js';
+import type { Lease, SaveMeta, LeaseOptions } from '../../core/connector.js';
 import { StateError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
@@ -98,7 +98,7 @@ export class PostgresStateStore extends StateOnlyStore implements ExternalStateS
     return this.tables.history(pipeline);
   }
 
-  acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+  acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.leases.acquire(pipeline, options);
   }
 

@@ -7,7 +7,7 @@ import { mkdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import type { Lease, LeaseProvider } from '../../core/connector.js';
+import type { Lease, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 import { processAlive } from '../../shared/process.js';
 
@@ -37,7 +37,7 @@ export function openSqliteFile(path: string, timeoutMs = 30_000): Database.Datab
 export class SqliteLeaseProvider implements LeaseProvider {
   constructor(private readonly path: string) {}
 
-  async acquire(pipeline: string, options: { ttlMs: number }): Promise<Lease> {
+  async acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     await mkdir(dirname(this.path), { recursive: true });
     const db = openSqliteFile(this.path);
     try {
@@ -52,7 +52,7 @@ export class SqliteLeaseProvider implements LeaseProvider {
           });
         }
         const row: LeaseRow = {
-          token: (current?.token ?? 0) + 1,
+          token: Math.max((current?.token ?? 0) + 1, options.minToken ?? 1),
           host: hostname(),
           pid: process.pid,
           acquired_at: new Date().toISOString(),

@@ -138,6 +138,27 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     expect(JSON.parse(next.stdout).streams[0].rows_read).toBe(0);
     expect((await storeState()).version).toBe(destinationVersion());
   });
+  it('a pipeline moved to a new store keeps committing: its lease tokens start above the fence the destination saw', async () => {
+    // Three committing runs with the lock beside the destination leave token 3 in its _tidemark_locks; the new store's
+    // lease would start at 1, and every commit below the recorded fence would be refused as a zombie's.
+    const plain = await writeYaml(dir, 'plain.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(target)}}` }));
+    for (let round = 0; round < 3; round += 1) {
+      upsertItems(source, itemRange(1000 + round * 10, 5, 7));
+      const out = await cli(['run', plain]);
+      expect(out.code, out.stderr).toBe(0);
+    }
+    const fence = () => Number(sqliteQuery(target, `SELECT token FROM _tidemark_locks WHERE pipeline = 'items'`)[0]!.token);
+    expect(fence()).toBe(3);
+    const spec = kind === 'file' ? `file:${join(dir, 'state')}` : kind === 'sqlite' ? `sqlite:${join(dir, 'state.sqlite')}` : `${pg.url}?schema=${schema}`;
+    expect((await cli(['state', 'migrate', '--from', 'destination', '--to', spec, '--config', plain])).code).toBe(0);
+    upsertItems(source, itemRange(2000, 10, 7));
+    const moved = await cli(['run', config, '--json']);
+    expect(moved.code, moved.stderr).toBe(0);
+    expect(JSON.parse(moved.stdout).streams[0].rows_loaded).toBe(10);
+    expect(fence()).toBe(4);
+    expect(contents().n).toBe(contents().distinct);
+  });
+
   it('plan shows the state the run will start from: the store\'s when it is ahead of the destination, writing nothing', async () => {
     const plain = await writeYaml(dir, 'plain.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(target)}}` }));
     expect((await cli(['run', plain])).code).toBe(0);

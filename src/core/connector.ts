@@ -435,8 +435,22 @@ export interface LeaseOptions {
   readonly minToken?: number;
 }
 
+/** Who holds a lease, as its lock store records it: read without taking or renewing anything (the dashboard). */
+export interface LeaseHolder {
+  readonly token: number;
+  readonly host: string;
+  readonly pid: number;
+  readonly acquiredAt: string;
+  /** Null where the lease does not expire on its own (a Postgres advisory lock lives as long as its session). */
+  readonly expiresAt: string | null;
+  /** Held now: not released, not expired, and (on this host) its process is alive. */
+  readonly live: boolean;
+}
+
 export interface LeaseProvider {
   acquire(pipeline: string, options: LeaseOptions): Promise<Lease>;
+  /** The newest holder of a lease, or undefined when it was never taken. */
+  holder?(pipeline: string): Promise<LeaseHolder | undefined>;
   /**
    * The lease in shared mode, on providers that have one: any number of shared holders at once, none while an
    * exclusive holder (`acquire`) has it and vice versa. Its token is the current exclusive token, unchanged; it is

@@ -151,6 +151,9 @@ function lazyLeases(load: () => Promise<LeaseProvider>, shared = false): LeasePr
     async acquire(pipeline, options) {
       return (await loaded()).acquire(pipeline, options);
     },
+    async holder(pipeline) {
+      return (await loaded()).holder?.(pipeline);
+    },
     // Declared up front (callers decide by its presence before anything loads); only set for providers that have it.
     ...(shared
       ? {

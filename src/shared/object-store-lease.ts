@@ -10,7 +10,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import type { Lease, LeaseProvider, LeaseOptions } from '../core/connector.js';
+import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../core/connector.js';
 import { ConfigError, ConflictError } from '../core/errors.js';
 import type { ObjectStore } from './object-store.js';
 
@@ -115,6 +115,13 @@ export class ObjectStoreLeaseProvider implements LeaseProvider {
       if (m && Number(m[1]) < token - 1) await this.store.delete(info.key).catch(() => undefined);
     }
     return new ObjectStoreLease(this.store, pipeline, dir, record, etag, options.ttlMs);
+  }
+
+  async holder(pipeline: string): Promise<LeaseHolder | undefined> {
+    const current = await latestLease(this.store, `${this.prefix}/${pipeline}/`);
+    if (current === undefined) return undefined;
+    const { token, host, pid, acquiredAt, expiresAt } = current.record;
+    return { token, host, pid, acquiredAt, expiresAt: new Date(expiresAt).toISOString(), live: leaseLive(current.record) };
   }
 }
 

@@ -184,7 +184,7 @@ export class DashboardReader {
   }
 
   private async view(config: PipelineConfig, file: string): Promise<PipelineView> {
-    const lock = await readLockHolder(config.destination, config.name);
+    const lock = await readLockHolder(config);
     const cached = this.cache.get(config.name);
     const base = { name: config.name, file, config, lock };
     if (cached && Date.now() - cached.at < this.options.maxAgeMs) return { ...base, snapshot: cached.snapshot, stale: null, error: null };

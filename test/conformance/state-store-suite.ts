@@ -103,6 +103,33 @@ export function stateStoreConformance(kind: string, makeHarness: () => Promise<S
       await third.release();
     });
 
+    it('lease: a minimum token raises the next one (a new lock store starts above the fence its destination saw)', async () => {
+      const first = await store.acquire('m', { ttlMs: 30_000 });
+      await first.release();
+      const raised = await store.acquire('m', { ttlMs: 30_000, minToken: first.token + 40 });
+      expect(raised.token).toBe(first.token + 40);
+      await raised.assertHeld();
+      await raised.release();
+      // Below the store's own count it changes nothing: tokens still only grow.
+      const next = await store.acquire('m', { ttlMs: 30_000, minToken: 1 });
+      expect(next.token).toBe(raised.token + 1);
+      await next.release();
+    });
+
+    it('lease: its holder can be read without taking it (what the dashboard shows)', async () => {
+      expect(await store.holder!('h')).toBeUndefined();
+      const lease = await store.acquire('h', { ttlMs: 30_000 });
+      const held = await store.holder!('h');
+      expect(held).toMatchObject({ token: lease.token, pid: process.pid, live: true });
+      expect(Date.parse(held!.acquiredAt)).not.toBeNaN();
+      await store.acquire('h', { ttlMs: 30_000 }).then(
+        () => expect.fail('reading the holder must not free the lease'),
+        (error: unknown) => expect(error).toBeInstanceOf(ConflictError),
+      );
+      await lease.release();
+      expect(await store.holder!('h')).toMatchObject({ token: lease.token, live: false });
+    });
+
     it('lease: racing acquirers, exactly one wins', async () => {
       const results = await Promise.allSettled(Array.from({ length: 5 }, () => store.acquire('race', { ttlMs: 30_000 })));
       const won = results.filter((r) => r.status === 'fulfilled');

@@ -8,7 +8,7 @@
  * safe under a lease kept elsewhere; the lease provider of this store refuses to lock on such a server (see
  * shared/object-store-lease.ts), and `lock:` names the store that holds the lease instead.
  */
-import type { Lease, LeaseProvider, SaveMeta, LeaseOptions } from '../../core/connector.js';
+import type { Lease, LeaseProvider, SaveMeta, LeaseOptions, LeaseHolder } from '../../core/connector.js';
 import { ConflictError, StateError } from '../../core/errors.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
 import type { ObjectStore } from '../../shared/object-store.js';
@@ -153,6 +153,10 @@ export class BucketStateStore extends StateOnlyStore implements ExternalStateSto
 
   acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.leases.acquire(checkPipeline(pipeline), options);
+  }
+
+  holder(pipeline: string): Promise<LeaseHolder | undefined> {
+    return this.leases.holder?.(checkPipeline(pipeline)) ?? Promise.resolve(undefined);
   }
 
   async close(): Promise<void> {

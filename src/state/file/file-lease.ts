@@ -11,7 +11,7 @@
 import { linkSync, mkdirSync, readdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type { Lease, LeaseProvider, LeaseOptions } from '../../core/connector.js';
+import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 import { randomHex } from '../../core/ids.js';
 import { processAlive } from '../../shared/process.js';
@@ -34,6 +34,14 @@ function fileName(token: number): string {
 
 export class FileLeaseProvider implements LeaseProvider {
   constructor(private readonly directory: string) {}
+
+  async holder(pipeline: string): Promise<LeaseHolder | undefined> {
+    // The holder renews by rename, so a torn read is not expected; an unreadable directory just shows no holder.
+    const record = await latest(join(this.directory, pipeline)).catch(() => undefined);
+    if (record === undefined) return undefined;
+    const { token, host, pid, acquiredAt } = record;
+    return { token, host, pid, acquiredAt, expiresAt: new Date(record.expiresAt).toISOString(), live: isLive(record) };
+  }
 
   async acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     const dir = join(this.directory, pipeline);

@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { link, mkdir, open, readdir, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Lease, SaveMeta, LeaseOptions } from '../../core/connector.js';
+import type { Lease, SaveMeta, LeaseOptions, LeaseHolder } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
 import { CorruptStateError, StateOnlyStore, parseStoredDocument, type ExternalStateStore, type StoredDocument } from '../state-store.js';
@@ -152,6 +152,10 @@ export class FileStateStore extends StateOnlyStore implements ExternalStateStore
 
   acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.leases.acquire(pipeline, options);
+  }
+
+  holder(pipeline: string): Promise<LeaseHolder | undefined> {
+    return this.leases.holder(pipeline);
   }
 
   async close(): Promise<void> {}

@@ -6,7 +6,7 @@
  */
 import { hostname } from 'node:os';
 import type pg from 'pg';
-import type { Lease, LeaseProvider, LeaseOptions } from '../../core/connector.js';
+import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError, StateError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
 import { connectPostgres, ensureSchema } from '../../shared/postgres-client.js';
@@ -30,6 +30,35 @@ export class PostgresLeaseProvider implements LeaseProvider {
    */
   acquireShared(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.take(pipeline, options, true);
+  }
+
+  /** The last exclusive taker from the token table; live while the server holds its advisory lock. */
+  async holder(pipeline: string): Promise<LeaseHolder | undefined> {
+    const client = await connectPostgres(this.url, 'tidemark-lease');
+    try {
+      const table = `${quoteIdent(this.schema)}.${quoteIdent(TABLE)}`;
+      const exists = await client.query(`SELECT to_regclass($1) IS NOT NULL AS ok`, [table]);
+      if (exists.rows[0]?.ok !== true) return undefined;
+      const rows = await client.query(`SELECT token, holder, acquired_at FROM ${table} WHERE pipeline = $1`, [pipeline]);
+      const row = rows.rows[0] as { token: string; holder: string; acquired_at: string } | undefined;
+      if (row === undefined) return undefined;
+      const held = await client.query(
+        `SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted AND objsubid = 2
+         AND classid = (hashtext('tidemark.lease')::bigint & 4294967295)::oid AND objid = (hashtext($1)::bigint & 4294967295)::oid`,
+        [`${this.schema}.${pipeline}`],
+      );
+      const who = /^pid (\d+) on (.*)$/.exec(row.holder);
+      return {
+        token: Number(row.token),
+        host: who?.[2] ?? row.holder,
+        pid: who ? Number(who[1]) : 0,
+        acquiredAt: row.acquired_at,
+        expiresAt: null,
+        live: Number(held.rows[0]?.n ?? 0) > 0,
+      };
+    } finally {
+      await client.end().catch(() => undefined);
+    }
   }
 
   private async take(pipeline: string, options: LeaseOptions, shared: boolean): Promise<Lease> {

@@ -3,7 +3,7 @@
  * (created when missing), compare-and-set under a per-pipeline transaction lock, and an advisory-lock lease.
  */
 import type pg from 'pg';
-import type { Lease, SaveMeta, LeaseOptions } from '../../core/connector.js';
+import type { Lease, SaveMeta, LeaseOptions, LeaseHolder } from '../../core/connector.js';
 import { StateError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
@@ -100,6 +100,10 @@ export class PostgresStateStore extends StateOnlyStore implements ExternalStateS
 
   acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.leases.acquire(pipeline, options);
+  }
+
+  holder(pipeline: string): Promise<LeaseHolder | undefined> {
+    return this.leases.holder(pipeline);
   }
 
   async close(): Promise<void> {

@@ -7,7 +7,7 @@ import { mkdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import type { Lease, LeaseProvider, LeaseOptions } from '../../core/connector.js';
+import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 import { processAlive } from '../../shared/process.js';
 
@@ -70,6 +70,24 @@ export class SqliteLeaseProvider implements LeaseProvider {
     } catch (error) {
       db.close();
       throw error;
+    }
+  }
+
+  async holder(pipeline: string): Promise<LeaseHolder | undefined> {
+    let db: Database.Database;
+    try {
+      db = new Database(this.path, { readonly: true, fileMustExist: true });
+    } catch {
+      return undefined; // never taken: no file yet
+    }
+    try {
+      const row = db.prepare(`SELECT token, host, pid, acquired_at, expires_at, released FROM ${TABLE} WHERE pipeline = ?`).get(pipeline) as LeaseRow | undefined;
+      if (row === undefined) return undefined;
+      return { token: row.token, host: row.host, pid: row.pid, acquiredAt: row.acquired_at, expiresAt: new Date(row.expires_at).toISOString(), live: live(row) };
+    } catch {
+      return undefined; // no lease table yet
+    } finally {
+      db.close();
     }
   }
 }

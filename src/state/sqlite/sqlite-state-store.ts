@@ -5,7 +5,7 @@
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type Database from 'better-sqlite3';
-import type { Lease, SaveMeta, LeaseOptions } from '../../core/connector.js';
+import type { Lease, SaveMeta, LeaseOptions, LeaseHolder } from '../../core/connector.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
 import { SqlStateTables, type StoreExecutor, type StoreParam, type StoreRow } from '../sql/sql-state-tables.js';
@@ -78,6 +78,10 @@ export class SqliteStateStore extends StateOnlyStore implements ExternalStateSto
 
   acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.leases.acquire(pipeline, options);
+  }
+
+  holder(pipeline: string): Promise<LeaseHolder | undefined> {
+    return this.leases.holder(pipeline);
   }
 
   async close(): Promise<void> {

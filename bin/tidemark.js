@@ -7,7 +7,7 @@
  * (bin/package.json) for the same reason. The cache lives in the user's cache directory, keyed by the bundle's hash
  * (its first line), Node's version and the CPU; TIDEMARK_CODE_CACHE=off compiles without it.
  */
-const { mkdirSync, readFileSync, renameSync, writeFileSync } = require('node:fs');
+const { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } = require('node:fs');
 const { createRequire } = require('node:module');
 const { homedir } = require('node:os');
 const { dirname, join } = require('node:path');
@@ -43,7 +43,17 @@ function saveCache(data) {
     const tmp = `${cacheFile}.${process.pid}.tmp`;
     writeFileSync(tmp, data, { mode: 0o600 });
     renameSync(tmp, cacheFile);
+    pruneCache();
   } catch {
     // read-only or full disk
   }
+}
+
+/** Each build and Node version leaves an entry (~0.2 MB): the newest few are kept, for installs side by side. */
+function pruneCache() {
+  const entries = readdirSync(cacheDir)
+    .map((name) => join(cacheDir, name))
+    .map((path) => ({ path, at: statSync(path).mtimeMs }))
+    .sort((a, b) => b.at - a.at);
+  for (const { path } of entries.slice(8)) rmSync(path, { force: true });
 }

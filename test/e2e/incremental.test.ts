@@ -1,4 +1,4 @@
-import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { cli } from '../helpers/cli.js';
@@ -211,7 +211,7 @@ describe('command line', () => {
     expect(help.stdout).toContain('--stream <name>');
   });
 
-  it('starts from a code cache in the user cache directory, survives a corrupt one, and runs without one when told', async () => {
+  it('starts from a code cache in the user cache directory, survives a corrupt one, prunes old builds, and runs without one when told', async () => {
     const { dir, cleanup } = await tempDir();
     try {
       const env = { XDG_CACHE_HOME: dir };
@@ -236,6 +236,18 @@ describe('command line', () => {
       const plain = await cli(['--version'], { env: { XDG_CACHE_HOME: off, TIDEMARK_CODE_CACHE: 'off' } });
       expect(plain.stdout).toBe(first.stdout);
       await expect(stat(off)).rejects.toThrow(/ENOENT/);
+      // Entries of other builds are pruned to the newest eight when one is written.
+      await rm(join(codeDir, entry!));
+      for (let i = 0; i < 10; i += 1) {
+        const old = join(codeDir, `old-${i}.bin`);
+        await writeFile(old, 'x');
+        await utimes(old, new Date(Date.UTC(2020, 0, 1 + i)), new Date(Date.UTC(2020, 0, 1 + i)));
+      }
+      expect((await cli(['--version'], { env })).code).toBe(0);
+      const kept = await readdir(codeDir);
+      expect(kept).toHaveLength(8);
+      expect(kept).toContain(entry);
+      expect(kept).not.toContain('old-0.bin');
     } finally {
       await cleanup();
     }

@@ -15,12 +15,11 @@ const { Script } = require('node:vm');
 
 const file = join(__dirname, '..', 'dist', 'bin', 'tidemark.cjs');
 const source = readFileSync(file, 'utf8');
-const useCache = process.env.TIDEMARK_CODE_CACHE !== 'off';
 const build = /^\/\/ tidemark-bundle (\w+)/.exec(source)?.[1];
-const cacheDir = join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'tidemark', 'code');
-const cacheFile = build && join(cacheDir, `${build}-${source.length}-${process.version}-${process.arch}.bin`);
+const cacheDir = process.env.TIDEMARK_CODE_CACHE === 'off' ? undefined : userCacheDir();
+const cacheFile = build && cacheDir && join(cacheDir, `${build}-${source.length}-${process.version}-${process.arch}.bin`);
 let cachedData;
-if (useCache && cacheFile) {
+if (cacheFile) {
   try {
     cachedData = readFileSync(cacheFile);
   } catch {
@@ -33,8 +32,17 @@ script.runInThisContext()(bundle.exports, createRequire(file), bundle, file, dir
 
 bundle.exports.main(process.argv.slice(2)).then((code) => {
   process.exitCode = code;
-  if (useCache && cacheFile && (cachedData === undefined || script.cachedDataRejected)) saveCache(script.createCachedData());
+  if (cacheFile && (cachedData === undefined || script.cachedDataRejected)) saveCache(script.createCachedData());
 });
+
+/** Where the cache lives; none when there is no home directory to put it in. */
+function userCacheDir() {
+  try {
+    return join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'tidemark', 'code');
+  } catch {
+    return undefined;
+  }
+}
 
 /** After the run, so the cache holds the functions it compiled; a cache that cannot be written only costs time. */
 function saveCache(data) {

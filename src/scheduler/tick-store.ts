@@ -2,10 +2,10 @@
  * The last tick the scheduler took per pipeline, kept in a small JSON file beside the pipelines, so a restarted
  * scheduler knows which ticks it missed while it was down (`catch_up`). Written by rename, never half-written.
  */
-import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { StateError } from '../core/errors.js';
+import { randomHex } from '../core/ids.js';
 
 interface TickFile {
   readonly version: 1;
@@ -54,7 +54,7 @@ export class TickStore {
     };
     const write = this.writing.then(async () => {
       await mkdir(dirname(this.path), { recursive: true });
-      const tmp = join(dirname(this.path), `.tmp-${randomBytes(6).toString('hex')}`);
+      const tmp = join(dirname(this.path), `.tmp-${randomHex(6)}`);
       await writeFile(tmp, `${JSON.stringify(doc, null, 2)}\n`);
       await rename(tmp, this.path);
     });

@@ -8,10 +8,10 @@
  * servers (s3rver, older MinIO/Ceph releases) silently ignore them. `probeConditionalWrites` finds out once per
  * location, and the lease provider refuses to lock on a server that ignores them instead of pretending.
  */
-import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../core/connector.js';
 import { ConfigError, ConflictError } from '../core/errors.js';
+import { randomHex } from '../core/ids.js';
 import type { ObjectStore } from './object-store.js';
 
 const probed = new Map<string, Promise<boolean>>();
@@ -32,7 +32,7 @@ export function probeConditionalWrites(store: ObjectStore): Promise<boolean> {
 }
 
 async function runProbe(store: ObjectStore): Promise<boolean> {
-  const key = `_tidemark/probe/${randomUUID()}.json`;
+  const key = `_tidemark/probe/${process.pid}-${randomHex(16)}.json`;
   try {
     const first = await store.put(key, '{"probe":1}', { ifNoneMatch: '*' });
     let honoured = false;

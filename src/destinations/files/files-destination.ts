@@ -6,7 +6,6 @@
  * by partition drops a partition's objects from the manifest in the same commit that adds its new ones. `merge`
  * is refused: an object store cannot upsert rows in place.
  */
-import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import type {
@@ -19,6 +18,7 @@ import type {
   LoadTransaction,
 } from '../../core/connector.js';
 import { DestinationError, TidemarkError } from '../../core/errors.js';
+import { randomHex } from '../../core/ids.js';
 import { failpoint } from '../../core/failpoints.js';
 import { stderrLogger, type Logger } from '../../core/logger.js';
 import type { ColumnType, LedgerEntry, Row, RunRecord, Value } from '../../core/types.js';
@@ -124,7 +124,7 @@ export class FilesDestination implements Destination {
     this.knownPipelines.add(pipeline);
     await this.collect(pipeline, stream);
     const stage = await this.writer.createStage(load.target.schema.columns);
-    const loadId = `${load.runId.replace(/[^A-Za-z0-9_.-]/g, '_')}-${randomBytes(4).toString('hex')}`;
+    const loadId = `${load.runId.replace(/[^A-Za-z0-9_.-]/g, '_')}-${randomHex(4)}`;
     return new FilesLoadTransaction(this, this.writer, load, loadId, stage, this.options.partRows ?? DEFAULT_PART_ROWS);
   }
 
@@ -194,7 +194,7 @@ export class FilesDestination implements Destination {
       const head = await this.lake.head(pipeline);
       if (head.manifest.builds[stream] === undefined) continue;
       const { [stream]: _dropped, ...builds } = head.manifest.builds;
-      await this.lake.commit(pipeline, { builds, stateChanged: false }, { loadId: `drop-${randomBytes(4).toString('hex')}`, runId: null, reason: `dropped the unfinished build of ${stream}` });
+      await this.lake.commit(pipeline, { builds, stateChanged: false }, { loadId: `drop-${randomHex(4)}`, runId: null, reason: `dropped the unfinished build of ${stream}` });
     }
   }
 

@@ -4,11 +4,11 @@
  * one writer can), then renames it over the current file and fsyncs the directory, so a crash leaves either the old
  * or the new document, never a torn one. A torn, empty or missing-but-once-written file is reported as corrupt.
  */
-import { randomBytes } from 'node:crypto';
 import { link, mkdir, open, readdir, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Lease, SaveMeta, LeaseOptions, LeaseHolder } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
+import { randomHex } from '../../core/ids.js';
 import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
 import { CorruptStateError, StateOnlyStore, parseStoredDocument, type ExternalStateStore, type StoredDocument } from '../state-store.js';
 import { FileLeaseProvider } from './file-lease.js';
@@ -89,7 +89,7 @@ export class FileStateStore extends StateOnlyStore implements ExternalStateStore
       reason: meta.reason,
       state: next,
     };
-    const tmp = join(this.options.path, `.${next.pipeline}.${randomBytes(6).toString('hex')}.tmp`);
+    const tmp = join(this.options.path, `.${next.pipeline}.${randomHex(6)}.tmp`);
     await writeDurably(tmp, `${JSON.stringify(doc, null, 2)}\n`);
     const versionFile = join(dir, `${String(next.version).padStart(12, '0')}.json`);
     try {

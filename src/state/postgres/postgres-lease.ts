@@ -14,6 +14,16 @@ import { quoteIdent } from '../../shared/sql.js';
 
 const TABLE = '_tidemark_leases';
 
+/** Sessions holding a lease's advisory lock in this mode (`ExclusiveLock`: a run; `ShareLock`: partition jobs). */
+async function advisoryHolders(client: pg.Client, key: string, mode: 'ExclusiveLock' | 'ShareLock'): Promise<number> {
+  const rows = await client.query(
+    `SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND mode = $2 AND granted AND objsubid = 2
+     AND classid = (hashtext('tidemark.lease')::bigint & 4294967295)::oid AND objid = (hashtext($1)::bigint & 4294967295)::oid`,
+    [key, mode],
+  );
+  return Number(rows.rows[0]?.n ?? 0);
+}
+
 export class PostgresLeaseProvider implements LeaseProvider {
   constructor(
     private readonly url: string,
@@ -42,11 +52,7 @@ export class PostgresLeaseProvider implements LeaseProvider {
       const rows = await client.query(`SELECT token, holder, acquired_at FROM ${table} WHERE pipeline = $1`, [pipeline]);
       const row = rows.rows[0] as { token: string; holder: string; acquired_at: string } | undefined;
       if (row === undefined) return undefined;
-      const held = await client.query(
-        `SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted AND objsubid = 2
-         AND classid = (hashtext('tidemark.lease')::bigint & 4294967295)::oid AND objid = (hashtext($1)::bigint & 4294967295)::oid`,
-        [`${this.schema}.${pipeline}`],
-      );
+      const held = await advisoryHolders(client, `${this.schema}.${pipeline}`, 'ExclusiveLock');
       const who = /^pid (\d+) on (.*)$/.exec(row.holder);
       return {
         token: Number(row.token),
@@ -54,7 +60,7 @@ export class PostgresLeaseProvider implements LeaseProvider {
         pid: who ? Number(who[1]) : 0,
         acquiredAt: row.acquired_at,
         expiresAt: null,
-        live: Number(held.rows[0]?.n ?? 0) > 0,
+        live: held > 0,
       };
     } finally {
       await client.end().catch(() => undefined);
@@ -79,17 +85,7 @@ export class PostgresLeaseProvider implements LeaseProvider {
         const holder = await client.query(`SELECT holder, acquired_at FROM ${table} WHERE pipeline = $1`, [pipeline]);
         const h = holder.rows[0] as { holder: string; acquired_at: string } | undefined;
         // Shared holders (partition jobs) leave no row of their own; the server's lock table counts them.
-        const sharers = shared
-          ? 0
-          : Number(
-              (
-                await client.query(
-                  `SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' AND granted AND objsubid = 2
-                   AND classid = (hashtext('tidemark.lease')::bigint & 4294967295)::oid AND objid = (hashtext($1)::bigint & 4294967295)::oid`,
-                  [key],
-                )
-              ).rows[0]?.n ?? 0,
-            );
+        const sharers = shared ? 0 : await advisoryHolders(client, key, 'ShareLock');
         if (sharers > 0) {
           throw new ConflictError(`pipeline ${pipeline} has ${sharers} partition job(s) running; it runs as a whole once they finish`, { context: { pipeline, phase: 'lock' } });
         }

@@ -126,6 +126,15 @@ export function sourceScenarios(dialect: Dialect): void {
       expect(next).toBeGreaterThan(100_010);
     });
 
+    /** Whether a run reads no rows within `attempts` runs (a quarter second apart). */
+    async function readsNothingWithin(config: string, attempts: number): Promise<boolean> {
+      for (let i = 0; i < attempts; i += 1) {
+        if ((await runJson(config)).rows_read === 0) return true;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      return false;
+    }
+
     /** `items` with row 100 stamped in a transaction left open, then rows 1 and 2 stamped a second later and committed. */
     async function lateRowBehindTwo(): Promise<Session> {
       await db.exec(dialect.itemsTable('items'));
@@ -148,8 +157,10 @@ export function sourceScenarios(dialect: Dialect): void {
       await runJson(config);
       const dest = await duckdbQuery(target, `SELECT id FROM items ORDER BY id`);
       expect(dest.map((r) => Number(r.id))).toEqual([1, 2, 100]);
-      // Once nothing is open any more, the safe mark passes the watermark and runs stop re-reading.
-      expect((await runJson(config)).rows_read).toBe(0);
+      // Once nothing is open any more, the safe mark passes the watermark and runs stop re-reading. The mark is capped
+      // by every transaction open on the server (a source cannot tell which tables one will write), and the test
+      // files beside this one open theirs: a run may still re-read the two rows while one of those is open.
+      expect(await readsNothingWithin(config, 20)).toBe(true);
     });
 
     it('append streams read only below the safe mark: a late commit is loaded once, in a later run, never skipped', async () => {
@@ -167,7 +178,7 @@ export function sourceScenarios(dialect: Dialect): void {
         await runJson(config);
       }
       expect(await ids()).toEqual([1, 2, 100]);
-      expect((await runJson(config)).rows_read).toBe(0);
+      expect(await readsNothingWithin(config, 20)).toBe(true);
     });
 
     it('loads a row whose transaction took a lower id and committed after a run (sequence cursor)', async () => {

@@ -88,3 +88,22 @@ describe('canonical values', () => {
     expect(coerceValue({ kind: 'json' }, { a: 1n })).toBe('{"a":"1"}');
   });
 });
+
+describe('the files source timestamp formatters', () => {
+  it('format epoch microseconds exactly as the canonical formatter, whole seconds or not', async () => {
+    const { formatMicrosNumber, formatTimestampMicros } = await import('../../src/sources/files/duckdb-types.js');
+    const safe = fc.integer({ min: -(2 ** 53) + 1, max: 2 ** 53 - 1 });
+    const wholeSeconds = fc.integer({ min: -62_135_596_800, max: 253_402_300_799 }).map((s) => s * 1_000_000);
+    fc.assert(
+      fc.property(fc.oneof(safe, wholeSeconds), (n) => {
+        const canonical = formatMicros(BigInt(n), false);
+        expect(formatMicrosNumber(n)).toBe(canonical);
+        expect(formatTimestampMicros(BigInt(n))).toBe(canonical);
+      }),
+      { numRuns: 20_000 },
+    );
+    expect(formatMicrosNumber(Date.UTC(2024, 0, 31, 23, 59, 59) * 1000 + 5)).toBe('2024-01-31 23:59:59.000005');
+    expect(formatMicrosNumber(0)).toBe('1970-01-01 00:00:00.000000');
+    expect(formatMicrosNumber(-1)).toBe('1969-12-31 23:59:59.999999');
+  });
+});

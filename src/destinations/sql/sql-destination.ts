@@ -21,7 +21,7 @@ import { failpoint } from '../../core/failpoints.js';
 import type { Column, ColumnType, Reject, Row, Value } from '../../core/types.js';
 import { ValueRejection, coerceValue } from '../../core/values.js';
 import { quoteIdent } from '../../shared/sql.js';
-import type { SqlDialect, SqlExecutor } from './sql-dialect.js';
+import type { FixedColumn, SqlDialect, SqlExecutor } from './sql-dialect.js';
 import { SqlMeta, SqlStateStore } from './sql-meta.js';
 
 export const SEQ_COLUMN = '_tidemark_seq';
@@ -243,11 +243,22 @@ class SqlLoadTransaction implements LoadTransaction {
         await this.ensureTable(schema.name, schema.columns, false);
         await this.deletePartition(schema.name);
       }
-      await insert.call(this.dialect, schema.name, schema.columns, batch);
+      await insert.call(this.dialect, schema.name, schema.columns, batch, this.fixedPartition(batch));
     } catch (error) {
       await this.rollback();
       throw error;
     }
+  }
+
+  /** The partition column, when every row of the batch carries the partition's value in it (as the files source adds it). */
+  private fixedPartition(batch: ColumnBatch): FixedColumn | undefined {
+    const partition = this.load.target.replacePartition;
+    if (partition === undefined) return undefined;
+    const index = this.load.target.schema.columns.findIndex((c) => c.name === partition.column);
+    const values = batch.columns[index];
+    if (values === undefined) return undefined;
+    for (let r = 0; r < batch.rowCount; r += 1) if (values[r] !== partition.value) return undefined;
+    return { index, value: partition.value };
   }
 
   private async deletePartition(table: string): Promise<void> {

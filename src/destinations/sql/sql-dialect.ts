@@ -3,7 +3,7 @@
  * statement execution, type names, and a bulk path into a connection-local staging table.
  */
 import type { BulkChunk, ColumnBatch, NativeScan } from '../../core/connector.js';
-import type { Column, ColumnType, Row } from '../../core/types.js';
+import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 
 export type SqlParam = string | number | bigint | null;
 export type SqlRow = Record<string, unknown>;
@@ -17,6 +17,12 @@ export interface SqlExecutor {
    * the staging table are gone afterwards; an open transaction was rolled back or committed — unknown which.
    */
   reconnect?(): Promise<void>;
+}
+
+/** A column whose value is the same in every row of a batch: bound once per statement instead of once per row. */
+export interface FixedColumn {
+  readonly index: number;
+  readonly value: Value;
 }
 
 export interface SqlDialect {
@@ -45,8 +51,11 @@ export interface SqlDialect {
   renameTable(from: string, to: string): string;
   /** Inside the current transaction: inserts a native scan's rows into `table` (columns in order); returns the count. */
   insertFromScan?(exec: SqlExecutor, table: string, columns: readonly string[], scan: NativeScan): Promise<number>;
-  /** Inside the current transaction: inserts rows given column by column into `table` (a target table, unquoted). */
-  insertColumns?(table: string, columns: readonly Column[], batch: ColumnBatch): Promise<void>;
+  /**
+   * Inside the current transaction: inserts rows given column by column into `table` (a target table, unquoted).
+   * `fixed`, when given, is a column holding one value in every row of the batch (the partition column).
+   */
+  insertColumns?(table: string, columns: readonly Column[], batch: ColumnBatch, fixed?: FixedColumn): Promise<void>;
   /** Inside the current transaction, before a partition's rows are replaced: makes that delete cheap (an index). */
   indexPartition?(exec: SqlExecutor, table: string, column: string): Promise<void>;
   /** Whether `stageBulk` can check and hold every column of this type exactly (else the engine keeps the row path). */

@@ -14,7 +14,7 @@ import type { ColumnBatch } from '../../core/connector.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
 import { SqlDestination } from '../sql/sql-destination.js';
-import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
+import type { FixedColumn, SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
 
 export interface SqliteDestinationOptions {
   readonly path: string;
@@ -55,22 +55,31 @@ export function toSqliteParam(value: Value): SqlParam | Buffer {
 /** Rows per multi-row INSERT of the columnar path (one call into SQLite per block). */
 const BLOCK_ROWS = 64;
 
+/** The named parameter a fixed column binds to: once per statement, not once per row. */
+const FIXED = 'tidemark_fixed';
+
 /**
  * Inserts column-wise rows into `table` with multi-row INSERTs inside the open transaction. The parameters are passed
  * as call arguments (`run.apply`), which better-sqlite3 binds ~30% faster than an array it has to walk element by
- * element through the V8 API; one argument buffer is reused for every block.
+ * element through the V8 API; one argument buffer is reused for every block. A `fixed` column (the partition value)
+ * is one named parameter shared by every row of a statement.
  */
-function insertColumns(exec: SqliteExecutor, table: string, columns: readonly Column[], batch: ColumnBatch): void {
-  const width = columns.length;
-  const perStatement = Math.max(1, Math.min(BLOCK_ROWS, Math.floor(32_000 / width)));
+function insertColumns(exec: SqliteExecutor, table: string, columns: readonly Column[], batch: ColumnBatch, fixed: FixedColumn | undefined): void {
+  const bound = columns.map((_, c) => c).filter((c) => c !== fixed?.index);
+  const width = bound.length;
+  const perStatement = Math.max(1, Math.min(BLOCK_ROWS, Math.floor(32_000 / Math.max(1, width))));
   const names = columns.map((c) => quoteIdent(c.name)).join(', ');
-  const tuple = `(${new Array(width).fill('?').join(', ')})`;
+  const tuple = `(${columns.map((_, c) => (c === fixed?.index ? `@${FIXED}` : '?')).join(', ')})`;
   const prepare = (n: number) => exec.statement(`INSERT INTO ${quoteIdent(table)} (${names}) VALUES ${new Array(n).fill(tuple).join(', ')}`);
   // Booleans and bytes need converting for better-sqlite3; every other canonical value binds as it is.
-  const convert = columns.map((c) => c.type.kind === 'boolean' || c.type.kind === 'bytes');
-  const sources = batch.columns.map((values, i) => (convert[i] ? values.map((v) => toSqliteParam(v ?? null)) : values));
+  const sources = bound.map((c) => {
+    const kind = columns[c]!.type.kind;
+    const values = batch.columns[c]!;
+    return kind === 'boolean' || kind === 'bytes' ? values.map((v) => toSqliteParam(v ?? null)) : values;
+  });
+  const named = fixed === undefined ? [] : [{ [FIXED]: toSqliteParam(fixed.value) }];
   const block = prepare(perStatement);
-  const args = new Array<unknown>(perStatement * width);
+  const args = new Array<unknown>(perStatement * width).concat(named);
   const count = batch.rowCount;
   let start = 0;
   for (; start + perStatement <= count; start += perStatement) {
@@ -84,7 +93,7 @@ function insertColumns(exec: SqliteExecutor, table: string, columns: readonly Co
     const rest: unknown[] = [];
     for (let r = start; r < count; r += 1) for (let c = 0; c < width; c += 1) rest.push(sources[c]![r] ?? null);
     const statement = prepare(count - start);
-    statement.run.apply(statement, rest);
+    statement.run.apply(statement, rest.concat(named));
   }
 }
 
@@ -92,6 +101,7 @@ class SqliteExecutor implements SqlExecutor {
   private readonly statements = new Map<string, Database.Statement>();
 
   constructor(readonly db: Database.Database) {}
+
 
   statement(sql: string): Database.Statement {
     let stmt = this.statements.get(sql);
@@ -154,8 +164,8 @@ function sqliteDialect(exec: SqliteExecutor): SqlDialect {
       })();
     },
     renameTable: (from, to) => `ALTER TABLE ${quoteIdent(from)} RENAME TO ${quoteIdent(to)}`,
-    async insertColumns(table: string, columns: readonly Column[], batch: ColumnBatch) {
-      insertColumns(exec, table, columns, batch);
+    async insertColumns(table: string, columns: readonly Column[], batch: ColumnBatch, fixed?: FixedColumn) {
+      insertColumns(exec, table, columns, batch, fixed);
     },
     async indexPartition(e, table, column) {
       // Without it, replacing a partition scans the whole table (once per partition: quadratic over a year of months).

@@ -48,12 +48,14 @@ export function formatTimestampMicros(micros: bigint): string {
 
 /** Day number → 'YYYY-MM-DD' (the days of a partition are few; timestamps within one are not sorted). */
 const dates = new Map<number, string>();
-/** '00'…'59'. */
-const TWO = Array.from({ length: 60 }, (_, i) => String(i).padStart(2, '0'));
+/** ' HH:MM:' for each minute of a day, and 'SS.000000' for each second of a minute. */
+const MINUTES = Array.from({ length: 1440 }, (_, i) => ` ${String(Math.floor(i / 60)).padStart(2, '0')}:${String(i % 60).padStart(2, '0')}:`);
+const WHOLE_SECONDS = Array.from({ length: 60 }, (_, i) => `${String(i).padStart(2, '0')}.000000`);
 
 /**
  * Epoch microseconds (a safe integer) → 'YYYY-MM-DD HH:MM:SS.ffffff', as `formatTimestampMicros`, without a bigint
- * and with the date of the last day seen cached.
+ * and with the date of the last days seen cached. Built from three ready pieces (date, minute, second): every `+`
+ * of a string this long allocates a rope node, and the binding that writes it out flattens the rope again.
  */
 export function formatMicrosNumber(n: number): string {
   const day = Math.floor(n / DAY_US);
@@ -65,12 +67,13 @@ export function formatMicrosNumber(n: number): string {
     dates.set(day, date);
   }
   const rest = n - day * DAY_US;
-  const seconds = Math.floor(rest / 1_000_000);
-  const micros = rest - seconds * 1_000_000;
-  const h = Math.floor(seconds / 3600);
-  const m = Math.floor((seconds - h * 3600) / 60);
-  const fraction = micros === 0 ? '000000' : String(micros + 1_000_000).slice(1);
-  return `${date} ${TWO[h]}:${TWO[m]}:${TWO[seconds - h * 3600 - m * 60]}.${fraction}`;
+  const minute = Math.floor(rest / 60_000_000);
+  const micros = rest - minute * 60_000_000;
+  const second = Math.floor(micros / 1_000_000);
+  const fraction = micros - second * 1_000_000;
+  const clock = MINUTES[minute]!;
+  if (fraction === 0) return date + clock + WHOLE_SECONDS[second]!;
+  return `${date}${clock}${String(second + 100).slice(1)}.${String(fraction + 1_000_000).slice(1)}`;
 }
 
 const same = (c: string) => c;

@@ -1,16 +1,17 @@
 /** Output helpers: JSON that keeps bigints exact, and human lines that never show a secret. */
 import { redact } from '../core/logger.js';
+import { writeOut } from '../core/stdio.js';
 
 export function toJson(value: unknown): string {
   return JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
 }
 
 export function print(line: string): void {
-  process.stdout.write(`${redact(line)}\n`);
+  writeOut(1, `${redact(line)}\n`);
 }
 
 export function printError(line: string): void {
-  process.stderr.write(`${redact(line)}\n`);
+  writeOut(2, `${redact(line)}\n`);
 }
 
 export function formatCount(n: number): string {

@@ -10,7 +10,7 @@ import type { CsvOptions, FileFormat, FilesStreamSpec, StreamSpec } from '../cor
 import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
-import { nodeCrypto } from '../shared/lazy-crypto.js';
+import { nodeCrypto } from '../shared/lazy-modules.js';
 import type { NullCursorPolicy, OnChange, Strategy, WriteMode } from '../core/types.js';
 import { apiStreamName, apiStreamSpec, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';

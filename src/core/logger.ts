@@ -2,6 +2,8 @@
  * A tiny logger. Every line passes through the redactor, so a secret resolved from `${env:…}` never reaches a
  * terminal, a log file or an error message printed by the CLI.
  */
+import { writeOut } from './stdio.js';
+
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
 const secrets = new Set<string>();
@@ -26,7 +28,7 @@ const ORDER: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 }
 export function stderrLogger(min: LogLevel = (process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'warn'): Logger {
   return {
     log(level, message) {
-      if (ORDER[level] >= ORDER[min]) process.stderr.write(`${level}: ${redact(message)}\n`);
+      if (ORDER[level] >= ORDER[min]) writeOut(2, `${level}: ${redact(message)}\n`);
     },
   };
 }

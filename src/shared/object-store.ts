@@ -6,11 +6,9 @@
 import { createReadStream, createWriteStream } from 'node:fs';
 import { link, mkdir, open, readFile, readdir, rename, rm, stat, unlink, writeFile, copyFile } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import { ConflictError, SourceError } from '../core/errors.js';
 import { randomHex } from '../core/ids.js';
-import { nodeCrypto } from './lazy-crypto.js';
+import { nodeCrypto, nodeStreams } from './lazy-modules.js';
 
 export interface ObjectInfo {
   readonly key: string;
@@ -96,7 +94,7 @@ export function md5Hex(body: Uint8Array): string {
 /** Streams a file through a hash; never holds the file in memory. */
 export async function hashFile(file: string, algorithm = 'sha256'): Promise<string> {
   const hash = nodeCrypto().createHash(algorithm);
-  await pipeline(createReadStream(file, { highWaterMark: 1 << 20 }), hash);
+  await nodeStreams().pipeline(createReadStream(file, { highWaterMark: 1 << 20 }), hash);
   return hash.digest('hex');
 }
 
@@ -254,6 +252,7 @@ export class LocalObjectStore implements ObjectStore {
 
 /** Writes a web stream or Node stream body to a file. */
 export async function writeBodyToFile(body: unknown, file: string, signal?: AbortSignal): Promise<void> {
+  const { Readable, pipeline } = nodeStreams();
   const readable = body instanceof Readable ? body : Readable.fromWeb(body as import('node:stream/web').ReadableStream);
   await pipeline(readable, createWriteStream(file), ...(signal ? [{ signal }] : []));
 }

@@ -30,8 +30,17 @@ interface Timed {
   readonly peakRssMb?: number;
 }
 
-/** Wall time and peak RSS of a child process (GNU time's %M). */
+/**
+ * Flushes dirty pages before a timed load: otherwise the kernel writes back the previous load's hundreds of MB
+ * (the baseline's database, or the last tidemark run's) while the next one runs, and whichever runs second pays.
+ */
+function settle(): void {
+  spawnSync('sync');
+}
+
+/** Wall time and peak RSS of a child process (GNU time's %M), after `settle()`. */
 function timedProcess(command: string, args: readonly string[], env: Record<string, string> = {}): Timed & { stdout: string } {
+  settle();
   const started = process.hrtime.bigint();
   const r = spawnSync('/usr/bin/time', ['-f', '%M', command, ...args], { env: { ...process.env, ...env }, encoding: 'utf8', maxBuffer: 1 << 26 });
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
@@ -124,6 +133,7 @@ for path in sys.argv[2:]:
 print(total, rows)
 `,
   );
+  settle();
   const out = execFileSync('python3', [script, db, ...months.map((m) => join(csvDir, `${m}.csv`))], { encoding: 'utf8', maxBuffer: 1 << 24 });
   const [seconds] = out.trim().split(' ').map(Number);
   return { seconds: seconds! };

@@ -145,23 +145,37 @@ class PartitionLoader {
       .filter((p) => p.status === 'new' || p.status === 'reload' || (p.status === 'changed' && this.stream.onChange === 'reload'))
       .filter((p) => this.only === undefined || this.only.includes(p.partition));
     this.skipped = plans.length - pending.length;
-    for (const [i, plan] of pending.entries()) {
-      this.ctx.signal?.throwIfAborted();
-      await this.loadPartition(plan, i === pending.length - 1);
+    // Each partition is opened (its files fetched and hashed, its schema read) while the one before it loads; it is
+    // read only after that one committed, and an error opening it surfaces in its own turn.
+    let next = pending.length > 0 ? this.open(pending[0]!) : undefined;
+    try {
+      for (const [i, plan] of pending.entries()) {
+        this.ctx.signal?.throwIfAborted();
+        const opened = await next!;
+        next = i + 1 < pending.length ? this.open(pending[i + 1]!) : undefined;
+        await this.loadPartition(plan, opened, i === pending.length - 1);
+      }
+    } finally {
+      await next?.then((unused) => unused.close(), () => undefined);
     }
     return { state: this.state, result: this.result() };
   }
 
-  private async loadPartition(plan: PartitionPlan, final: boolean): Promise<void> {
-    const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
-    const own = this.ownLease(plan.partition);
-    const source = partitionsOf(this.ctx, this.stream);
-    const opened = await source
+  private open(plan: PartitionPlan): Promise<OpenedPartition> {
+    const opening = partitionsOf(this.ctx, this.stream)
       .open(this.stream, plan.listing, { batchRows: this.stream.batchRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })
       .catch((e: unknown) => {
-        throw withContext(e, { ...context, phase: 'extract' }, 'source');
+        throw withContext(e, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'extract' }, 'source');
       });
+    // Awaited in its turn (or closed unused); until then a failure must not count as unhandled.
+    opening.catch(() => undefined);
+    return opening;
+  }
+
+  private async loadPartition(plan: PartitionPlan, opened: OpenedPartition, final: boolean): Promise<void> {
+    const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
     try {
+      const own = this.ownLease(plan.partition);
       const txn = await this.ctx.destination.begin({
         pipeline: this.ctx.pipeline,
         runId: this.ctx.runId,

@@ -69,7 +69,11 @@ function readerSql(spec: FilesStreamSpec, paths: readonly string[], params: Para
 
 export class FilesSource implements Source {
   private store: ObjectStore | undefined;
-  private duck: { instance: DuckDBInstance; connection: DuckDBConnection } | undefined;
+  /**
+   * DuckDB, started at the first partition opened. `reader` streams a partition's rows; `describer` reads the next
+   * partition's schema meanwhile (a query on the streaming connection would end its stream).
+   */
+  private duck: Promise<{ instance: DuckDBInstance; reader: DuckDBConnection; describer: DuckDBConnection }> | undefined;
   readonly partitions: PartitionedSource;
 
   private constructor(private readonly options: FilesSourceOptions) {
@@ -90,15 +94,17 @@ export class FilesSource implements Source {
   }
 
   /** DuckDB loads only when a partition is read: a run that skips everything never starts it. */
-  private async connection(): Promise<DuckDBConnection> {
-    if (!this.duck) {
+  private connections(): Promise<{ instance: DuckDBInstance; reader: DuckDBConnection; describer: DuckDBConnection }> {
+    this.duck ??= (async () => {
       duckApi ??= await import('@duckdb/node-api');
       const instance = await duckApi.DuckDBInstance.create(':memory:');
-      const connection = await instance.connect();
-      await connection.run(`SET TimeZone = 'UTC'`);
-      this.duck = { instance, connection };
-    }
-    return this.duck.connection;
+      // TimeZone is a setting of the instance: both connections read timestamps in UTC.
+      const setup = await instance.connect();
+      await setup.run(`SET GLOBAL TimeZone = 'UTC'`);
+      setup.closeSync();
+      return { instance, reader: await instance.connect(), describer: await instance.connect() };
+    })();
+    return this.duck;
   }
 
   private async list(stream: StreamSpec, signal?: AbortSignal): Promise<PartitionListing[]> {
@@ -178,7 +184,7 @@ export class FilesSource implements Source {
           read.push({ local: file, display: store.describe(listed.path) });
         }
       }
-      const connection = await this.connection();
+      const { reader: connection, describer } = await this.connections();
       const params: Param[] = [];
       const from = readerSql(spec, read.map((f) => f.local), params);
       const explain = async (error: unknown): Promise<Error> => {
@@ -194,7 +200,7 @@ export class FilesSource implements Source {
       };
       let described;
       try {
-        described = (await connection.runAndReadAll(`DESCRIBE SELECT * FROM ${from}`, bindValues(params))).getRowObjectsJS();
+        described = (await describer.runAndReadAll(`DESCRIBE SELECT * FROM ${from}`, bindValues(params))).getRowObjectsJS();
       } catch (error) {
         throw await explain(error);
       }
@@ -297,10 +303,12 @@ export class FilesSource implements Source {
   }
 
   async close(): Promise<void> {
-    if (this.duck) {
-      this.duck.connection.closeSync();
-      this.duck.instance.closeSync();
-      this.duck = undefined;
+    const duck = await this.duck?.catch(() => undefined);
+    this.duck = undefined;
+    if (duck) {
+      duck.reader.closeSync();
+      duck.describer.closeSync();
+      duck.instance.closeSync();
     }
     await this.store?.close();
   }
@@ -399,7 +407,7 @@ function readVector(chunk: DuckDBDataChunk, c: number, count: number, reader: Co
   return out;
 }
 
-/** File lists bind as `VARCHAR[]`; the rest as text. Called only after `connection()` loaded DuckDB. */
+/** File lists bind as `VARCHAR[]`; the rest as text. Called only after `connections()` loaded DuckDB. */
 function bindValues(params: readonly Param[]): DuckDBValue[] {
   return params.map((p) => (typeof p === 'string' ? p : duckApi!.listValue([...p])));
 }

@@ -38,7 +38,8 @@ function workload(file: string, args: readonly string[], env: Record<string, str
 
 const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const pick = (rs: readonly Result[], key: string) => median(rs.map((r) => r[key]!));
-const f = (n: number, digits = 2) => n.toFixed(digits);
+/** Seconds to two decimals, or three below 0.1 s (delta floors are a few milliseconds). */
+const f = (n: number, digits = n < 0.1 ? 3 : 2) => n.toFixed(digits);
 const rowsPerS = (rows: number, s: number) => Math.round(rows / s).toLocaleString('en-US');
 
 const rows: string[][] = [];

@@ -146,24 +146,28 @@ class PartitionLoader {
       .filter((p) => this.only === undefined || this.only.includes(p.partition));
     this.skipped = plans.length - pending.length;
     // Each partition is opened (its files fetched and hashed, its schema read) while the one before it loads; it is
-    // read only after that one committed, and an error opening it surfaces in its own turn.
-    let next = pending.length > 0 ? this.open(pending[0]!) : undefined;
+    // read only after that one committed, and an error opening it surfaces in its own turn. When a load fails, the
+    // next partition's download is cancelled and its temp files removed.
+    const cancel = new AbortController();
+    const signal = this.ctx.signal ? AbortSignal.any([this.ctx.signal, cancel.signal]) : cancel.signal;
+    let next = pending.length > 0 ? this.open(pending[0]!, signal) : undefined;
     try {
       for (const [i, plan] of pending.entries()) {
         this.ctx.signal?.throwIfAborted();
         const opened = await next!;
-        next = i + 1 < pending.length ? this.open(pending[i + 1]!) : undefined;
+        next = i + 1 < pending.length ? this.open(pending[i + 1]!, signal) : undefined;
         await this.loadPartition(plan, opened, i === pending.length - 1);
       }
     } finally {
+      cancel.abort();
       await next?.then((unused) => unused.close(), () => undefined);
     }
     return { state: this.state, result: this.result() };
   }
 
-  private open(plan: PartitionPlan): Promise<OpenedPartition> {
+  private open(plan: PartitionPlan, signal: AbortSignal): Promise<OpenedPartition> {
     const opening = partitionsOf(this.ctx, this.stream)
-      .open(this.stream, plan.listing, { batchRows: this.stream.batchRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })
+      .open(this.stream, plan.listing, { batchRows: this.stream.batchRows, signal })
       .catch((e: unknown) => {
         throw withContext(e, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'extract' }, 'source');
       });

@@ -102,7 +102,6 @@ class SqliteExecutor implements SqlExecutor {
 
   constructor(readonly db: Database.Database) {}
 
-
   statement(sql: string): Database.Statement {
     let stmt = this.statements.get(sql);
     if (!stmt) {

@@ -80,7 +80,7 @@ export class FilesSource implements Source {
     this.partitions = {
       list: (stream, signal) => this.list(stream, signal),
       hash: (stream, file) => this.hash(stream, file),
-      open: (stream, partition, o) => this.openPartition(stream, partition, o.batchRows),
+      open: (stream, partition, o) => this.openPartition(stream, partition, o.batchRows, o.signal),
     };
   }
 
@@ -156,7 +156,7 @@ export class FilesSource implements Source {
     });
   }
 
-  private async openPartition(stream: StreamSpec, partition: PartitionListing, batchRows: number): Promise<OpenedPartition> {
+  private async openPartition(stream: StreamSpec, partition: PartitionListing, batchRows: number, signal?: AbortSignal): Promise<OpenedPartition> {
     const spec = filesOf(stream);
     const store = await this.objects();
     let tempDir: string | undefined;
@@ -179,7 +179,7 @@ export class FilesSource implements Source {
           tempDir ??= await mkdtemp(join(tmpdir(), 'tidemark-files-'));
           // Keep the extension: DuckDB picks the decompressor (.gz, .zst) by it.
           const file = join(tempDir, `${i}-${basename(listed.path)}`);
-          const info = await store.download(listed.path, file);
+          const info = await store.download(listed.path, file, signal);
           files.push({ path: listed.path, size: info.size, modified: info.modified, hash: `etag:${info.etag ?? ''}` });
           read.push({ local: file, display: store.describe(listed.path) });
         }

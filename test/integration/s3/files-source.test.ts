@@ -94,6 +94,27 @@ destination: {type: duckdb, path: ${JSON.stringify(target())}}
     expect(verify.code, verify.stdout + verify.stderr).toBe(0);
   });
 
+  it('a partition that fails while the next one is already downloaded: the next one is neither loaded nor left in TMPDIR', async () => {
+    const base = `p${prefix}`;
+    const rows = (from: number) => Array.from({ length: 3000 }, (_, i) => `${from + i},name${i}`).join('\n');
+    await s3.put(`${base}/csv/day=2024-03-01/a.csv`, `id,name\n${rows(0)}\n`);
+    // A broken quote far past the header: the schema reads, the load fails (after the next partition was fetched).
+    await s3.put(`${base}/csv/day=2024-03-02/a.csv`, `id,name\n${rows(10_000)}\n99999,"broken\n`);
+    await s3.put(`${base}/csv/day=2024-03-03/a.csv`, `id,name\n${rows(20_000)}\n`);
+    const file = await config(`s3://${s3.bucket}/${base}`, `  - name: events\n    pattern: csv/day={day}/*.csv\n    partition_column: day`);
+
+    const out = await cli(['run', file, '--json'], { env: { ...s3.env, TMPDIR: tmp } });
+    expect(out.code).toBe(1);
+    expect(out.stderr).toContain('day=2024-03-02/a.csv');
+    const days = await duckdbQuery(target(), `SELECT day, count(*) AS n FROM events GROUP BY 1 ORDER BY 1`);
+    expect(days.map((r) => [r.day, Number(r.n)])).toEqual([['2024-03-01', 3000]]);
+    expect(await readdir(tmp)).toEqual([]);
+
+    await s3.put(`${base}/csv/day=2024-03-02/a.csv`, `id,name\n${rows(10_000)}\n`);
+    expect(await run(file)).toMatchObject({ rows_loaded: 6000, partitions_loaded: ['2024-03-02', '2024-03-03'] });
+    expect(await readdir(tmp)).toEqual([]);
+  });
+
   it('reads gzip CSV and zstd JSONL objects; a second file in a partition reloads it', async () => {
     const base = `p${prefix}`;
     await s3.put(`${base}/csv/day=2024-03-01/a.csv.gz`, gzipSync('id;amount;note\n1;10.50;"semi;colon"\n2;-3.25;plain\n'));

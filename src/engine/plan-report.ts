@@ -1,17 +1,35 @@
 /** `tidemark plan`: what the next run would read per stream, with the exact predicate and bound values. */
 import type { StreamState, TypedValue, Watermark } from '../core/types.js';
-import type { PipelineConfig } from '../config/load.js';
+import type { Source } from '../core/connector.js';
+import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
+import { planPartitions, type PartitionPlan } from './partition-load.js';
 import { planStream } from './plan.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
+
+/** A partition of a partitioned stream, as the next run would treat it. */
+export interface PartitionPlanReport {
+  readonly partition: string;
+  /** Against the ledger: never loaded, loaded and unchanged, or changed since (size, ETag, hash, files added/gone). */
+  readonly status: 'new' | 'changed' | 'unchanged';
+  /** What the next run does with it: `load` a new one, `reload` a changed one, `skip`, or stop (`error`, on_change: error). */
+  readonly action: 'load' | 'reload' | 'skip' | 'error';
+  readonly files: number;
+  readonly bytes: number;
+  readonly change?: string;
+}
 
 export interface StreamPlanReport {
   readonly stream: string;
   readonly strategy: string;
   readonly write: string;
-  /** `incremental` reads past the watermark; `build` writes a new generation beside the live table. */
-  readonly mode: 'incremental' | 'build';
+  /**
+   * `incremental` reads past the watermark; `build` writes a new generation beside the live table; `partitions`
+   * loads the partitions listed in `partitions` (the watermark fields are then empty).
+   */
+  readonly mode: 'incremental' | 'build' | 'partitions';
+  readonly partitions?: readonly PartitionPlanReport[];
   readonly resumesBuild: boolean;
   readonly watermark: Watermark | null;
   readonly from: TypedValue | null;
@@ -33,16 +51,31 @@ export async function planPipeline(
   const streams = selectStreams(pipeline, options.streams);
   const destination = await openDestination(pipeline.destination, options.openTimeoutMs !== undefined ? { openTimeoutMs: options.openTimeoutMs } : {});
   let states: Readonly<Record<string, StreamState>>;
+  let source: Source | undefined;
+  const partitioned = new Map<string, StreamPlanReport>();
   try {
     // With a separate state store, the state the run would reconcile to (the store may be ahead of the destination).
     states = (await plannedState(pipeline, destination.state))?.streams ?? {};
+    // Partitions are planned against the ledger, which lives in the destination: only then is the source opened first.
+    for (const stream of streams.filter((s) => s.strategy === 'partitioned')) {
+      source ??= await openSource(pipeline.source);
+      partitioned.set(stream.name, partitionReport(stream, await planPartitions({ source, destination, pipeline: pipeline.name }, stream)));
+    }
+  } catch (error) {
+    await source?.close();
+    throw error;
   } finally {
     await destination.close();
   }
-  const source = await openSource(pipeline.source);
+  source ??= await openSource(pipeline.source);
   try {
     const reports: StreamPlanReport[] = [];
     for (const stream of streams) {
+      const planned = partitioned.get(stream.name);
+      if (planned !== undefined) {
+        reports.push(planned);
+        continue;
+      }
       const prior = states[stream.name];
       const plan = planStream(stream, prior, { full: options.full === true, runId: 'plan' });
       const read = await source.open(plan.request);
@@ -71,4 +104,31 @@ export async function planPipeline(
   } finally {
     await source.close();
   }
+}
+
+function partitionReport(stream: StreamConfig, plans: readonly PartitionPlan[]): StreamPlanReport {
+  const partitions = plans.map((p): PartitionPlanReport => {
+    const status = p.status === 'reload' ? 'changed' : p.status;
+    const action = p.status === 'new' ? 'load' : p.status === 'unchanged' ? 'skip' : stream.onChange === 'reload' ? 'reload' : stream.onChange === 'error' ? 'error' : 'skip';
+    const bytes = p.listing.files.reduce((sum, f) => sum + f.size, 0);
+    return { partition: p.partition, status, action, files: p.listing.files.length, bytes, ...(p.change !== undefined ? { change: p.change } : {}) };
+  });
+  const ignored = partitions.filter((p) => p.status === 'changed' && stream.onChange === 'ignore');
+  return {
+    stream: stream.name,
+    strategy: stream.strategy,
+    write: stream.write,
+    mode: 'partitions',
+    partitions,
+    resumesBuild: false,
+    watermark: null,
+    from: null,
+    until: null,
+    predicate: '',
+    bindings: [],
+    nullCursorRows: 0,
+    storedSafeMark: null,
+    safeMark: null,
+    warnings: ignored.map((p) => `partition ${p.partition} changed (${p.change}); on_change: ignore keeps the loaded rows`),
+  };
 }

@@ -1,5 +1,5 @@
-import { loadPipeline, planPipeline } from '../../index.js';
-import { print, toJson } from '../output.js';
+import { loadPipeline, planPipeline, type StreamPlanReport } from '../../index.js';
+import { formatCount, print, toJson } from '../output.js';
 import { describeWatermark } from './run.js';
 
 export async function planCommand(file: string, options: { full?: boolean; stream?: readonly string[]; json?: boolean }): Promise<number> {
@@ -10,6 +10,10 @@ export async function planCommand(file: string, options: { full?: boolean; strea
     return 0;
   }
   for (const r of reports) {
+    if (r.partitions !== undefined) {
+      printPartitions(`${pipeline.name}.${r.stream}`, r);
+      continue;
+    }
     print(`${pipeline.name}.${r.stream}: ${r.strategy}, write ${r.write}${r.mode === 'build' ? `, builds a new generation${r.resumesBuild ? ' (resuming)' : ''}` : ''}`);
     print(`  watermark: ${describeWatermark(r.watermark)}`);
     if (r.from) print(`  lookback from: ${r.from.value}`);
@@ -22,4 +26,18 @@ export async function planCommand(file: string, options: { full?: boolean; strea
     if (r.nullCursorRows > 0) print(`  rows with a NULL cursor: ${r.nullCursorRows}`);
   }
   return 0;
+}
+
+/** A partitioned stream: what the next run loads, reloads or stops at; unchanged partitions only counted. */
+function printPartitions(name: string, r: StreamPlanReport): void {
+  const partitions = r.partitions ?? [];
+  const acted = partitions.filter((p) => p.action !== 'skip' || p.status === 'changed');
+  const unchanged = partitions.length - acted.length;
+  const loads = partitions.filter((p) => p.action === 'load' || p.action === 'reload').length;
+  print(`${name}: partitioned, write ${r.write}; ${loads} partition${loads === 1 ? '' : 's'} to load, ${unchanged} unchanged`);
+  for (const p of acted) {
+    const files = `${p.files} file${p.files === 1 ? '' : 's'}, ${formatCount(p.bytes)} bytes`;
+    print(`  ${p.action.padEnd(6)}  ${p.partition}  ${p.status}${p.change !== undefined ? `: ${p.change}` : ''} (${files})`);
+  }
+  for (const warning of r.warnings) print(`  warning: ${warning}`);
 }

@@ -476,7 +476,7 @@
     const show = (plan) => {
       if (plan.error) return out.replaceChildren(h('p', { class: 'note error' }, plan.error));
       if (!plan.available) return out.replaceChildren(h('p', { class: 'muted' }, plan.reason));
-      out.replaceChildren(...plan.reports.map((r) => h('dl', { class: 'kv' },
+      out.replaceChildren(...plan.reports.map((r) => r.mode === 'partitions' ? partitionPlan(r) : h('dl', { class: 'kv' },
         h('dt', {}, 'mode'), h('dd', {}, r.mode === 'build' ? `builds a new generation${r.resumesBuild ? ' (resuming)' : ''}` : 'incremental'),
         h('dt', {}, 'after watermark'), h('dd', { class: 'mono' }, watermarkText(r.watermark)),
         r.from ? [h('dt', {}, 'lookback from'), h('dd', { class: 'mono' }, r.from.value)] : null,
@@ -487,6 +487,17 @@
         r.safeMark ? [h('dt', {}, 'safe mark'), h('dd', { class: 'mono' }, r.safeMark.value)] : null,
         Array.isArray(r.warnings) && r.warnings.length ? [h('dt', {}, 'warnings'), h('dd', {}, r.warnings.map((w) => h('div', { class: 'note warn' }, typeof w === 'string' ? w : JSON.stringify(w))))] : null,
       )));
+    };
+    // A partitioned stream: what the next run loads, reloads or stops at; unchanged partitions only counted.
+    const partitionPlan = (r) => {
+      const acted = r.partitions.filter((p) => p.action !== 'skip' || p.status === 'changed');
+      const loads = r.partitions.filter((p) => p.action === 'load' || p.action === 'reload').length;
+      return h('div', { dataset: { role: 'partition-plan' } },
+        h('p', {}, `${count(loads)} partition${loads === 1 ? '' : 's'} to load, ${count(r.partitions.length - acted.length)} unchanged`),
+        acted.length ? h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'action'), h('th', {}, 'partition'), h('th', {}, 'status'), h('th', {}, 'files'), h('th', {}, 'bytes'))),
+          h('tbody', {}, acted.map((p) => h('tr', {}, h('td', {}, p.action), h('td', { class: 'mono' }, p.partition),
+            h('td', {}, p.change ? `${p.status}: ${p.change}` : p.status), h('td', {}, count(p.files)), h('td', {}, count(p.bytes)))))) : null,
+        r.warnings.map((w) => h('div', { class: 'note warn' }, w)));
     };
     const loadPlan = () => {
       out.replaceChildren(h('p', { class: 'muted' }, 'Computing…'));

@@ -2,7 +2,7 @@
  * The CityFlow lesson, end to end through the CLI: monthly taxi Parquet files loaded exactly once, skipped when
  * done, safe across kill -9, reloadable by month, and audited by `ledger verify`.
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { TAXI_COLUMNS, writeTaxiMonth } from '../../fixtures/taxi.js';
@@ -114,8 +114,24 @@ destination:
     const reloadedJan = (await ledger()).find((e) => e.partition === '2024-01')!;
     expect(reloadedJan.runId).not.toBe(firstJan.runId);
 
-    // A corrected Jan file: only Jan is replaced.
+    // A corrected Jan file: `plan` names it (reload) without loading anything, then only Jan is replaced.
     await writeTaxiMonth(monthFile('2024-01'), { year: 2024, month: 1, rows: JAN - 100, seed: 7 });
+    await writeTaxiMonth(monthFile('2024-03'), { year: 2024, month: 3, rows: 10, seed: 3 });
+    const plan = await cli(['plan', config, '--json']);
+    expect(plan.code, plan.stderr).toBe(0);
+    const [report] = JSON.parse(plan.stdout);
+    expect(report).toMatchObject({ stream: 'trips', strategy: 'partitioned', mode: 'partitions' });
+    expect(report.partitions.map((p: { partition: string; status: string; action: string }) => [p.partition, p.status, p.action])).toEqual([
+      ['2024-01', 'changed', 'reload'],
+      ['2024-02', 'unchanged', 'skip'],
+      ['2024-03', 'new', 'load'],
+    ]);
+    expect(report.partitions[0].change).toMatch(/yellow_tripdata_2024-01\.parquet/);
+    const text = await cli(['plan', config]);
+    expect(text.stdout).toMatch(/2 partitions to load, 1 unchanged/);
+    expect(text.stdout).toMatch(/reload\s+2024-01\s+changed: /);
+    expect(await byMonth()).toEqual({ '2024-01': JAN, '2024-02': FEB });
+    await rm(monthFile('2024-03'));
     const corrected = await runJson();
     expect(corrected).toMatchObject({ rows_loaded: JAN - 100, partitions_loaded: ['2024-01'], partitions_skipped: 1 });
     expect(await byMonth()).toEqual({ '2024-01': JAN - 100, '2024-02': FEB });
@@ -172,6 +188,9 @@ destination:
     const text = await readFile(config, 'utf8');
     const errorConfig = await writeYaml(dir, 'error.yaml', text.replace('partition_column: month', 'partition_column: month\n    on_change: error'));
     await writeTaxiMonth(monthFile('2024-02'), { year: 2024, month: 2, rows: FEB + 10, seed: 3 });
+    const planned = await cli(['plan', errorConfig, '--json']);
+    expect(planned.code, planned.stderr).toBe(0);
+    expect(JSON.parse(planned.stdout)[0].partitions.map((p: { action: string }) => p.action)).toEqual(['skip', 'error']);
     const refused = await cli(['run', errorConfig]);
     expect(refused.code).toBe(1);
     expect(refused.stderr + refused.stdout).toMatch(/partition 2024-02 changed since it was loaded.*yellow_tripdata_2024-02\.parquet/);

@@ -52,6 +52,12 @@ describe('tidemark ui ledger grid', () => {
       expect(await status('2024-03')).toBe('missing');
       await page.waitForFunction(() => !((globalThis as unknown as { document: { querySelector(s: string): { textContent: string | null } | null } }).document.querySelector('[data-role="verify"]')?.textContent ?? '').includes('Checking'));
       expect(await page.locator('[data-role="verify"]').textContent()).not.toContain('Not available');
+      // The plan panel: what the next run would do with each month, from the same planning.
+      await page.waitForSelector('[data-role="plan"] [data-role="partition-plan"]');
+      const plan = (await page.locator('[data-role="plan"] [data-role="partition-plan"]').textContent()) ?? '';
+      expect(plan).toContain('2 partitions to load, 1 unchanged');
+      expect(plan).toMatch(/reload\s*2024-02\s*changed/);
+      expect(plan).toMatch(/load\s*2024-03\s*new/);
 
       await page.locator('[data-role="ledger"] .cell[data-partition="2024-02"]').click();
       await page.waitForSelector('dialog#confirm[open]');

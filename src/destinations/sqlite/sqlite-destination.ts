@@ -195,6 +195,7 @@ export class SqliteDestination extends SqlDestination {
 
   rejectReason(type: ColumnType, value: Value): string | undefined {
     if (typeof value === 'number' && Number.isNaN(value)) return 'SQLite cannot store NaN (it would become NULL)';
+    if (Object.is(value, -0)) return 'SQLite stores -0.0 as 0 (the sign would be lost)';
     if (type.kind === 'uint64' && typeof value === 'bigint' && value > INT64_MAX) {
       return `${value} exceeds SQLite's signed 64-bit INTEGER`;
     }

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
-import { destinationQuery } from '../../helpers/warehouse.js';
+import { destinationQuery, duckdbQuery } from '../../helpers/warehouse.js';
 import { sourceScenarios, type Dialect } from '../sql-source-scenarios.js';
 import { PG_BASE, createPgDb, serverPipelineYaml, type PgTestDb } from './pg-db.js';
 
@@ -110,6 +110,55 @@ describe.each(['duckdb', 'sqlite'] as const)('postgres type matrix into %s', (ki
       expect(Number.isNaN(floats[0]!.r)).toBe(true);
       expect(floats[0]!.d).toBe(-Infinity);
       expect(floats[1]).toMatchObject({ r: null, d: null });
+    }
+  });
+
+  it.each(['bulk', 'row'] as const)('keeps the sign of -0.0 next to 0.0 (%s path), or rejects it where the destination would drop it', async (path) => {
+    await db.sql(`CREATE TABLE zeros (id int PRIMARY KEY, f double precision, r real)`);
+    await db.sql(`INSERT INTO zeros SELECT g, CASE WHEN g % 2 = 0 THEN '-0'::float8 ELSE 0 END, CASE WHEN g % 2 = 0 THEN '-0'::float4 ELSE 0 END FROM generate_series(1, 6) g`);
+    await db.sql(`INSERT INTO zeros VALUES (7, 2.5, 2.5)`);
+    const target = join(dir, `w.${kind}`);
+    const config = await writeYaml(
+      dir,
+      'p.yaml',
+      serverPipelineYaml({ source: { type: 'postgres', url: db.url }, streams: [{ table: 'public.zeros', cursor: 'id' }], destination: { type: kind, path: target } }),
+    );
+    const out = await cli(['run', config, '--json'], { env: { TIDEMARK_BULK: path === 'bulk' ? '1' : '0' } });
+    expect(out.code, out.stderr).toBe(0);
+    if (kind === 'duckdb') {
+      // Read after the run closed the file, i.e. after DuckDB's checkpoint compressed the column.
+      const rows = await destinationQuery(kind, target, `SELECT id, signbit(f) AS f, signbit(r) AS r FROM zeros ORDER BY id`);
+      expect(rows.map((r) => [Number(r.id), r.f, r.r])).toEqual([1, 2, 3, 4, 5, 6, 7].map((id) => [id, id % 2 === 0 && id < 7, id % 2 === 0 && id < 7]));
+    } else {
+      expect(JSON.parse(out.stdout).streams[0]).toMatchObject({ rows_read: 7, rows_loaded: 4, rows_rejected: 3 });
+      const rejects = await destinationQuery(kind, target, `SELECT reason FROM _tidemark_rejects`);
+      expect(rejects.map((r) => String(r.reason))).toEqual(new Array(3).fill('column f: SQLite stores -0.0 as 0 (the sign would be lost)'));
+      expect((await destinationQuery(kind, target, `SELECT id FROM zeros ORDER BY id`)).map((r) => Number(r.id))).toEqual([1, 3, 5, 7]);
+    }
+  });
+});
+
+describe('-0.0 into the lake', () => {
+  it('rejects -0.0 for Parquet, whose dictionary would merge it with 0.0, and keeps 0.0', async () => {
+    const db = await createPgDb();
+    const { dir, cleanup } = await tempDir();
+    try {
+      await db.sql(`CREATE TABLE zeros (id int PRIMARY KEY, f double precision)`);
+      await db.sql(`INSERT INTO zeros SELECT g, CASE WHEN g % 2 = 0 THEN '-0'::float8 ELSE 0 END FROM generate_series(1, 6) g`);
+      const lake = join(dir, 'lake');
+      const config = await writeYaml(
+        dir,
+        'p.yaml',
+        `name: zeros\nsource: {type: postgres, url: ${JSON.stringify(db.url)}}\nstreams:\n  - table: public.zeros\n    cursor: id\ndestination: {type: files, location: ${JSON.stringify(lake)}}\n`,
+      );
+      const out = await cli(['run', config, '--json']);
+      expect(out.code, out.stderr).toBe(0);
+      expect(JSON.parse(out.stdout).streams[0]).toMatchObject({ rows_read: 6, rows_loaded: 3, rows_rejected: 3 });
+      const rows = await duckdbQuery(':memory:', `SELECT id, signbit(f) AS neg FROM read_parquet('${lake.replace(/'/g, "''")}/**/*.parquet') ORDER BY id`);
+      expect(rows.map((r) => [Number(r.id), r.neg])).toEqual([[1, false], [3, false], [5, false]]);
+    } finally {
+      await db.drop();
+      await cleanup();
     }
   });
 });

@@ -111,6 +111,10 @@ export class FilesDestination implements Destination {
     return undefined;
   }
 
+  mayReject(type: ColumnType): boolean {
+    return this.format === 'parquet' && (type.kind === 'float32' || type.kind === 'float64');
+  }
+
   async begin(load: LoadInfo): Promise<LoadTransaction> {
     const pipeline = checkName('pipeline', load.pipeline);
     const stream = checkName('stream', load.target.schema.name);

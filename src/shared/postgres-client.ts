@@ -2,7 +2,8 @@
  * The small part of `pg` that tidemark's Postgres destination and state store use: one session with lossless
  * result parsing, `?` placeholders rewritten to `$n`, and a password that never reaches a message.
  */
-import pg from 'pg';
+import type pg from 'pg';
+import { loadPg } from './pg-driver.js';
 import { registerSecret, redact } from '../core/logger.js';
 
 /** Types whose default `pg` parsers lose information (Date drops microseconds and zones) or change shape (json). */
@@ -21,7 +22,7 @@ const RAW_TEXT_OIDS = new Set([
 
 const rawTypes = {
   getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-    RAW_TEXT_OIDS.has(oid) && format !== 'binary' ? (value: string) => value : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+    RAW_TEXT_OIDS.has(oid) && format !== 'binary' ? (value: string) => value : loadPg().types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
 
 /** Registers the password (and the whole URL) of a connection URL as secrets, so no log or error shows them. */
@@ -100,7 +101,7 @@ export type PgParam = string | number | bigint | boolean | null | Uint8Array;
 /** Opens one session: UTC, lossless parsing, a name in pg_stat_activity. Errors never carry the URL's password. */
 export async function connectPostgres(url: string, applicationName = 'tidemark'): Promise<pg.Client> {
   registerUrlSecrets(url);
-  const client = new pg.Client({ connectionString: url, types: rawTypes, application_name: applicationName, keepAlive: true });
+  const client = new (loadPg().Client)({ connectionString: url, types: rawTypes, application_name: applicationName, keepAlive: true });
   // A dropped connection is reported by the next statement; an unhandled 'error' event would crash the process.
   client.on('error', () => undefined);
   try {

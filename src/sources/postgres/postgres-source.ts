@@ -8,7 +8,8 @@
 import { mkdtemp, readdir, rm, unlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
+import type pg from 'pg';
+import { loadPg } from '../../shared/pg-driver.js';
 import { to as copyTo } from 'pg-copy-streams';
 import type { Batch, BulkChunk, BulkRead, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
@@ -64,7 +65,7 @@ export class PostgresSource implements Source {
   private async connection(): Promise<pg.Client> {
     if (this.client) return this.client;
     const { url, host, port, user, password, database } = this.options;
-    const client = new pg.Client({
+    const client = new (loadPg().Client)({
       ...(url !== undefined ? { connectionString: url } : {}),
       ...(host !== undefined ? { host } : {}),
       ...(port !== undefined ? { port } : {}),

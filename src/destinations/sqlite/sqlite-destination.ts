@@ -13,6 +13,7 @@ import Database from 'better-sqlite3';
 import type { ColumnBatch } from '../../core/connector.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
+import { openSqliteFile, walDurable } from '../../shared/sqlite-file.js';
 import { SqlDestination } from '../sql/sql-destination.js';
 import type { FixedColumn, SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
 
@@ -177,8 +178,7 @@ function setUp(db: Database.Database): void {
   // A new file gets 32 KiB pages (default 4 KiB): bulk loads of wide rows measured ~8% faster, fewer B-tree
   // pages to split and write. It can only be chosen before the first table exists (and before WAL).
   if (Number(db.pragma('page_count', { simple: true })) === 0) db.pragma('page_size = 32768');
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
+  walDurable(db);
   // A 64 MB page cache (default 2 MB): a partition's pages stay in memory until COMMIT instead of spilling to the
   // WAL mid-transaction. Memory only; durability is unchanged.
   db.pragma('cache_size = -65536');
@@ -191,24 +191,7 @@ export class SqliteDestination extends SqlDestination {
 
   static async open(options: SqliteDestinationOptions): Promise<SqliteDestination> {
     await mkdir(dirname(options.path), { recursive: true });
-    const timeoutMs = options.busyTimeoutMs ?? 30_000;
-    const db = new Database(options.path, { timeout: timeoutMs });
-    try {
-      // Two runs opening one new file at once: turning it into WAL (or recovering a WAL another connection just
-      // created) can fail with SQLITE_BUSY without waiting on the busy timeout, so the setup is tried again.
-      for (const deadline = Date.now() + timeoutMs; ; ) {
-        try {
-          setUp(db);
-          break;
-        } catch (error) {
-          if ((error as { code?: string }).code?.startsWith('SQLITE_BUSY') !== true || Date.now() >= deadline) throw error;
-          await new Promise((resolve) => setTimeout(resolve, 20));
-        }
-      }
-    } catch (error) {
-      db.close();
-      throw error;
-    }
+    const db = openSqliteFile(options.path, options.busyTimeoutMs ?? 30_000, setUp);
     db.defaultSafeIntegers(true);
     return new SqliteDestination(new SqliteExecutor(db));
   }

@@ -10,6 +10,7 @@ import Database from 'better-sqlite3';
 import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 import { processAlive } from '../../shared/process.js';
+import { openSqliteFile } from '../../shared/sqlite-file.js';
 
 const TABLE = '_tidemark_leases';
 
@@ -25,13 +26,6 @@ interface LeaseRow {
 function live(row: LeaseRow | undefined): boolean {
   if (!row || row.released === 1 || row.expires_at <= Date.now()) return false;
   return !(row.host === hostname() && !processAlive(row.pid));
-}
-
-export function openSqliteFile(path: string, timeoutMs = 30_000): Database.Database {
-  const db = new Database(path, { timeout: timeoutMs });
-  db.pragma('journal_mode = WAL');
-  db.pragma('synchronous = FULL');
-  return db;
 }
 
 export class SqliteLeaseProvider implements LeaseProvider {

@@ -10,7 +10,8 @@ import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
 import { SqlStateTables, type StoreExecutor, type StoreParam, type StoreRow } from '../sql/sql-state-tables.js';
 import { StateOnlyStore, type ExternalStateStore } from '../state-store.js';
-import { SqliteLeaseProvider, openSqliteFile } from './sqlite-lease.js';
+import { openSqliteFile } from '../../shared/sqlite-file.js';
+import { SqliteLeaseProvider } from './sqlite-lease.js';
 
 export interface SqliteStateStoreOptions {
   readonly path: string;

@@ -67,13 +67,17 @@ function readerSql(spec: FilesStreamSpec, paths: readonly string[], params: Para
   }
 }
 
+/** DuckDB for a files source: `reader` streams a partition's rows; `describer` reads the next partition's schema meanwhile. */
+interface FilesDuck {
+  readonly instance: DuckDBInstance;
+  readonly reader: DuckDBConnection;
+  readonly describer: DuckDBConnection;
+}
+
 export class FilesSource implements Source {
   private store: ObjectStore | undefined;
-  /**
-   * DuckDB, started at the first partition opened. `reader` streams a partition's rows; `describer` reads the next
-   * partition's schema meanwhile (a query on the streaming connection would end its stream).
-   */
-  private duck: Promise<{ instance: DuckDBInstance; reader: DuckDBConnection; describer: DuckDBConnection }> | undefined;
+  /** Started at the first partition opened; two connections because a query on the streaming one would end its stream. */
+  private duck: Promise<FilesDuck> | undefined;
   readonly partitions: PartitionedSource;
 
   private constructor(private readonly options: FilesSourceOptions) {
@@ -94,7 +98,7 @@ export class FilesSource implements Source {
   }
 
   /** DuckDB loads only when a partition is read: a run that skips everything never starts it. */
-  private connections(): Promise<{ instance: DuckDBInstance; reader: DuckDBConnection; describer: DuckDBConnection }> {
+  private connections(): Promise<FilesDuck> {
     this.duck ??= (async () => {
       duckApi ??= await import('@duckdb/node-api');
       const instance = await duckApi.DuckDBInstance.create(':memory:');

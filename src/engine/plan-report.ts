@@ -1,6 +1,7 @@
 /** `tidemark plan`: what the next run would read per stream, with the exact predicate and bound values. */
 import type { StreamState, TypedValue, Watermark } from '../core/types.js';
 import type { Source } from '../core/connector.js';
+import { withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { planPartitions, type PartitionPlan } from './partition-load.js';
@@ -48,6 +49,16 @@ export async function planPipeline(
   pipeline: PipelineConfig,
   options: { full?: boolean; streams?: readonly string[]; openTimeoutMs?: number } = {},
 ): Promise<StreamPlanReport[]> {
+  // The same one-line error a run gives: naming the pipeline (and the stream and phase where they are known).
+  return planStreams(pipeline, options).catch((error: unknown) => {
+    throw withContext(error, { pipeline: pipeline.name }, 'source');
+  });
+}
+
+async function planStreams(
+  pipeline: PipelineConfig,
+  options: { full?: boolean; streams?: readonly string[]; openTimeoutMs?: number },
+): Promise<StreamPlanReport[]> {
   const streams = selectStreams(pipeline, options.streams);
   const destination = await openDestination(pipeline.destination, options.openTimeoutMs !== undefined ? { openTimeoutMs: options.openTimeoutMs } : {});
   let states: Readonly<Record<string, StreamState>>;
@@ -78,7 +89,9 @@ export async function planPipeline(
       }
       const prior = states[stream.name];
       const plan = planStream(stream, prior, { full: options.full === true, runId: 'plan' });
-      const read = await source.open(plan.request);
+      const read = await source.open(plan.request).catch((error: unknown) => {
+        throw withContext(error, { stream: stream.name, phase: 'plan' }, 'source');
+      });
       try {
         reports.push({
           stream: stream.name,

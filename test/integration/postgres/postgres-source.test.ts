@@ -196,6 +196,26 @@ describe('postgres plan and config', () => {
     }
   });
 
+  it('names the pipeline, stream and phase when planning fails, as a run does', async () => {
+    const db = await createPgDb();
+    const { dir, cleanup } = await tempDir();
+    try {
+      const yaml = (url: string, table: string) =>
+        serverPipelineYaml({ source: { type: 'postgres', url }, streams: [{ table, cursor: 'updated_at' }], destination: { type: 'duckdb', path: join(dir, 'w.duckdb') } });
+      const missing = await cli(['plan', await writeYaml(dir, 'missing.yaml', yaml(db.url, 'public.nope'))]);
+      expect(missing.code).toBe(1);
+      expect(missing.stderr).toContain('stream nope, phase discover: table public.nope does not exist');
+      expect(missing.stderr).toMatch(/pipeline [\w-]+, stream nope/);
+      const unreachable = await cli(['plan', await writeYaml(dir, 'down.yaml', yaml('postgres://reader:S3cretPw@127.0.0.1:1/none', 'items'))]);
+      expect(unreachable.code).toBe(1);
+      expect(unreachable.stderr).toMatch(/pipeline [\w-]+, phase connect: cannot connect to Postgres/);
+      expect(unreachable.stderr).not.toContain('S3cretPw');
+    } finally {
+      await db.drop();
+      await cleanup();
+    }
+  });
+
   it('says once that other sessions are invisible without the privilege, and keeps no safe mark', async () => {
     const db = await createPgDb();
     const { dir, cleanup } = await tempDir();

@@ -25,7 +25,15 @@ export interface StreamConfig extends StreamSpec {
   readonly batchRows: number;
   /** Partitioned streams: what to do when a loaded partition's files changed. */
   readonly onChange: OnChange;
+  /**
+   * Merge on the table's own primary key, read from the source's catalog at run time (no `primary_key` given).
+   * `optional`: merge was only the default, so a table without a key appends; `required`: the stream cannot run without one.
+   */
+  readonly tableKey?: 'optional' | 'required';
 }
+
+/** Sources whose tables declare their primary key in a catalog the source reads. */
+const TABLE_KEY_SOURCES: ReadonlySet<string> = new Set(['postgres', 'mysql', 'mariadb', 'sqlite']);
 
 /** The column that carries the partition value when `partition_column` is not set. */
 export const DEFAULT_PARTITION_COLUMN = '_tidemark_partition';
@@ -255,15 +263,21 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     }
     // A lake cannot upsert in place, so its incremental streams append unless told otherwise.
     const lake = doc.destination.type === 'files';
-    const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : primaryKey.length && !lake ? 'merge' : 'append');
+    // An incremental table stream of a database without primary_key takes the table's own key at run time.
+    const keyFromTable = strategy === 'incremental' && primaryKey.length === 0 && s.table !== undefined && TABLE_KEY_SOURCES.has(doc.source.type);
+    const keyed = primaryKey.length > 0 || keyFromTable;
+    const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : keyed && !lake ? 'merge' : 'append');
     if (lake && write === 'merge') {
       throw new ConfigError(
         `${at('write')}: the files destination cannot merge (objects in a directory or bucket are never updated in place); use write: append (incremental rows added as new objects), strategy: full (write: replace — a new generation swapped in by the manifest) or strategy: partitioned (delete+insert by partition), or load into duckdb / postgres to merge`,
       );
     }
-    if (write === 'merge' && primaryKey.length === 0) throw new ConfigError(`${at('write')}: write merge needs a primary_key`);
+    if (write === 'merge' && !keyed) throw new ConfigError(`${at('write')}: write merge needs a primary_key`);
     if (write === 'replace' && strategy === 'incremental') {
       throw new ConfigError(`${at('write')}: write replace rewrites the whole table every run; use strategy: full, or write: merge/append`);
+    }
+    if (s.on_null_cursor === 'include' && write !== 'merge') {
+      throw new ConfigError(`${at('on_null_cursor')}: include reads the rows with a NULL cursor on every run, so it needs write: merge (got ${write})`);
     }
     let lookbackMs: number | undefined;
     if (s.lookback !== undefined) {
@@ -287,6 +301,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       checkpointRows: s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS,
       batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS, s.checkpoint_rows ?? DEFAULT_BATCH_ROWS),
       onChange: s.on_change ?? 'reload',
+      ...(keyFromTable && write === 'merge' ? { tableKey: s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
     };
   });
   let lockTtlMs = DEFAULT_LOCK_TTL_MS;

@@ -5,7 +5,7 @@ import { withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { planPartitions, type PartitionPlan } from './partition-load.js';
-import { planStream } from './plan.js';
+import { planStream, withTableKey } from './plan.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 
@@ -81,17 +81,19 @@ async function planStreams(
   source ??= await openSource(pipeline.source);
   try {
     const reports: StreamPlanReport[] = [];
-    for (const stream of streams) {
-      const planned = partitioned.get(stream.name);
+    for (const configured of streams) {
+      const planned = partitioned.get(configured.name);
       if (planned !== undefined) {
         reports.push(planned);
         continue;
       }
+      const inStreamContext = (error: unknown) => {
+        throw withContext(error, { stream: configured.name, phase: 'plan' }, 'source');
+      };
+      const stream = await withTableKey(source, configured).catch(inStreamContext);
       const prior = states[stream.name];
       const plan = planStream(stream, prior, { full: options.full === true, runId: 'plan' });
-      const read = await source.open(plan.request).catch((error: unknown) => {
-        throw withContext(error, { stream: stream.name, phase: 'plan' }, 'source');
-      });
+      const read = await source.open(plan.request).catch(inStreamContext);
       try {
         reports.push({
           stream: stream.name,

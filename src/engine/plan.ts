@@ -2,7 +2,7 @@
  * Planning one stream: from the stored state and the run's options, decide what to read (keyset position,
  * lookback start) and where it goes (live table, or a generation built beside it).
  */
-import type { JsonValue, ReadRequest } from '../core/connector.js';
+import type { JsonValue, ReadRequest, Source } from '../core/connector.js';
 import { ConfigError } from '../core/errors.js';
 import type { StreamState, TypedValue, Watermark } from '../core/types.js';
 import { canonicalDate, compareCanonical, formatMicros, timestampMicros } from '../core/values.js';
@@ -16,6 +16,18 @@ export interface StreamPlan {
   readonly freshBuild: boolean;
   /** The live watermark this run starts from. */
   readonly startWatermark?: Watermark;
+}
+
+/**
+ * A stream that merges on its table's own primary key (`tableKey`: none configured), with that key read from the
+ * source's catalog. A table without one appends when merge was only the default; an explicit merge cannot run.
+ */
+export async function withTableKey(source: Source, stream: StreamConfig): Promise<StreamConfig> {
+  if (stream.tableKey === undefined) return stream;
+  const { primaryKey } = await source.discover(stream);
+  if (primaryKey.length > 0) return { ...stream, primaryKey };
+  if (stream.tableKey === 'optional') return { ...stream, write: 'append' };
+  throw new ConfigError(`write merge needs a primary key and table ${stream.table} has none; set primary_key`, { context: { stream: stream.name, phase: 'discover' } });
 }
 
 export function planStream(stream: StreamConfig, prior: StreamState | undefined, options: { full: boolean; runId: string }): StreamPlan {

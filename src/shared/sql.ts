@@ -94,6 +94,8 @@ export function tupleGreaterThan(
 /**
  * The read predicate after a tuple watermark. A watermark without a primary-key part (set by hand, or imported
  * from a Singer bookmark) means "from this cursor value on", so rows sharing it are read again rather than lost.
+ * A stream without a primary key cannot tell a re-read row from a new one: its watermark is the cursor of the last
+ * loaded row, read strictly after, and its reads stop below `until` (see `untilOperator`).
  */
 export function afterWatermark(
   cursorExpression: string,
@@ -102,8 +104,18 @@ export function afterWatermark(
   placeholder: (index: number) => string,
   options: { firstIndex?: number; rowValues?: boolean } = {},
 ): KeysetPredicate {
+  if (pkExpressions.length === 0) return { sql: `${cursorExpression} > ${placeholder(options.firstIndex ?? 0)}`, values: [watermark.cursor] };
   if (watermark.pk.length === 0 || watermark.pk.length !== pkExpressions.length) {
     return { sql: `${cursorExpression} >= ${placeholder(options.firstIndex ?? 0)}`, values: [watermark.cursor] };
   }
   return tupleGreaterThan([cursorExpression, ...pkExpressions], [watermark.cursor, ...watermark.pk], placeholder, options);
+}
+
+/**
+ * How a read compares the cursor with `until`. Without a primary key, rows sharing the highest cursor value wait
+ * for a later run (`<`): more rows may still arrive with that value, and a run that loaded some of them could
+ * neither skip nor re-read the rest exactly. With a key, the tuple watermark tells them apart (`<=`).
+ */
+export function untilOperator(pkColumns: number): '<' | '<=' {
+  return pkColumns === 0 ? '<' : '<=';
 }

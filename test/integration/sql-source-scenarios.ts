@@ -126,6 +126,38 @@ export function sourceScenarios(dialect: Dialect): void {
       expect(next).toBeGreaterThan(100_010);
     });
 
+    it("merges on the table's own primary key when none is configured; a table without one appends", async () => {
+      await db.exec(dialect.itemsTable('items'));
+      await db.exec(dialect.itemsTable('loose').replace(' PRIMARY KEY', ''));
+      await db.exec(`INSERT INTO items VALUES ${itemValues(1, 3, 1)}`);
+      await db.exec(`INSERT INTO loose VALUES ${itemValues(1, 3, 1)}`);
+      const config = await pipeline([{ table: 'items', cursor: 'updated_at' }]);
+      const plan = await cli(['plan', config, '--json']);
+      expect(JSON.parse(plan.stdout)[0].write, plan.stderr).toBe('merge');
+      await runJson(config);
+      await db.exec(`UPDATE items SET value = 'changed', updated_at = ${dialect.now} WHERE id = 2`);
+      expect((await runJson(config)).rows_loaded).toBe(1);
+      const dest = await duckdbQuery(target, `SELECT id, value FROM items ORDER BY id`);
+      expect(dest.map((r) => `${r.id}:${r.value}`)).toEqual(['1:v1-1', '2:changed', '3:v1-3']);
+
+      // Without a key, rows sharing the highest cursor value wait for a later run: more may arrive with that value,
+      // and a re-read could not be told from a new row. Each row lands once.
+      const loose = await pipeline([{ table: 'loose', cursor: 'updated_at' }], 'loose');
+      const looseRows = async () => (await duckdbQuery(target, `SELECT id, value FROM loose ORDER BY id, value`)).map((r) => `${r.id}:${r.value}`);
+      expect((await runJson(loose)).rows_loaded).toBe(2);
+      expect((await runJson(loose)).rows_loaded).toBe(0);
+      await db.exec(`INSERT INTO loose VALUES (4, '${ts(3, 1)}', 'late-same-second'), (5, '${ts(5, 1)}', 'v1-5')`);
+      await db.exec(`UPDATE loose SET value = 'changed', updated_at = '${ts(4, 1)}' WHERE id = 2`);
+      expect((await runJson(loose)).rows_loaded).toBe(3);
+      expect(await looseRows()).toEqual(['1:v1-1', '2:changed', '2:v1-2', '3:v1-3', '4:late-same-second']);
+      expect((await runJson(loose)).rows_loaded).toBe(0);
+
+      const merge = await pipeline([{ table: 'loose', cursor: 'updated_at', write: 'merge' }], 'merge');
+      const refused = await cli(['run', merge]);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain('pipeline merge, stream loose, phase discover: write merge needs a primary key and table loose has none; set primary_key');
+    });
+
     /** Whether a run reads no rows within `attempts` runs (a quarter second apart). */
     async function readsNothingWithin(config: string, attempts: number): Promise<boolean> {
       for (let i = 0; i < attempts; i += 1) {

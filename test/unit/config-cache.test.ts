@@ -40,7 +40,7 @@ describe('validated-config cache', () => {
     const file = join(dir, 'p.yaml');
     await writeFile(file, yaml());
     await loadPipeline(file, { TM_CACHE_SRC: 'a.db' });
-    await writeFile(file, yaml('    lookback: 5m\n'));
+    await writeFile(file, yaml('    lookback: 5 minutes\n'));
     await expect(loadPipeline(file, { TM_CACHE_SRC: 'a.db' })).rejects.toThrow(/streams\[0\]\.lookback/);
   });
 

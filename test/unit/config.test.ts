@@ -4,14 +4,15 @@ import { ConfigError, parsePipeline, redact } from '../../src/index.js';
 const base = (streams: string, extra = '') => `name: shop\nsource: {type: sqlite, path: ./shop.db}\nstreams:\n${streams}\n${extra}`;
 
 describe('pipeline config', () => {
-  it('applies defaults: merge with a primary key, append without, replace for full; paths relative to the file', () => {
-    const p = parsePipeline(base(`  - table: main.orders\n    primary_key: id\n    cursor: updated_at\n  - table: events\n    cursor: ts\n  - table: customers`), {
-      file: '/etc/pipes/shop.yaml',
-    });
-    expect(p.streams.map((s) => [s.name, s.strategy, s.write])).toEqual([
-      ['orders', 'incremental', 'merge'],
-      ['events', 'incremental', 'append'],
-      ['customers', 'full', 'replace'],
+  it("applies defaults: merge with a primary key (or the table's own), append without, replace for full; paths relative to the file", () => {
+    const streams = `  - table: main.orders\n    primary_key: id\n    cursor: updated_at\n  - table: events\n    cursor: ts\n  - table: customers\n  - name: recent\n    query: SELECT * FROM events\n    cursor: ts\n  - table: logs\n    cursor: ts\n    write: merge`;
+    const p = parsePipeline(base(streams), { file: '/etc/pipes/shop.yaml' });
+    expect(p.streams.map((s) => [s.name, s.strategy, s.write, s.tableKey])).toEqual([
+      ['orders', 'incremental', 'merge', undefined],
+      ['events', 'incremental', 'merge', 'optional'],
+      ['customers', 'full', 'replace', undefined],
+      ['recent', 'incremental', 'append', undefined],
+      ['logs', 'incremental', 'merge', 'required'],
     ]);
     expect(p.streams[0]!.checkpointRows).toBe(100_000);
     expect(p.source).toMatchObject({ path: '/etc/pipes/shop.db' });
@@ -22,7 +23,8 @@ describe('pipeline config', () => {
     [`  - table: t\n    cursor: c\n    lookback: 5m\n    write: append`, /streams\[0\]\.lookback: lookback re-reads rows, so it needs write: merge/],
     [`  - table: t\n    primary_key: [id]\n    cursor: c\n    lookback: 5 minutes`, /streams\[0\]\.lookback: expected a duration with units/],
     [`  - table: t\n    strategy: incremental`, /streams\[0\]\.cursor: strategy incremental needs a cursor/],
-    [`  - table: t\n    cursor: c\n    write: merge`, /streams\[0\]\.write: write merge needs a primary_key/],
+    [`  - name: q\n    query: select 1\n    cursor: c\n    write: merge`, /streams\[0\]\.write: write merge needs a primary_key/],
+    [`  - table: t\n    cursor: c\n    on_null_cursor: include\n    write: append`, /streams\[0\]\.on_null_cursor: include reads the rows with a NULL cursor on every run, so it needs write: merge/],
     [`  - query: select 1`, /streams\[0\]\.name: a stream defined by a query needs a name/],
     [`  - table: t\n    cursor: c\n    bogus: 1`, /streams\[0\]/],
     [`  - table: t\n  - table: t`, /stream t appears twice/],

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan } from '../../src/shared/sql.js';
+import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../src/shared/sql.js';
 
 const v = (value: string) => ({ type: 'int64' as const, value });
 
@@ -24,5 +24,11 @@ describe('SQL text helpers', () => {
   it('a watermark without a key part reads its cursor value again instead of skipping it', () => {
     expect(afterWatermark('"c"', ['"id"'], { cursor: v('5'), pk: [] }, () => '?').sql).toBe('"c" >= ?');
     expect(afterWatermark('"c"', ['"id"'], { cursor: v('5'), pk: [v('1')] }, () => '?', { rowValues: true }).sql).toBe('("c", "id") > (?, ?)');
+  });
+
+  it('a stream without a primary key reads strictly after its watermark and stops below until', () => {
+    expect(afterWatermark('"c"', [], { cursor: v('5'), pk: [] }, () => '?').sql).toBe('"c" > ?');
+    expect(untilOperator(0)).toBe('<');
+    expect(untilOperator(2)).toBe('<=');
   });
 });

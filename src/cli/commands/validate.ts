@@ -1,12 +1,18 @@
-import { loadPipeline, pipelineJsonSchema } from '../../index.js';
+import { loadPipeline, pipelineJsonSchema, type StreamConfig } from '../../index.js';
 import { print } from '../output.js';
 
 export async function validateCommand(files: readonly string[]): Promise<number> {
   for (const file of files) {
     const pipeline = await loadPipeline(file);
-    print(`${file}: pipeline ${pipeline.name} is valid (${pipeline.streams.map((s) => `${s.name}: ${s.strategy}/${s.write}`).join(', ')})`);
+    print(`${file}: pipeline ${pipeline.name} is valid (${pipeline.streams.map((s) => `${s.name}: ${s.strategy}/${writeOf(s)}`).join(', ')})`);
   }
   return 0;
+}
+
+/** The write a run will use; a merge on the table's own key is settled only when the run reads the catalog. */
+function writeOf(stream: StreamConfig): string {
+  if (stream.tableKey === 'optional') return "merge on the table's primary key (append without one)";
+  return stream.tableKey === 'required' ? "merge on the table's primary key" : stream.write;
 }
 
 export async function schemaCommand(): Promise<number> {

@@ -8,7 +8,7 @@ import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../c
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue } from '../../core/values.js';
-import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan } from '../../shared/sql.js';
+import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, heldBackWarning, safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { castFor, isNotNull, mysqlColumnType, paramValue, typeCast, type MysqlField } from './mysql-types.js';
 
@@ -322,7 +322,7 @@ function predicate(schema: StreamSchema, request: ReadRequest, cursor: Column | 
     }
     if (until === null) where.push('FALSE');
     else {
-      where.push(`${c} <= ${mark(cursor.name)}`);
+      where.push(`${c} ${untilOperator(pk.length)} ${mark(cursor.name)}`);
       values.push(until);
     }
   } else if (request.afterPk !== undefined && pk.length > 0) {

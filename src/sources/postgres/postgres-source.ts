@@ -15,7 +15,7 @@ import type { Batch, BulkChunk, BulkRead, OpenedRead, ReadRequest, Source, Strea
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
-import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan } from '../../shared/sql.js';
+import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, heldBackWarning, safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { CopyTextParser } from './copy-text.js';
 import { CsvChunker, type FinishedChunk, type RowKey } from './csv-chunks.js';
@@ -256,7 +256,7 @@ export class PostgresSource implements Source {
       if (until === null) {
         where.push('FALSE');
         display.push('FALSE');
-      } else add((m) => ({ sql: `${c} <= ${m(0)}`, values: [until] }), [cursor.name]);
+      } else add((m) => ({ sql: `${c} ${untilOperator(pk.length)} ${m(0)}`, values: [until] }), [cursor.name]);
     } else if (request.afterPk !== undefined && pk.length > 0) {
       add((m) => tupleGreaterThan(pk, request.afterPk!, (i) => m(i), { rowValues: true }), schema.primaryKey);
     }

@@ -7,7 +7,7 @@ import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../c
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { decodeValue } from '../../core/values.js';
-import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan } from '../../shared/sql.js';
+import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 
 export interface SqliteSourceOptions {
   readonly path: string;
@@ -154,7 +154,7 @@ export class SqliteSource implements Source {
           where.push(keyset.sql);
           keyset.values.forEach((v) => bind(v));
         }
-        where.push(until === null ? '0 = 1' : `${cursorExpr} <= ${bind(until)}`);
+        where.push(until === null ? '0 = 1' : `${cursorExpr} ${untilOperator(pk.length)} ${bind(until)}`);
         if (request.nullCursor === 'include') nullQuery = `SELECT ${select} FROM ${relation} WHERE ${cursorExpr} IS NULL ORDER BY ${pk.join(', ') || '1'}`;
       } else if (request.afterPk !== undefined && pk.length > 0) {
         const keyset = tupleGreaterThan(pk, request.afterPk, () => '?', { rowValues: true });

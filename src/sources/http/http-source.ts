@@ -370,6 +370,9 @@ export function nextLink(header: string | null): string | undefined {
 function isAfter(kind: ColumnKind, cursor: string, pkRaw: readonly unknown[], columns: readonly Column[], pkIndexes: readonly number[], after: Watermark): boolean {
   const byCursor = compareCanonical(kind, cursor, after.cursor.value);
   if (byCursor !== 0) return byCursor > 0;
+  // Without a key a record cannot be told from one already loaded: the watermark is the cursor of the last loaded
+  // record (reads end before `until`, where records of that value were settled), so one equal to it was loaded.
+  if (pkIndexes.length === 0) return false;
   // A watermark without key values sits before every row of its cursor value (as `state set` without --pk).
   if (after.pk.length === 0 || after.pk.length !== pkIndexes.length) return true;
   for (let i = 0; i < pkIndexes.length; i += 1) {

@@ -92,6 +92,17 @@ describe('http source', () => {
     expect(rows().find((r) => r.id === 5n)!.name).toBe('v2-5');
   });
 
+  it('loads each record of a stream without a primary key once, though the API repeats the watermark\'s record', async () => {
+    server.seed(1, 5);
+    const config = await writeYaml(dir, 'p.yaml', pipeline(PAGE).replace('    primary_key: id\n', ''));
+    expect((await runJson(config)).result.streams[0].rows_loaded).toBe(5);
+    const again = await runJson(config);
+    expect(again.result.streams[0], again.stderr).toMatchObject({ rows_read: 0, rows_loaded: 0 });
+    server.seed(6, 2);
+    expect((await runJson(config)).result.streams[0].rows_loaded).toBe(2);
+    expect(rows().map((r) => Number(r.id))).toEqual([1, 2, 3, 4, 5, 6, 7]);
+  });
+
   it.each([
     ['offset', `    path: /offset\n    pagination: {type: offset, limit: 7}`],
     ['cursor', `    path: /cursor\n    params: {per_page: "6"}\n    pagination: {type: cursor, param: cursor, token: meta.next_cursor}`],

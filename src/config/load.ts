@@ -26,8 +26,9 @@ export interface StreamConfig extends StreamSpec {
   /** Partitioned streams: what to do when a loaded partition's files changed. */
   readonly onChange: OnChange;
   /**
-   * Merge on the table's own primary key, read from the source's catalog at run time (no `primary_key` given).
-   * `optional`: merge was only the default, so a table without a key appends; `required`: the stream cannot run without one.
+   * Merge on the key the source declares at run time (no `primary_key` given): a table's own primary key, a Singer
+   * tap's key_properties. `optional`: merge was only the default, so a stream without a key appends; `required`:
+   * the stream cannot run without one.
    */
   readonly tableKey?: 'optional' | 'required';
 }
@@ -263,8 +264,10 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     }
     // A lake cannot upsert in place, so its incremental streams append unless told otherwise.
     const lake = doc.destination.type === 'files';
-    // An incremental table stream of a database without primary_key takes the table's own key at run time.
-    const keyFromTable = strategy === 'incremental' && primaryKey.length === 0 && s.table !== undefined && TABLE_KEY_SOURCES.has(doc.source.type);
+    // An incremental stream without primary_key takes the key its source declares at run time: a database table's
+    // own, or a Singer tap's key_properties.
+    const keyFromTable =
+      strategy === 'incremental' && primaryKey.length === 0 && ((s.table !== undefined && TABLE_KEY_SOURCES.has(doc.source.type)) || doc.source.type === 'singer');
     const keyed = primaryKey.length > 0 || keyFromTable;
     const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : keyed && !lake ? 'merge' : 'append');
     if (lake && write === 'merge') {

@@ -248,6 +248,8 @@ export interface Source {
   open(request: ReadRequest): Promise<OpenedRead>;
   /** Present on sources whose streams are sets of partitions (`strategy: partitioned`). */
   readonly partitions?: PartitionedSource;
+  /** A stream's primary key is known only once its read is open (a Singer tap's SCHEMA), not from `discover`. */
+  readonly keysWhileReading?: boolean;
   close(): Promise<void>;
 }
 

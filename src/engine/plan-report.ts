@@ -5,7 +5,7 @@ import { withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { planPartitions, type PartitionPlan } from './partition-load.js';
-import { planStream, withTableKey } from './plan.js';
+import { planStream, settleKey, withTableKey } from './plan.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 
@@ -98,7 +98,7 @@ async function planStreams(
         reports.push({
           stream: stream.name,
           strategy: stream.strategy,
-          write: stream.write,
+          write: settleKey(stream, read.schema.primaryKey).write,
           mode: plan.generation !== undefined ? 'build' : 'incremental',
           resumesBuild: prior?.build !== undefined,
           watermark: prior?.watermark ?? null,

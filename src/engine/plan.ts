@@ -19,15 +19,23 @@ export interface StreamPlan {
 }
 
 /**
- * A stream that merges on its table's own primary key (`tableKey`: none configured), with that key read from the
- * source's catalog. A table without one appends when merge was only the default; an explicit merge cannot run.
+ * A stream that merges on the key its source declares (`tableKey`: none configured), with that key read from the
+ * source's catalog before planning: a safe mark is re-read by merge and never passed by append. A source that learns
+ * keys only while reading (Singer) is settled by `settleKey` once the read is open.
  */
 export async function withTableKey(source: Source, stream: StreamConfig): Promise<StreamConfig> {
+  if (stream.tableKey === undefined || source.keysWhileReading) return stream;
+  return settleKey(stream, (await source.discover(stream)).primaryKey);
+}
+
+/** The stream with its declared key; without one, merge that was only the default becomes append, an explicit one fails. */
+export function settleKey(stream: StreamConfig, primaryKey: readonly string[]): StreamConfig {
   if (stream.tableKey === undefined) return stream;
-  const { primaryKey } = await source.discover(stream);
-  if (primaryKey.length > 0) return { ...stream, primaryKey };
-  if (stream.tableKey === 'optional') return { ...stream, write: 'append' };
-  throw new ConfigError(`write merge needs a primary key and table ${stream.table} has none; set primary_key`, { context: { stream: stream.name, phase: 'discover' } });
+  const { tableKey, ...settled } = stream;
+  if (primaryKey.length > 0) return { ...settled, primaryKey };
+  if (tableKey === 'optional') return { ...settled, write: 'append' };
+  const what = stream.table !== undefined ? `table ${stream.table}` : `stream ${stream.name}`;
+  throw new ConfigError(`write merge needs a primary key and ${what} has none; set primary_key`, { context: { stream: stream.name, phase: 'discover' } });
 }
 
 export function planStream(stream: StreamConfig, prior: StreamState | undefined, options: { full: boolean; runId: string }): StreamPlan {

@@ -21,7 +21,7 @@ import type {
 } from '../core/types.js';
 import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
-import { maxWatermark, planStream, withTableKey, type StreamPlan } from './plan.js';
+import { maxWatermark, planStream, settleKey, withTableKey, type StreamPlan } from './plan.js';
 
 export interface StreamContext {
   readonly pipeline: string;
@@ -55,19 +55,17 @@ interface Position {
 
 export async function loadStream(ctx: StreamContext, configured: StreamConfig, state: PipelineState): Promise<StreamOutcome> {
   const started = Date.now();
-  const context = { pipeline: ctx.pipeline, stream: configured.name, phase: 'extract' };
-  const stream = await withTableKey(ctx.source, configured).catch((e: unknown) => {
-    throw withContext(e, context, 'source');
-  });
+  const stream = await withTableKey(ctx.source, configured);
   const prior = state.streams[stream.name];
   const plan = planStream(stream, prior, { full: ctx.full, runId: ctx.runId });
   const read = await ctx.source.open(plan.request).catch((e: unknown) => {
-    throw withContext(e, context, 'source');
+    throw withContext(e, { pipeline: ctx.pipeline, stream: stream.name, phase: 'extract' }, 'source');
   });
   for (const warning of read.warnings ?? []) ctx.onWarning?.(stream.name, warning);
   try {
-    checkNullCursors(ctx, stream, read);
-    const loader = new StreamLoader(ctx, stream, plan, read, state, started);
+    const settled = settleKey(stream, read.schema.primaryKey);
+    checkNullCursors(ctx, settled, read);
+    const loader = new StreamLoader(ctx, settled, plan, read, state, started);
     return await loader.load(read);
   } finally {
     await read.close();

@@ -32,6 +32,8 @@ interface CatalogEntry {
 }
 
 export class SingerSource implements Source {
+  // Discovering would run the tap once more; its SCHEMA message names the key at the start of every read.
+  readonly keysWhileReading = true;
   constructor(private readonly config: SingerSourceConfig) {}
 
   async discover(stream: StreamSpec): Promise<StreamSchema> {
@@ -233,6 +235,9 @@ export class SingerSource implements Source {
         if (exit.code !== 0 || exit.signal !== null) throw tapFailure(command[0]!, exit, stderr);
       },
       async stop() {
+        // Output nobody reads keeps the tap's stdout open, and the child's 'close' waits for it: with nothing else
+        // pending, Node would end the process right here, silently and with exit code 0.
+        child.stdout!.destroy();
         if (child.exitCode === null && child.signalCode === null) {
           child.kill('SIGTERM');
           await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);

@@ -42,6 +42,24 @@ async function run(config: string) {
 }
 
 describe('singer source', () => {
+  it("merges on the tap's key_properties when no primary_key is configured: a tap that resends its bookmark's record adds no duplicate", async () => {
+    const target = join(dir, 'w.sqlite');
+    const yaml = (count: number) => numbersPipeline(`{count: ${count}, inclusive: true}`, target).replace('    primary_key: id\n    write: append\n', '');
+    const config = await writeYaml(dir, 'p.yaml', yaml(10));
+    // `plan` stops the tap after its SCHEMA; its unread output once kept the child from closing, and with nothing
+    // else pending Node ended the process silently with exit code 0 (most of the time).
+    for (let i = 0; i < 4; i += 1) {
+      const plan = await cli(['plan', config, '--json'], { env });
+      expect(plan.code, plan.stderr).toBe(0);
+      expect(JSON.parse(plan.stdout)[0].write, plan.stderr).toBe('merge');
+    }
+    expect((await run(config)).result.streams[0].rows_loaded).toBe(10);
+    await writeYaml(dir, 'p.yaml', yaml(12));
+    expect((await run(config)).result.streams[0].rows_loaded).toBe(3); // 10 again, 11 and 12
+    const ids = sqliteQuery(target, 'SELECT id FROM numbers ORDER BY id').map((r) => Number(r.id));
+    expect(ids).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
+  });
+
   it('runs a Node tap with its bookmarks, exact values, no duplicates, and round-trips the tap state', async () => {
     const target = join(dir, 'w.sqlite');
     const config = await writeYaml(dir, 'p.yaml', numbersPipeline(`{count: 25, password: "\${env:TAP_PASSWORD}"}`, target));

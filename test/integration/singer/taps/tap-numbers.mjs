@@ -32,7 +32,8 @@ const every = config.state_every ?? 10;
 out(JSON.stringify({ type: 'SCHEMA', stream: 'numbers', schema, key_properties: ['id'], bookmark_properties: ['id'] }));
 out(JSON.stringify({ type: 'SCHEMA', stream: 'letters', schema: { properties: { ch: { type: 'string' } } }, key_properties: ['ch'] }));
 let written = 0;
-for (let id = last + 1; id <= config.count; id += 1) {
+// `inclusive`: resend the bookmark's own record, as taps that read `>= bookmark` do.
+for (let id = config.inclusive && last > 0 ? last : last + 1; id <= config.count; id += 1) {
   if (config.crash_after !== undefined && written >= config.crash_after) {
     process.stderr.write(`tap-numbers: simulated failure after ${written} records (password=${config.password ?? ''})\n`);
     process.exit(3);

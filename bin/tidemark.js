@@ -30,7 +30,16 @@ const script = new Script(`(function (exports, require, module, __filename, __di
 const bundle = { exports: {} };
 script.runInThisContext()(bundle.exports, createRequire(file), bundle, file, dirname(file));
 
+// When the event loop empties while the command still waits (a promise nothing can settle any more), Node ends the
+// process with exit code 0, as if the command had succeeded; say so and fail instead.
+let finished = false;
+process.once('beforeExit', () => {
+  if (finished) return;
+  process.stderr.write('error: tidemark ended before the command finished (it waited for something that could not happen)\n');
+  process.exitCode = 1;
+});
 bundle.exports.main(process.argv.slice(2)).then((code) => {
+  finished = true;
   process.exitCode = code;
   if (cacheFile && (cachedData === undefined || script.cachedDataRejected)) saveCache(script.createCachedData());
 });

@@ -11,6 +11,12 @@ export function quoteIdent(name: string, style: QuoteStyle = 'double'): string {
   return style === 'double' ? `"${name.replace(/"/g, '""')}"` : `\`${name.replace(/`/g, '``')}\``;
 }
 
+/** A string literal, for the places SQL takes no parameter (DuckDB's COPY targets, reader options). */
+export function quoteString(text: string): string {
+  if (text.includes('\u0000')) throw new Error(`string ${JSON.stringify(text)} contains a NUL character`);
+  return `'${text.replace(/'/g, "''")}'`;
+}
+
 /** `schema.table` → quoted parts. A name with no dot is one part; quoted parts may contain dots. */
 export function quoteQualified(name: string, style: QuoteStyle = 'double'): string {
   return splitQualified(name)

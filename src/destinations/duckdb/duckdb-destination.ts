@@ -8,7 +8,7 @@ import { DuckDBInstance, listValue, type DuckDBAppender, type DuckDBConnection, 
 import type { BulkChunk, DestinationCapabilities } from '../../core/connector.js';
 import { ConflictError, DestinationError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
-import { quoteIdent } from '../../shared/sql.js';
+import { quoteIdent, quoteString } from '../../shared/sql.js';
 import { appendRowsWithSeq, duckdbColumnType, duckdbStageType as stageType } from './duckdb-types.js';
 
 export { duckdbColumnType };
@@ -80,7 +80,6 @@ function fromText(spec: BulkColumn, c: string): string {
   return spec.textGuard ? `CASE WHEN ${spec.textGuard(c)} THEN TRY_CAST(${c} AS ${spec.cast}) END` : `TRY_CAST(${c} AS ${spec.cast})`;
 }
 
-const sqlString = (text: string) => `'${text.replace(/'/g, "''")}'`;
 /** DuckDB's default line limit; longer rows raise it for that chunk. */
 const DEFAULT_MAX_LINE = 2_097_152;
 
@@ -149,7 +148,7 @@ function duckDbDialect(connection: DuckDBConnection, schema: string): SqlDialect
       const raw = columns.map((_, i) => `c${i}`);
       const options = (types: readonly string[], extra: readonly string[]) =>
         [
-          sqlString(chunk.path), `header = false`, `delim = ','`, `quote = '"'`, `escape = '"'`, `new_line = '\\n'`, `auto_detect = false`,
+          quoteString(chunk.path), `header = false`, `delim = ','`, `quote = '"'`, `escape = '"'`, `new_line = '\\n'`, `auto_detect = false`,
           `allow_quoted_nulls = false`, `strict_mode = true`, ...extra,
           ...(chunk.maxRowBytes >= DEFAULT_MAX_LINE ? [`max_line_size = ${chunk.maxRowBytes + 1024}`, `buffer_size = ${4 * (chunk.maxRowBytes + 1024)}`] : []),
           `columns = {${raw.map((c, i) => `'${c}': '${types[i]}'`).join(', ')}}`,

@@ -23,7 +23,7 @@ import { failpoint } from '../../core/failpoints.js';
 import { stderrLogger, type Logger } from '../../core/logger.js';
 import type { ColumnType, LedgerEntry, Row, RunRecord, Value } from '../../core/types.js';
 import { openObjectStore, type ObjectStoreOptions } from '../../shared/object-store.js';
-import { quoteIdent } from '../../shared/sql.js';
+import { quoteIdent, quoteString } from '../../shared/sql.js';
 import {
   RUNS_KEPT,
   checkName,
@@ -37,7 +37,7 @@ import {
   type LakeTable,
 } from './lake-layout.js';
 import { LakeStateStore, lakeLedger } from './lake-state-store.js';
-import { LakeWriter, lakeColumnType, sqlString } from './lake-writer.js';
+import { LakeWriter, lakeColumnType } from './lake-writer.js';
 import { Lake, lakeError, refuse, type LakeHead, type ManifestChange } from './lake.js';
 
 export interface FilesDestinationOptions extends ObjectStoreOptions {
@@ -226,7 +226,7 @@ export class FilesDestination implements Destination {
     if (table.files.length === 0) return `SELECT ${table.columns.map((c) => `CAST(NULL AS ${c.type}) AS ${quoteIdent(c.name)}`).join(', ')} WHERE false`;
     const paths: string[] = [];
     for (const f of table.files) paths.push(await this.localCopy(f.key));
-    const list = `[${paths.map(sqlString).join(', ')}]`;
+    const list = `[${paths.map(quoteString).join(', ')}]`;
     const reader =
       table.format === 'parquet'
         ? `read_parquet(${list}, union_by_name = true)`

@@ -9,16 +9,12 @@ import { join } from 'node:path';
 import { DuckDBInstance, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api';
 import type { FileFormat } from '../../core/connector.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
-import { quoteIdent } from '../../shared/sql.js';
+import { quoteIdent, quoteString } from '../../shared/sql.js';
 import { appendRowsWithSeq, duckdbColumnType, duckdbStageType as stageType } from '../duckdb/duckdb-types.js';
 import type { LakeCompression } from './lake-layout.js';
 
 /** The type a column is written as; wider-than-DuckDB decimals and intervals stay exact as text. */
 export const lakeColumnType = duckdbColumnType;
-
-export function sqlString(text: string): string {
-  return `'${text.replace(/'/g, "''")}'`;
-}
 
 export interface WrittenFile {
   readonly file: string;
@@ -99,7 +95,7 @@ export class LakeWriter {
     const write = async (where: string, hiveValue?: string | null): Promise<void> => {
       const file = join(dir, name(out.length));
       const result = await this.connection.run(
-        `COPY (SELECT ${select} FROM ${quoteIdent(stage)}${where} ORDER BY _tidemark_seq) TO ${sqlString(file)} (${copyOptions(options.format, options.compression)})`,
+        `COPY (SELECT ${select} FROM ${quoteIdent(stage)}${where} ORDER BY _tidemark_seq) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`,
       );
       const rows = Number(result.rowsChanged);
       out.push({ file, rows, bytes: (await stat(file)).size, ...(hiveValue !== undefined ? { hiveValue } : {}) });
@@ -111,7 +107,7 @@ export class LakeWriter {
     const column = quoteIdent(options.partitionBy);
     const values = await this.connection.runAndReadAll(`SELECT DISTINCT CAST(${column} AS VARCHAR) AS v FROM ${quoteIdent(stage)} ORDER BY v NULLS LAST`);
     for (const [v] of values.getRowsJS() as [string | null][]) {
-      await write(v === null ? ` WHERE ${column} IS NULL` : ` WHERE CAST(${column} AS VARCHAR) = ${sqlString(v)}`, v);
+      await write(v === null ? ` WHERE ${column} IS NULL` : ` WHERE CAST(${column} AS VARCHAR) = ${quoteString(v)}`, v);
     }
     return out;
   }

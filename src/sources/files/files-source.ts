@@ -24,7 +24,7 @@ import type {
 import { SourceError } from '../../core/errors.js';
 import type { Column, PartitionFile, Row, StreamSchema, Value } from '../../core/types.js';
 import { hashFile, openObjectStore, type ObjectStore, type ObjectStoreOptions } from '../../shared/object-store.js';
-import { quoteIdent } from '../../shared/sql.js';
+import { quoteIdent, quoteString } from '../../shared/sql.js';
 import { columnReader, formatMicrosNumber, formatTimestampMicros, type ColumnReader } from './duckdb-types.js';
 import { compilePattern } from './file-pattern.js';
 import type { ReadFile } from './read-errors.js';
@@ -42,8 +42,12 @@ type Param = string | readonly string[];
 
 let duckApi: typeof import('@duckdb/node-api') | undefined;
 
-/** `read_parquet(…)` / `read_csv(…)` / `read_json(…)` with explicit options; file names and user strings bound. */
-function readerSql(spec: FilesStreamSpec, paths: readonly string[], params: Param[]): string {
+/**
+ * `read_parquet(…)` / `read_csv(…)` / `read_json(…)` with explicit options; file names and user strings bound.
+ * `columns`: the JSON columns and types one `DESCRIBE` found, so that the read does not detect them again (DuckDB's
+ * detection tries every date and time format on every string: a minute for one 50 MB line on a slow machine).
+ */
+function readerSql(spec: FilesStreamSpec, paths: readonly string[], params: Param[], columns?: readonly (readonly [string, string])[]): string {
   const bind = (value: Param) => {
     params.push(value);
     return `$${params.length}`;
@@ -55,7 +59,10 @@ function readerSql(spec: FilesStreamSpec, paths: readonly string[], params: Para
       return `read_parquet(${files}${union})`;
     case 'jsonl':
       // DuckDB's default 16 MB object limit would refuse a long line (one big record); 1 GiB keeps memory bounded.
-      return `read_json(${files}, format = 'newline_delimited', maximum_object_size = 1073741824${union})`;
+      if (columns === undefined) return `read_json(${files}, format = 'newline_delimited', maximum_object_size = 1073741824${union})`;
+      // Names come from the files: quoted as string literals, as a struct of (name, type) has to be written.
+      const struct = columns.map(([name, type]) => `${quoteString(name)}: ${quoteString(type)}`).join(', ');
+      return `read_json(${files}, format = 'newline_delimited', maximum_object_size = 1073741824, columns = {${struct}})`;
     case 'csv': {
       const csv: CsvOptions = spec.csv!;
       const quote = csv.quote === '' ? `quote = ''` : `quote = ${bind(csv.quote)}`;
@@ -190,7 +197,7 @@ export class FilesSource implements Source {
       }
       const { reader: connection, describer } = await this.connections();
       const params: Param[] = [];
-      const from = readerSql(spec, read.map((f) => f.local), params);
+      let from = readerSql(spec, read.map((f) => f.local), params);
       const explain = async (error: unknown): Promise<Error> => {
         if (error instanceof SourceError) return error;
         const message = error instanceof Error ? error.message : String(error);
@@ -222,6 +229,10 @@ export class FilesSource implements Source {
       columns.push({ name: spec.partitionColumn, type: { kind: 'text' }, nullable: false });
       const schema: StreamSchema = { name: stream.name, columns, primaryKey: [] };
       const names = described.map((d) => quoteIdent(String(d.column_name)));
+      if (spec.format === 'jsonl') {
+        params.length = 0;
+        from = readerSql(spec, read.map((f) => f.local), params, described.map((d) => [String(d.column_name), String(d.column_type)] as const));
+      }
       const rowSql = `SELECT ${names.map((n, i) => readers[i]!.rowExpression(n)).join(', ')} FROM ${from}`;
       const scanParams: Param[] = [...params, partition.partition];
       const scan: NativeScan | undefined = readers.some((r) => r.rowPathOnly)

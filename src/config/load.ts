@@ -30,7 +30,7 @@ export interface StreamConfig extends StreamSpec {
    * tap's key_properties. `optional`: merge was only the default, so a stream without a key appends; `required`:
    * the stream cannot run without one.
    */
-  readonly tableKey?: 'optional' | 'required';
+  readonly sourceKey?: 'optional' | 'required';
 }
 
 /** Sources whose tables declare their primary key in a catalog the source reads. */
@@ -266,9 +266,9 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     const lake = doc.destination.type === 'files';
     // An incremental stream without primary_key takes the key its source declares at run time: a database table's
     // own, or a Singer tap's key_properties.
-    const keyFromTable =
+    const keyFromSource =
       strategy === 'incremental' && primaryKey.length === 0 && ((s.table !== undefined && TABLE_KEY_SOURCES.has(doc.source.type)) || doc.source.type === 'singer');
-    const keyed = primaryKey.length > 0 || keyFromTable;
+    const keyed = primaryKey.length > 0 || keyFromSource;
     const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : keyed && !lake ? 'merge' : 'append');
     if (lake && write === 'merge') {
       throw new ConfigError(
@@ -304,7 +304,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       checkpointRows: s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS,
       batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS, s.checkpoint_rows ?? DEFAULT_BATCH_ROWS),
       onChange: s.on_change ?? 'reload',
-      ...(keyFromTable && write === 'merge' ? { tableKey: s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
+      ...(keyFromSource && write === 'merge' ? { sourceKey: s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
     };
   });
   let lockTtlMs = DEFAULT_LOCK_TTL_MS;

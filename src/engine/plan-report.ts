@@ -5,7 +5,7 @@ import { withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { planPartitions, type PartitionPlan } from './partition-load.js';
-import { planStream, settleKey, withTableKey } from './plan.js';
+import { planStream, settleKey, withSourceKey } from './plan.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 
@@ -90,7 +90,7 @@ async function planStreams(
       const inStreamContext = (error: unknown) => {
         throw withContext(error, { stream: configured.name, phase: 'plan' }, 'source');
       };
-      const stream = await withTableKey(source, configured).catch(inStreamContext);
+      const stream = await withSourceKey(source, configured).catch(inStreamContext);
       const prior = states[stream.name];
       const plan = planStream(stream, prior, { full: options.full === true, runId: 'plan' });
       const read = await source.open(plan.request).catch(inStreamContext);

@@ -19,21 +19,21 @@ export interface StreamPlan {
 }
 
 /**
- * A stream that merges on the key its source declares (`tableKey`: none configured), with that key read from the
+ * A stream that merges on the key its source declares (`sourceKey`: none configured), with that key read from the
  * source's catalog before planning: a safe mark is re-read by merge and never passed by append. A source that learns
  * keys only while reading (Singer) is settled by `settleKey` once the read is open.
  */
-export async function withTableKey(source: Source, stream: StreamConfig): Promise<StreamConfig> {
-  if (stream.tableKey === undefined || source.keysWhileReading) return stream;
+export async function withSourceKey(source: Source, stream: StreamConfig): Promise<StreamConfig> {
+  if (stream.sourceKey === undefined || source.keysWhileReading) return stream;
   return settleKey(stream, (await source.discover(stream)).primaryKey);
 }
 
 /** The stream with its declared key; without one, merge that was only the default becomes append, an explicit one fails. */
 export function settleKey(stream: StreamConfig, primaryKey: readonly string[]): StreamConfig {
-  if (stream.tableKey === undefined) return stream;
-  const { tableKey, ...settled } = stream;
+  if (stream.sourceKey === undefined) return stream;
+  const { sourceKey, ...settled } = stream;
   if (primaryKey.length > 0) return { ...settled, primaryKey };
-  if (tableKey === 'optional') return { ...settled, write: 'append' };
+  if (sourceKey === 'optional') return { ...settled, write: 'append' };
   const what = stream.table !== undefined ? `table ${stream.table}` : `stream ${stream.name}`;
   throw new ConfigError(`write merge needs a primary key and ${what} has none; set primary_key`, { context: { stream: stream.name, phase: 'discover' } });
 }

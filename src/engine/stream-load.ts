@@ -21,7 +21,7 @@ import type {
 } from '../core/types.js';
 import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
-import { maxWatermark, planStream, settleKey, withTableKey, type StreamPlan } from './plan.js';
+import { maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 
 export interface StreamContext {
   readonly pipeline: string;
@@ -55,7 +55,7 @@ interface Position {
 
 export async function loadStream(ctx: StreamContext, configured: StreamConfig, state: PipelineState): Promise<StreamOutcome> {
   const started = Date.now();
-  const stream = await withTableKey(ctx.source, configured);
+  const stream = await withSourceKey(ctx.source, configured);
   const prior = state.streams[stream.name];
   const plan = planStream(stream, prior, { full: ctx.full, runId: ctx.runId });
   const read = await ctx.source.open(plan.request).catch((e: unknown) => {

@@ -7,7 +7,7 @@ describe('pipeline config', () => {
   it("applies defaults: merge with a primary key (or the table's own), append without, replace for full; paths relative to the file", () => {
     const streams = `  - table: main.orders\n    primary_key: id\n    cursor: updated_at\n  - table: events\n    cursor: ts\n  - table: customers\n  - name: recent\n    query: SELECT * FROM events\n    cursor: ts\n  - table: logs\n    cursor: ts\n    write: merge`;
     const p = parsePipeline(base(streams), { file: '/etc/pipes/shop.yaml' });
-    expect(p.streams.map((s) => [s.name, s.strategy, s.write, s.tableKey])).toEqual([
+    expect(p.streams.map((s) => [s.name, s.strategy, s.write, s.sourceKey])).toEqual([
       ['orders', 'incremental', 'merge', undefined],
       ['events', 'incremental', 'merge', 'optional'],
       ['customers', 'full', 'replace', undefined],

@@ -11,8 +11,8 @@ export async function validateCommand(files: readonly string[]): Promise<number>
 
 /** The write a run will use; a merge on the table's own key is settled only when the run reads the catalog. */
 function writeOf(stream: StreamConfig): string {
-  if (stream.tableKey === 'optional') return "merge on the source's primary key (append without one)";
-  return stream.tableKey === 'required' ? "merge on the source's primary key" : stream.write;
+  if (stream.sourceKey === 'optional') return "merge on the source's primary key (append without one)";
+  return stream.sourceKey === 'required' ? "merge on the source's primary key" : stream.write;
 }
 
 export async function schemaCommand(): Promise<number> {

@@ -105,7 +105,7 @@ export class MysqlSource implements Source {
     const context = { stream: stream.name, phase: 'discover' };
     const relation = stream.table !== undefined ? quoteQualified(stream.table, 'backtick') : `(${stream.query!.replace(/;\s*$/, '')})`;
     try {
-      const tablePk = stream.table !== undefined ? await this.sourceKey(stream.table, context) : [];
+      const tablePk = stream.table !== undefined ? await this.tableKey(stream.table, context) : [];
       const conn = await this.connection();
       const [, fields] = await conn.query(`SELECT * FROM ${relation} AS ${ALIAS} LIMIT 0`);
       const columns: Column[] = (fields as unknown as MysqlField[]).map((f) => ({ name: f.name, type: mysqlColumnType(f), nullable: !isNotNull(f) }));
@@ -124,7 +124,7 @@ export class MysqlSource implements Source {
   }
 
   /** Checks the table exists and returns its primary key, names bound as values. */
-  private async sourceKey(table: string, context: { stream: string; phase: string }): Promise<string[]> {
+  private async tableKey(table: string, context: { stream: string; phase: string }): Promise<string[]> {
     const parts = splitQualified(table);
     const name = parts[parts.length - 1]!;
     const schemaName = parts.length > 1 ? parts[0]! : null;

@@ -196,8 +196,11 @@ export class FilesSource implements Source {
         }
       }
       const { reader: connection, describer } = await this.connections();
-      const params: Param[] = [];
-      let from = readerSql(spec, read.map((f) => f.local), params);
+      const readFrom = (columns?: readonly (readonly [string, string])[]) => {
+        const params: Param[] = [];
+        return { from: readerSql(spec, read.map((f) => f.local), params, columns), params };
+      };
+      const detecting = readFrom();
       const explain = async (error: unknown): Promise<Error> => {
         if (error instanceof SourceError) return error;
         const message = error instanceof Error ? error.message : String(error);
@@ -211,7 +214,7 @@ export class FilesSource implements Source {
       };
       let described;
       try {
-        described = (await describer.runAndReadAll(`DESCRIBE SELECT * FROM ${from}`, bindValues(params))).getRowObjectsJS();
+        described = (await describer.runAndReadAll(`DESCRIBE SELECT * FROM ${detecting.from}`, bindValues(detecting.params))).getRowObjectsJS();
       } catch (error) {
         throw await explain(error);
       }
@@ -229,10 +232,7 @@ export class FilesSource implements Source {
       columns.push({ name: spec.partitionColumn, type: { kind: 'text' }, nullable: false });
       const schema: StreamSchema = { name: stream.name, columns, primaryKey: [] };
       const names = described.map((d) => quoteIdent(String(d.column_name)));
-      if (spec.format === 'jsonl') {
-        params.length = 0;
-        from = readerSql(spec, read.map((f) => f.local), params, described.map((d) => [String(d.column_name), String(d.column_type)] as const));
-      }
+      const { from, params } = spec.format === 'jsonl' ? readFrom(described.map((d) => [String(d.column_name), String(d.column_type)] as const)) : detecting;
       const rowSql = `SELECT ${names.map((n, i) => readers[i]!.rowExpression(n)).join(', ')} FROM ${from}`;
       const scanParams: Param[] = [...params, partition.partition];
       const scan: NativeScan | undefined = readers.some((r) => r.rowPathOnly)

@@ -72,6 +72,12 @@ export interface TypedValue {
 export interface Watermark {
   readonly cursor: TypedValue;
   readonly pk: readonly TypedValue[];
+  /**
+   * Reads that commit inside a group of rows sharing one cursor value (page tokens, Singer STATE): the identities of
+   * the committed rows with this cursor value (their key, or a content hash without one), so a source that sends
+   * the group again has exactly those rows dropped.
+   */
+  readonly groupKeys?: readonly string[];
 }
 
 /** Progress of a generation being built beside the live table (`full` streams and `--full` runs). */
@@ -132,6 +138,8 @@ export interface StreamResult {
   readonly watermark: Watermark | null;
   readonly duration_ms: number;
   readonly full: boolean;
+  /** Rows the source sent again at or below the committed watermark, dropped by the engine (not counted as read). */
+  readonly rows_resent?: number;
   readonly error?: string;
   /** Partitioned streams: the partitions this run loaded (new, changed or reloaded on request), in order. */
   readonly partitions_loaded?: readonly string[];

@@ -21,6 +21,7 @@ import type {
 } from '../core/types.js';
 import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
+import { CursorGroup, ReadFloor, rowIdentity } from './boundary.js';
 import { maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 
 export interface StreamContext {
@@ -51,6 +52,8 @@ interface Position {
   readonly watermark?: Watermark;
   readonly afterPk?: readonly TypedValue[];
   readonly group: string | null;
+  /** The row has no position of its own (a NULL cursor): it keeps the one before it. */
+  readonly inherited?: true;
 }
 
 export async function loadStream(ctx: StreamContext, configured: StreamConfig, state: PipelineState): Promise<StreamOutcome> {
@@ -101,6 +104,12 @@ class StreamLoader {
   private cursorMin: string | null = null;
   private cursorMax: string | null = null;
   private watermark: Watermark | undefined;
+  /** The committed edge this read starts from: rows at or below it are dropped (see boundary.ts). */
+  private readonly floor: ReadFloor | undefined;
+  /** Reads that commit inside a cursor group keep the identities of that group's rows with the watermark. */
+  private readonly group: CursorGroup | undefined;
+  /** Rows the source sent again at or below the committed edge, dropped. */
+  private rowsResent = 0;
   /** Highest position seen, for sources whose rows are not in cursor order. */
   private highest: Watermark | undefined;
   private resume: unknown;
@@ -127,6 +136,9 @@ class StreamLoader {
     this.watermark = this.building ? state.streams[stream.name]?.build?.watermark : plan.startWatermark;
     this.position = { group: null, ...(this.watermark ? { watermark: this.watermark } : {}) };
     this.resume = state.streams[stream.name]?.resume;
+    this.floor = ReadFloor.of(plan.request, this.pkIndexes.length > 0);
+    // Token-resumed reads commit where the source's tokens fall, which may be inside a group of equal cursors.
+    this.group = read.resumable === true && !this.unordered && stream.strategy === 'incremental' ? new CursorGroup(this.watermark) : undefined;
     // A resumed unordered read saw part of its window in an earlier run; its high point counts too.
     if (this.unordered && plan.request.resume !== undefined) this.highest = state.streams[stream.name]?.resumeHigh;
   }
@@ -156,12 +168,15 @@ class StreamLoader {
         await failpoint('extract.after_batch');
         this.ctx.signal?.throwIfAborted();
         for (const raw of batch.rows) {
-          const next = this.positionOf(raw);
+          const next = this.positionOf(raw) ?? this.position;
+          const own = next.inherited === true || next === this.position ? undefined : next.watermark;
+          if (own !== undefined && this.isCommitted(raw, own)) continue;
           if (this.canCheckpointAt(read) && this.txnRowsRead >= this.stream.checkpointRows && next.group !== this.position.group) {
             await this.flush();
             await this.commit(false);
           }
           this.accept(raw, next);
+          if (this.group !== undefined && own !== undefined) this.group.add(own.cursor.value, this.identityOf(raw, own));
         }
         if (batch.resume !== undefined) this.resume = batch.resume;
         await this.flush();
@@ -232,17 +247,22 @@ class StreamLoader {
     return JSON.stringify(this.resume ?? null) !== JSON.stringify(this.state.streams[this.stream.name]?.resume ?? null);
   }
 
-  private positionOf(raw: Row): Position {
+  /**
+   * The row's own position; undefined when its cursor or key cannot be read (the row becomes a reject and the
+   * position stays where it was).
+   */
+  private positionOf(raw: Row): Position | undefined {
     if (this.stream.strategy === 'incremental') {
+      if (this.cursorIndex < 0) return { ...this.position, inherited: true };
       const cursorRaw = raw[this.cursorIndex];
-      if (cursorRaw === null || cursorRaw === undefined) return { ...this.position, group: '\u0000null' };
+      if (cursorRaw === null || cursorRaw === undefined) return { ...this.position, group: '\u0000null', inherited: true };
       try {
         const kind = this.columns[this.cursorIndex]!.type.kind;
         const cursor: TypedValue = { type: kind, value: encodeValue(kind, coerceValue(this.columns[this.cursorIndex]!.type, cursorRaw)) };
         const pk = this.pkIndexes.map((i) => this.typed(i, raw[i]));
         return { watermark: { cursor, pk }, group: cursor.value };
       } catch {
-        return this.position; // an unreadable cursor makes the row a reject; the position stays where it was
+        return undefined;
       }
     }
     if (this.pkIndexes.length === 0) return { group: null };
@@ -250,8 +270,20 @@ class StreamLoader {
       const afterPk = this.pkIndexes.map((i) => this.typed(i, raw[i]));
       return { afterPk, group: afterPk.map((v) => v.value).join('\u0000') };
     } catch {
-      return this.position;
+      return undefined;
     }
+  }
+
+  /** A row at or below the committed edge of the read: the source sent it again, so it is dropped, not counted. */
+  private isCommitted(raw: Row, position: Watermark): boolean {
+    if (this.floor === undefined || this.stream.strategy !== 'incremental') return false;
+    if (this.floor.verdict(position, () => this.identityOf(raw, position)) === 'admit') return false;
+    this.rowsResent += 1;
+    return true;
+  }
+
+  private identityOf(raw: Row, position: Watermark): string {
+    return rowIdentity(position.pk, () => rowToJson(this.columns, raw));
   }
 
   private typed(index: number, raw: unknown): TypedValue {
@@ -355,7 +387,7 @@ class StreamLoader {
     };
     let streamState: StreamState;
     if (!this.building) {
-      this.watermark = maxWatermark(this.watermark, reached);
+      this.watermark = this.withGroup(maxWatermark(this.watermark, reached));
       streamState = {
         ...base,
         ...(this.watermark ? { watermark: this.watermark } : {}),
@@ -364,14 +396,16 @@ class StreamLoader {
         ...(this.unordered && !final && resume !== undefined && resume !== null && this.highest ? { resumeHigh: this.highest } : {}),
       };
     } else {
-      this.watermark = reached ?? this.watermark;
+      this.watermark = this.withGroup(reached ?? this.watermark);
       this.buildRows += this.txnRowsRead;
       if (final) {
+        // A source's own state (a tap's last bookmark) carries over to the new generation: the next run is incremental.
         streamState = {
           ...base,
           generation: (prior?.generation ?? 0) + 1,
           ...(this.watermark ? { watermark: this.watermark } : {}),
           ...(safeMark ? { safeMark } : {}),
+          ...(resume !== undefined && resume !== null ? { resume } : {}),
         };
       } else {
         streamState = {
@@ -392,6 +426,10 @@ class StreamLoader {
       version: this.state.version + 1,
       streams: { ...this.state.streams, [this.stream.name]: streamState },
     };
+  }
+
+  private withGroup(watermark: Watermark | undefined): Watermark | undefined {
+    return watermark !== undefined && this.group !== undefined ? this.group.attach(watermark) : watermark;
   }
 
   private runRecord(outcome: RunRecord['outcome']): RunRecord {
@@ -420,6 +458,7 @@ class StreamLoader {
       watermark: this.state.streams[this.stream.name]?.watermark ?? null,
       duration_ms: Date.now() - this.started,
       full: this.building,
+      ...(this.rowsResent > 0 ? { rows_resent: this.rowsResent } : {}),
     };
   }
 }

@@ -5,7 +5,7 @@
 import type { DeclaredColumn, JsonValue } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema } from '../../core/types.js';
-import { isJsonObject, jsonPath, jsonToRaw, parseExactJson, toPlainJson, type ExactJson } from '../../shared/exact-json.js';
+import { JsonNumber, isJsonObject, jsonPath, jsonToRaw, parseExactJson, toPlainJson, type ExactJson } from '../../shared/exact-json.js';
 
 /** A single message larger than this is refused instead of buffered without bound. */
 export const MAX_LINE_BYTES = 64 * 1024 * 1024;
@@ -95,7 +95,7 @@ export function jsonSchemaType(schema: ExactJson | undefined): { type: ColumnTyp
     case 'integer':
       return { type: { kind: 'int64' }, nullable };
     case 'number':
-      return { type: { kind: 'decimal' }, nullable };
+      return { type: decimalOf(schema), nullable };
     case 'boolean':
       return { type: { kind: 'boolean' }, nullable };
     case 'string':
@@ -112,12 +112,13 @@ export function jsonSchemaType(schema: ExactJson | undefined): { type: ColumnTyp
 /** The stream schema from a SCHEMA message (or from declared columns, which win). */
 export function schemaFromSinger(
   name: string,
-  message: { readonly schema: ExactJson; readonly keyProperties: readonly string[] } | undefined,
+  message: { readonly schema: ExactJson; readonly keyProperties: readonly string[]; readonly bookmarkProperties?: readonly string[] } | undefined,
   declared: readonly DeclaredColumn[] | undefined,
   configuredKey: readonly string[],
-  cursor: string | undefined,
+  configuredCursor: string | undefined,
 ): StreamSchema {
   const primaryKey = configuredKey.length ? configuredKey : (message?.keyProperties ?? []);
+  const cursor = configuredCursor ?? tapCursor(message, declared);
   let columns: Column[];
   if (declared) columns = declared.map((c) => ({ name: c.name, type: c.type, nullable: !primaryKey.includes(c.name) }));
   else {
@@ -133,6 +134,22 @@ export function schemaFromSinger(
   return { name, columns, primaryKey, ...(cursor !== undefined ? { cursor } : {}) };
 }
 
+/**
+ * The tap's one replication key, when it names one of the stream's columns: an incremental tap sends its records in
+ * that order, so the engine can tell the records at its bookmark that are already committed from new ones.
+ */
+function tapCursor(
+  message: { readonly schema: ExactJson; readonly bookmarkProperties?: readonly string[] } | undefined,
+  declared: readonly DeclaredColumn[] | undefined,
+): string | undefined {
+  const bookmark = message?.bookmarkProperties;
+  if (bookmark?.length !== 1) return undefined;
+  const name = bookmark[0]!;
+  const properties = message && isJsonObject(message.schema) && isJsonObject(message.schema.properties) ? message.schema.properties : {};
+  const known = declared ? declared.some((c) => c.name === name) : Object.prototype.hasOwnProperty.call(properties, name);
+  return known ? name : undefined;
+}
+
 export function recordToRow(record: ExactJson, schema: StreamSchema, declared: readonly DeclaredColumn[] | undefined): Row {
   const object = isJsonObject(record) ? record : undefined;
   return schema.columns.map((column, i) => {
@@ -140,4 +157,48 @@ export function recordToRow(record: ExactJson, schema: StreamSchema, declared: r
     const value = object === undefined ? undefined : path !== undefined ? jsonPath(object, path) : Object.prototype.hasOwnProperty.call(object, column.name) ? object[column.name] : undefined;
     return jsonToRaw(value, column.type) as Row[number];
   });
+}
+
+/** Widest exact decimal every destination with fixed decimals holds. */
+const MAX_DECIMAL_PRECISION = 38;
+
+/**
+ * A JSON Schema `number` as an exact decimal: `multipleOf` gives the scale and `maximum`/`minimum` the digits before
+ * the point (tap-postgres writes numeric(12,2) as multipleOf 0.01 with an exclusive bound of 1e10); without them the
+ * decimal stays unbounded.
+ */
+function decimalOf(schema: { readonly [key: string]: ExactJson }): ColumnType {
+  const step = schema.multipleOf instanceof JsonNumber ? decimalDigits(schema.multipleOf.text) : undefined;
+  if (step === undefined) return { kind: 'decimal' };
+  const scale = step.fraction;
+  const bounds = (['maximum', 'minimum'] as const).map((name) => {
+    const bound = schema[name];
+    const exclusive = schema[name === 'maximum' ? 'exclusiveMaximum' : 'exclusiveMinimum'] === true;
+    return bound instanceof JsonNumber ? integerDigits(bound.text, exclusive) : undefined;
+  });
+  const digits = bounds.every((b) => b !== undefined) ? Math.max(...(bounds as number[])) : MAX_DECIMAL_PRECISION - scale;
+  const precision = Math.max(digits + scale, 1);
+  return precision <= MAX_DECIMAL_PRECISION ? { kind: 'decimal', precision, scale } : { kind: 'decimal' };
+}
+
+/** The digits of a JSON number's text, without sign, with its exponent applied: `1e-2` → int '', fraction '01'. */
+function decimalDigits(text: string): { readonly int: string; readonly fraction: number; readonly digits: string } | undefined {
+  const m = /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(text);
+  if (!m) return undefined;
+  const frac = (m[2] ?? '').replace(/0+$/, '');
+  const exponent = Number(m[3] ?? 0);
+  const all = m[1]! + frac;
+  const point = m[1]!.length + exponent;
+  const int = point <= 0 ? '' : all.padEnd(point, '0').slice(0, point).replace(/^0+/, '');
+  const fraction = Math.max(all.length - point, 0);
+  return { int, fraction, digits: all };
+}
+
+/** Digits before the point that values below (or, exclusive, strictly below) this bound in magnitude can need. */
+function integerDigits(text: string, exclusive: boolean): number | undefined {
+  const d = decimalDigits(text);
+  if (d === undefined) return undefined;
+  // An exclusive power of ten (1e10) is reached only by values with one digit fewer.
+  const powerOfTen = /^10*$/.test(d.int) && d.fraction === 0;
+  return exclusive && powerOfTen ? d.int.length - 1 : d.int.length;
 }

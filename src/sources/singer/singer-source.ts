@@ -29,6 +29,8 @@ interface TapRun {
 interface CatalogEntry {
   readonly schema: ExactJson;
   readonly keyProperties: readonly string[];
+  /** The catalog's `replication-key`, as a SCHEMA message's `bookmark_properties`. */
+  readonly bookmarkProperties: readonly string[];
 }
 
 export class SingerSource implements Source {
@@ -80,7 +82,8 @@ export class SingerSource implements Source {
       nullCursorRows: 0,
       predicate: `singer tap ${program} stream ${spec.tapStream}, ${request.resume !== undefined ? 'from its stored state' : 'without state (full sync)'}`,
       bindings: [],
-      ordered: false,
+      // An incremental tap sends its records in the order of its replication key (the stream's cursor).
+      ordered: finalSchema.cursor !== undefined,
       resumable: true,
       close: async () => {
         await run?.stop();
@@ -296,14 +299,16 @@ function entryOf(catalog: ExactJson | undefined, tapStream: string): CatalogEntr
     const id = typeof entry.tap_stream_id === 'string' ? entry.tap_stream_id : entry.stream;
     if (id !== tapStream) continue;
     let keys: string[] = Array.isArray(entry.key_properties) ? entry.key_properties.filter((k): k is string => typeof k === 'string') : [];
+    let bookmark: string[] = [];
     if (Array.isArray(entry.metadata)) {
       for (const m of entry.metadata as ExactJson[]) {
-        if (isJsonObject(m) && Array.isArray(m.breadcrumb) && m.breadcrumb.length === 0 && isJsonObject(m.metadata) && Array.isArray(m.metadata['table-key-properties'])) {
-          keys = m.metadata['table-key-properties'].filter((k): k is string => typeof k === 'string');
-        }
+        if (!isJsonObject(m) || !Array.isArray(m.breadcrumb) || m.breadcrumb.length !== 0 || !isJsonObject(m.metadata)) continue;
+        const meta = m.metadata;
+        if (Array.isArray(meta['table-key-properties'])) keys = meta['table-key-properties'].filter((k): k is string => typeof k === 'string');
+        if (typeof meta['replication-key'] === 'string' && meta['replication-method'] !== 'FULL_TABLE') bookmark = [meta['replication-key']];
       }
     }
-    return { schema: entry.schema ?? {}, keyProperties: keys };
+    return { schema: entry.schema ?? {}, keyProperties: keys, bookmarkProperties: bookmark };
   }
   return undefined;
 }

@@ -55,7 +55,8 @@ describe('singer source', () => {
     }
     expect((await run(config)).result.streams[0].rows_loaded).toBe(10);
     await writeYaml(dir, 'p.yaml', yaml(12));
-    expect((await run(config)).result.streams[0].rows_loaded).toBe(3); // 10 again, 11 and 12
+    // The tap sends 10 again (its bookmark), 11 and 12: the engine drops 10, which is committed.
+    expect((await run(config)).result.streams[0]).toMatchObject({ rows_loaded: 2, rows_resent: 1 });
     const ids = sqliteQuery(target, 'SELECT id FROM numbers ORDER BY id').map((r) => Number(r.id));
     expect(ids).toEqual(Array.from({ length: 12 }, (_, i) => i + 1));
   });

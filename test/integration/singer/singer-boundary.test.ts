@@ -1,0 +1,107 @@
+/**
+ * A `>=` tap (tap-groups: 40 records share each updated_at, STATE every 15 records, so STATE falls inside groups)
+ * into append destinations: the engine drops the records at or below what it committed, on a quiet re-run, after the
+ * tap grew, after a crash mid-group, and after `run --full`.
+ */
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { cli } from '../../helpers/cli.js';
+import { tempDir, writeYaml } from '../../helpers/fs.js';
+import { duckdbQuery } from '../../helpers/warehouse.js';
+import { committed, dirLake, orphans, tableRows } from '../../e2e/lake/helpers.js';
+
+const TAP = fileURLToPath(new URL('./taps/tap-groups.mjs', import.meta.url));
+
+let dir: string;
+let cleanup: () => Promise<void>;
+beforeEach(async () => ({ dir, cleanup } = await tempDir()));
+afterEach(() => cleanup());
+
+type Where = 'lake' | 'duckdb';
+
+function pipeline(where: Where, tap: Record<string, number>): string {
+  const destination =
+    where === 'lake'
+      ? `destination:\n  type: files\n  location: ${JSON.stringify(join(dir, 'lake'))}\n`
+      : `destination:\n  type: duckdb\n  path: ${JSON.stringify(join(dir, 'w.duckdb'))}\n`;
+  return `name: groups
+source:
+  type: singer
+  command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(TAP)}]
+  config: ${JSON.stringify(tap)}
+streams:
+  - name: events
+    write: append
+    checkpoint_rows: 10
+${destination}`;
+}
+
+async function run(where: Where, tap: Record<string, number>, ...flags: string[]) {
+  const config = await writeYaml(dir, 'p.yaml', pipeline(where, tap));
+  const out = await cli(['run', config, '--json', ...flags]);
+  return { ...out, config, stream: out.stdout ? JSON.parse(out.stdout).streams[0] : undefined };
+}
+
+/** Every id of the destination, as it stands (duplicates kept). */
+async function ids(where: Where): Promise<number[]> {
+  if (where === 'duckdb') return (await duckdbQuery(join(dir, 'w.duckdb'), 'SELECT id FROM events ORDER BY id')).map((r) => Number(r.id));
+  return (await tableRows(dirLake(join(dir, 'lake')), 'groups', 'events', 'CAST(id AS VARCHAR)')).map(Number);
+}
+
+const range = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
+
+describe.each<Where>(['lake', 'duckdb'])('a >= Singer tap into %s (append)', (where) => {
+  it('loads each record once: quiet re-run, growth, crash inside a group, --full, and the run after it', async () => {
+    const first = await run(where, { count: 200 });
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stream).toMatchObject({ rows_read: 200, rows_loaded: 200 });
+
+    // Nothing new: the tap sends the bookmark's group of 40 again; none of it lands.
+    const quiet = await run(where, { count: 200 });
+    expect(quiet.code, quiet.stderr).toBe(0);
+    expect(quiet.stream).toMatchObject({ rows_read: 0, rows_loaded: 0, rows_resent: 40 });
+    expect(await ids(where)).toEqual(range(200));
+
+    // 45 more: the last group fills up (ids 201..240 share one updated_at) and a new one starts.
+    const grown = await run(where, { count: 245 });
+    expect(grown.stream).toMatchObject({ rows_loaded: 45 });
+    expect(await ids(where)).toEqual(range(245));
+
+    // The tap dies inside a group: what committed is the records before its last STATE, and the next run re-sends
+    // that group from the bookmark; only the records not yet committed land.
+    const crashed = await run(where, { count: 400, crash_after: 80 });
+    expect(crashed.code).toBe(1);
+    const partial = await ids(where);
+    expect(new Set(partial).size).toBe(partial.length);
+    expect(partial.length).toBeGreaterThan(245);
+    const resumed = await run(where, { count: 400 });
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(await ids(where)).toEqual(range(400));
+
+    // A full refresh rebuilds from the tap's start and keeps its last bookmark: the next run is incremental.
+    const full = await run(where, { count: 400 }, '--full');
+    expect(full.code, full.stderr).toBe(0);
+    expect(full.stream).toMatchObject({ rows_loaded: 400, full: true });
+    const exported = await cli(['state', 'export', '--config', full.config]);
+    expect(JSON.parse(exported.stdout)).toEqual({ bookmarks: { events: { updated_at: '2024-01-01T00:00:09.000001Z' } } });
+    const after = await run(where, { count: 400 });
+    expect(after.stream).toMatchObject({ rows_loaded: 0, rows_resent: 40 });
+    expect(await ids(where)).toEqual(range(400));
+    if (where === 'lake') {
+      const lake = dirLake(join(dir, 'lake'));
+      expect(await orphans(lake, 'groups')).toEqual([]);
+      expect((await committed(lake, 'groups'))?.manifest.tables.events?.files.length).toBeGreaterThan(0);
+    }
+  });
+});
+
+describe('Singer number types', () => {
+  it('maps a number with multipleOf and bounds (tap-postgres numeric(12,2)) to DECIMAL(12,2)', async () => {
+    const out = await run('duckdb', { count: 3 });
+    expect(out.code, out.stderr).toBe(0);
+    const columns = await duckdbQuery(join(dir, 'w.duckdb'), `SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'events' ORDER BY ordinal_position`);
+    expect(Object.fromEntries(columns.map((c) => [c.column_name, c.data_type]))).toMatchObject({ id: 'BIGINT', amount: 'DECIMAL(12,2)', updated_at: 'TIMESTAMP WITH TIME ZONE' });
+    expect((await duckdbQuery(join(dir, 'w.duckdb'), 'SELECT CAST(amount AS VARCHAR) AS a FROM events ORDER BY id')).map((r) => r.a)).toEqual(['1.01', '2.02', '3.03']);
+  });
+});

@@ -222,6 +222,11 @@ export interface OpenedPartition {
    * `writeColumns`. Values are as `batches()` would give them.
    */
   columnBatches?(): AsyncIterable<ColumnBatch>;
+  /**
+   * The rows the files declare they hold, where their format declares it (Parquet footers): the engine fails the
+   * partition with `mismatch(rowsRead)` when a read ends at any other count, and nothing of it commits.
+   */
+  readonly declared?: { readonly rows: number; mismatch(rowsRead: number): Error };
   /** Turns a failure of reading these files (also one raised by a native scan) into an error naming file and line. */
   explain(error: unknown): Promise<Error>;
   /** Removes temp files. */

@@ -27,7 +27,7 @@ import { hashFile, openObjectStore, type ObjectStore, type ObjectStoreOptions } 
 import { quoteIdent, quoteString } from '../../shared/sql.js';
 import { columnReader, formatMicrosNumber, formatTimestampMicros, type ColumnReader } from './duckdb-types.js';
 import { compilePattern } from './file-pattern.js';
-import type { ReadFile } from './read-errors.js';
+import type { Probe, ReadFile } from './read-errors.js';
 
 export interface FilesSourceOptions extends ObjectStoreOptions {
   readonly location: string;
@@ -201,22 +201,25 @@ export class FilesSource implements Source {
         return { from: readerSql(spec, read.map((f) => f.local), params, columns), params };
       };
       const detecting = readFrom();
-      const explain = async (error: unknown): Promise<Error> => {
+      // Turns a reader failure into an error naming file and line; `probe` is the connection free to ask the files
+      // where a Parquet read fails (the describer while a partition may be streaming on the reader, else the reader).
+      const explainOn = (probe: DuckDBConnection) => async (error: unknown): Promise<Error> => {
         if (error instanceof SourceError) return error;
         const message = error instanceof Error ? error.message : String(error);
         // Loaded only for a failure (it pulls in readline and zlib, which a no-op run does not need).
         const { explainReadError } = await import('./read-errors.js');
-        const failure = await explainReadError(message, read, spec.format, spec.csv);
+        const failure = await explainReadError(message, read, spec.format, spec.csv, probeOn(probe));
         return new SourceError(
           `cannot read ${failure.file}${failure.line !== undefined ? ` at line ${failure.line}` : ''}: ${failure.reason} (partition ${partition.partition}; nothing of it was loaded)`,
           { cause: error, context: { phase: 'extract' } },
         );
       };
+      const explain = explainOn(connection);
       let described;
       try {
         described = (await describer.runAndReadAll(`DESCRIBE SELECT * FROM ${detecting.from}`, bindValues(detecting.params))).getRowObjectsJS();
       } catch (error) {
-        throw await explain(error);
+        throw await explainOn(describer)(error);
       }
       const readers: ColumnReader[] = [];
       const columns: Column[] = [];
@@ -243,11 +246,18 @@ export class FilesSource implements Source {
             params: scanParams,
           };
       const bytes = files.reduce((sum, f) => sum + f.size, 0);
+      let declared: OpenedPartition['declared'];
+      try {
+        declared = spec.format === 'parquet' ? await parquetDeclared(describer, read, partition.partition) : undefined;
+      } catch (error) {
+        throw await explainOn(describer)(error);
+      }
       return {
         schema,
         files,
         bytes,
         canonical: true,
+        ...(declared ? { declared } : {}),
         ...(scan ? { scan } : {}),
         batches: () => this.rows(this.columns(connection, rowSql, params, readers, partition.partition, explain), batchRows),
         columnBatches: () => this.columns(connection, rowSql, params, readers, partition.partition, explain),
@@ -276,7 +286,8 @@ export class FilesSource implements Source {
   /**
    * A partition's values, one DuckDB chunk (2,048 rows) at a time, column by column: numbers and bigints come
    * straight from the vectors' typed arrays (validity tested bit by bit), timestamps are formatted from their
-   * microseconds without a bigint per value, and no row arrays are built.
+   * microseconds without a bigint per value, and no row arrays are built. Any failure, at any chunk, ends it with
+   * the read's own error, explained once the reader's connection is free again.
    */
   private async *columns(
     connection: DuckDBConnection,
@@ -286,34 +297,46 @@ export class FilesSource implements Source {
     partitionValue: string,
     explain: (error: unknown) => Promise<Error>,
   ): AsyncGenerator<ColumnBatch> {
-    let result;
     try {
-      result = await connection.stream(sql, bindValues(params));
+      yield* this.chunks(connection, sql, params, readers, partitionValue);
     } catch (error) {
       throw await explain(error);
     }
-    const width = readers.length;
-    // DuckDB decodes the next chunk on its own threads while this one is converted and written.
-    const fetch = () => {
-      const next = result.fetchChunk();
-      next.catch(() => undefined);
-      return next;
-    };
-    let pending = fetch();
-    for (;;) {
-      let chunk;
-      try {
-        chunk = await pending;
-      } catch (error) {
-        throw await explain(error);
-      }
-      if (!chunk || chunk.rowCount === 0) break;
+  }
+
+  private async *chunks(connection: DuckDBConnection, sql: string, params: readonly Param[], readers: readonly ColumnReader[], partitionValue: string): AsyncGenerator<ColumnBatch> {
+    // A streaming result that fails part-way ends in this DuckDB API like one that finished: an empty chunk, no
+    // error. Inside an explicit transaction the failure leaves the transaction aborted, and that is the proof asked
+    // for after the last chunk (see `assertEnded`). Read-only: the transaction is always rolled back.
+    await connection.run('BEGIN TRANSACTION');
+    let pending: Promise<DuckDBDataChunk | null> | undefined;
+    try {
+      const result = await connection.stream(sql, bindValues(params));
+      const width = readers.length;
+      // DuckDB decodes the next chunk on its own threads while this one is converted and written.
+      const fetch = () => {
+        const next = result.fetchChunk();
+        next.catch(() => undefined);
+        return next;
+      };
       pending = fetch();
-      const count = chunk.rowCount;
-      const columns: Value[][] = [];
-      for (let c = 0; c < width; c += 1) columns.push(readVector(chunk, c, count, readers[c]!));
-      columns.push(new Array<Value>(count).fill(partitionValue));
-      yield { rowCount: count, columns };
+      for (;;) {
+        const chunk = await pending;
+        if (!chunk || chunk.rowCount === 0) {
+          await assertEnded(connection, sql, params);
+          break;
+        }
+        pending = fetch();
+        const count = chunk.rowCount;
+        const columns: Value[][] = [];
+        for (let c = 0; c < width; c += 1) columns.push(readVector(chunk, c, count, readers[c]!));
+        columns.push(new Array<Value>(count).fill(partitionValue));
+        yield { rowCount: count, columns };
+      }
+    } finally {
+      // A fetch still running on DuckDB's threads must finish before the connection takes another statement.
+      await pending?.catch(() => undefined);
+      await connection.run('ROLLBACK').catch(() => undefined);
     }
   }
 
@@ -420,6 +443,51 @@ function readVector(chunk: DuckDBDataChunk, c: number, count: number, reader: Co
     out[r] = v === null ? null : reader.micros ? formatTimestampMicros(v as bigint) : reader.blob ? (v as { bytes: Uint8Array }).bytes : (v as Value);
   }
   return out;
+}
+
+/** The rows the Parquet footers of a partition's files declare, and the error for a read that ends at another count. */
+async function parquetDeclared(connection: DuckDBConnection, files: readonly ReadFile[], partition: string): Promise<OpenedPartition['declared']> {
+  const found = (await connection.runAndReadAll(`SELECT file_name, num_rows FROM parquet_file_metadata($1::VARCHAR[])`, bindValues([files.map((f) => f.local)]))).getRows();
+  const byFile = new Map(found.map(([name, rows]) => [String(name), Number(rows)]));
+  const each = files.map((f) => ({ display: f.display, rows: byFile.get(f.local) }));
+  if (each.some((f) => f.rows === undefined)) return undefined;
+  const rows = each.reduce((sum, f) => sum + f.rows!, 0);
+  const names = each.map((f) => f.display).join(', ');
+  const says =
+    each.length === 1 ? `its Parquet footer declares ${rows} rows` : `their Parquet footers declare ${rows} rows (${each.map((f) => `${f.display}: ${f.rows}`).join(', ')})`;
+  return {
+    rows,
+    mismatch: (rowsRead) =>
+      new SourceError(`cannot read ${names}: ${says} but ${rowsRead} were read (partition ${partition}; nothing of it was loaded)`, { context: { phase: 'extract' } }),
+  };
+}
+
+/**
+ * Called at the empty chunk that ends a stream: returns when the read really reached the end of its files, else
+ * throws the read's own error. A statement fails in a transaction that the read's failure aborted; DuckDB does not
+ * keep that failure's message for this API, so the same read runs once more, discarding its rows (`EXPLAIN
+ * ANALYZE` evaluates every expression of the select), to raise it. Only a failed read pays for that second pass.
+ */
+async function assertEnded(connection: DuckDBConnection, sql: string, params: readonly Param[]): Promise<void> {
+  let aborted: unknown;
+  try {
+    await connection.run('SELECT 1');
+    return;
+  } catch (error) {
+    aborted = error;
+  }
+  await connection.run('ROLLBACK');
+  await connection.run(`EXPLAIN ANALYZE ${sql}`, bindValues(params));
+  const why = aborted instanceof Error ? aborted.message : String(aborted);
+  throw new Error(`the read stopped before the end of its files, and reading them again did not fail (${why})`);
+}
+
+/** Statements for locating a failure, on a connection that no stream is using. */
+function probeOn(connection: DuckDBConnection): Probe {
+  return {
+    ok: (sql, params) => connection.run(sql, [...params]).then(() => true, () => false),
+    rows: async (sql, params) => (await connection.runAndReadAll(sql, [...params])).getRows(),
+  };
 }
 
 /** File lists bind as `VARCHAR[]`; the rest as text. Called only after `connections()` loaded DuckDB. */

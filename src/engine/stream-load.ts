@@ -373,8 +373,11 @@ class StreamLoader {
 
   private nextState(final: boolean): PipelineState {
     const prior = this.state.streams[this.stream.name];
-    // An unordered read only knows its high point once it has seen the whole window.
-    const reached = this.unordered ? (final ? this.highest : undefined) : this.position.watermark;
+    // An unordered read only knows its high point once it has seen the whole window: at the final commit, or at a
+    // commit inside the loop after the batch that cleared the resume token (the window's last page), which may be
+    // the last commit of the read.
+    const windowDone = final || (this.read.resumable === true && this.resume === null);
+    const reached = this.unordered ? (windowDone ? this.highest : undefined) : this.position.watermark;
     const resume = this.resume;
     const safeMark = this.read.safeMark ?? undefined;
     const base: StreamState = {

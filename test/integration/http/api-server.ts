@@ -21,6 +21,14 @@ export class ApiServer {
   private readonly faults = new Map<string, Fault[]>();
   /** Pages of this number fail (for every request) on the named path: a persistent outage mid-stream. */
   failPage: { path: string; page: number; status: number } | undefined;
+  /** `cursor`: records sorted by (updated_at, id), as an API declared `ordered: true` serves them; else by id. */
+  order: 'id' | 'cursor' = 'id';
+  /** Called before each data request is answered (after `requests` grew): changes the data mid-window. */
+  beforeServe: ((request: number, url: URL) => void) | undefined;
+  /** A `/v1/cursor` request for token `from` is answered as if it asked for `to` (a paginator that went back). */
+  rewind: { from: string; to: string } | undefined;
+  /** Adds `"total": <records in the window>` to every body (as many APIs declare it). */
+  withTotal = false;
   private server!: Server;
   base = '';
 
@@ -49,13 +57,23 @@ export class ApiServer {
     }
   }
 
+  /** Updates the records with these ids: a new name and an updated_at this many seconds after its seed time. */
+  touch(ids: readonly number[], label: string, laterSeconds: number): void {
+    for (const id of ids) {
+      const at = this.items.findIndex((i) => i.id === id);
+      const updated = new Date(Date.parse(this.items[at]!.updated_at) + laterSeconds * 1000).toISOString();
+      this.items[at] = { id, updated_at: updated, name: `${label}-${id}` };
+    }
+  }
+
   private window(url: URL): Item[] {
     const after = url.searchParams.get('updated_after');
     const before = url.searchParams.get('updated_before');
-    // Served in id order, not cursor order: the source must not assume sorted cursors.
+    // Served in id order by default, not cursor order: the source must not assume sorted cursors.
+    const byCursor = (a: Item, b: Item): number => Date.parse(a.updated_at) - Date.parse(b.updated_at) || a.id - b.id;
     return this.items
       .filter((i) => (after === null || Date.parse(i.updated_at) >= Date.parse(after)) && (before === null || Date.parse(i.updated_at) < Date.parse(before)))
-      .sort((a, b) => a.id - b.id);
+      .sort(this.order === 'cursor' ? byCursor : (a, b) => a.id - b.id);
   }
 
   private json(items: Item[], extra: Record<string, unknown> = {}): string {
@@ -86,9 +104,12 @@ export class ApiServer {
         return;
       }
     }
+    this.beforeServe?.(this.requests.length, url);
     const size = Number(url.searchParams.get('per_page') ?? url.searchParams.get('limit') ?? 10);
     const all = this.window(url);
-    const send = (body: string, headers: Record<string, string> = {}): void => void res.writeHead(200, { 'content-type': 'application/json', ...headers }).end(body);
+    const total = this.withTotal ? `,"total":${all.length}` : '';
+    const send = (body: string, headers: Record<string, string> = {}): void =>
+      void res.writeHead(200, { 'content-type': 'application/json', ...headers }).end(total === '' ? body : `${body.slice(0, -1)}${total}}`);
     switch (url.pathname) {
       case '/v1/items':
       case '/v1/stuck': {
@@ -102,7 +123,8 @@ export class ApiServer {
       case '/v1/offset':
         return send(this.json(all.slice(Number(url.searchParams.get('offset') ?? 0), Number(url.searchParams.get('offset') ?? 0) + size)));
       case '/v1/cursor': {
-        const start = Number(url.searchParams.get('cursor') ?? 0);
+        const asked = url.searchParams.get('cursor') ?? '0';
+        const start = Number(this.rewind !== undefined && this.rewind.from === asked ? this.rewind.to : asked);
         const next = start + size < all.length ? String(start + size) : null;
         return send(this.json(all.slice(start, start + size), { meta: { next_cursor: next } }));
       }

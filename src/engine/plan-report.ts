@@ -43,6 +43,11 @@ export interface StreamPlanReport {
   /** The safe mark a run starting now would store (oldest open transaction, clock skew), when the source knows one. */
   readonly safeMark: TypedValue | null;
   readonly warnings: readonly string[];
+  /**
+   * With a separate state store ahead of the destination: how the store's state of this stream differs from the
+   * destination's, which the run uses (the destination is the authority).
+   */
+  readonly stateDiffers?: string;
 }
 
 export async function planPipeline(
@@ -62,11 +67,14 @@ async function planStreams(
   const streams = selectStreams(pipeline, options.streams);
   const destination = await openDestination(pipeline.destination, options.openTimeoutMs !== undefined ? { openTimeoutMs: options.openTimeoutMs } : {});
   let states: Readonly<Record<string, StreamState>>;
+  let differs = new Map<string, string>();
   let source: Source | undefined;
   const partitioned = new Map<string, StreamPlanReport>();
   try {
     // With a separate state store, the state the run would reconcile to (the store may be ahead of the destination).
-    states = (await plannedState(pipeline, destination.state))?.streams ?? {};
+    const planned = await plannedState(pipeline, destination.state);
+    states = planned.state.streams;
+    differs = new Map((planned.differences ?? []).map((d) => [d.stream, `the store holds ${d.store}, the destination ${d.destination}`]));
     // Partitions are planned against the ledger, which lives in the destination: only then is the source opened first.
     for (const stream of streams.filter((s) => s.strategy === 'partitioned')) {
       source ??= await openSource(pipeline.source);
@@ -110,6 +118,7 @@ async function planStreams(
           storedSafeMark: prior?.safeMark ?? null,
           safeMark: read.safeMark ?? null,
           warnings: read.warnings ?? [],
+          ...(differs.has(stream.name) ? { stateDiffers: `${differs.get(stream.name)!}; the run uses the destination's` } : {}),
         });
       } finally {
         await read.close();

@@ -3,14 +3,14 @@
  * the pipeline's lease), so history keeps what was there and `rollback` can restore it.
  */
 import type { Destination, Lease, StateStore } from '../core/connector.js';
-import { StateError, UsageError } from '../core/errors.js';
+import { StateError, UsageError, errorMessage } from '../core/errors.js';
 import type { PipelineState, PipelineStateVersion, StreamState, TypedValue } from '../core/types.js';
 import { ValueRejection, parseTyped } from '../core/values.js';
 import type { PipelineConfig } from '../config/load.js';
 import type { StateConfig } from '../config/schema.js';
 import { silentLogger } from '../core/logger.js';
 import { createStateStore, leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
-import { openPipelineState } from './state-sync.js';
+import { openPipelineState, plannedState, type StateDifference } from './state-sync.js';
 import { emptyState } from './run.js';
 
 export interface OpenedStateStore {
@@ -62,6 +62,14 @@ async function openStateEnd(pipeline: PipelineConfig, config: StateConfig): Prom
   }
   const store = await createStateStore(config);
   return { name: store.description, store, close: () => store.close() };
+}
+
+/** What `tidemark state show` prints: the state the next run will use, and where the store disagrees. */
+export interface ShownState {
+  readonly state: PipelineState;
+  /** Set when the store and the destination disagree (the destination's state is shown) or could not be compared. */
+  readonly warning?: string;
+  readonly differences?: readonly StateDifference[];
 }
 
 export interface MigrateResult {
@@ -205,9 +213,33 @@ export function stateCommands(pipeline: PipelineConfig) {
     }
   }
 
+  /**
+   * The state the next run will use: with a separate store, reconciled (read-only) against the destination, which
+   * wins where the store is ahead of it; `warning` says where they differ. A destination that cannot be opened now
+   * (a run holds its file) leaves the store's state, said so.
+   */
+  async function shownState(): Promise<ShownState> {
+    if (pipeline.state === 'destination') return { state: await withStore(async (store) => (await store.load(name)) ?? emptyState(name)) };
+    let destination: Destination;
+    try {
+      destination = await openDestination(pipeline.destination, { openTimeoutMs: 2000 });
+    } catch (error) {
+      const state = await withStore(async (store) => (await store.load(name)) ?? emptyState(name));
+      return { state, warning: `the destination could not be opened to check the store against it (${errorMessage(error)}); this is the store's state` };
+    }
+    try {
+      const planned = await plannedState(pipeline, destination.state);
+      return { state: planned.state, ...(planned.warning !== undefined ? { warning: planned.warning } : {}), ...(planned.differences ? { differences: planned.differences } : {}) };
+    } finally {
+      await destination.close();
+    }
+  }
+
   return {
     migrate,
-    show: () => withStore(async (store) => (await store.load(name)) ?? emptyState(name)),
+    /** The state the next run will use (see `inspect` for where the store and the destination disagree). */
+    show: async (): Promise<PipelineState> => (await shownState()).state,
+    inspect: shownState,
     history: (): Promise<readonly PipelineStateVersion[]> => withStore((store) => store.history(name)),
 
     async set(stream: string, cursor: string, pk: readonly string[] = []): Promise<PipelineState> {

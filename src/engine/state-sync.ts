@@ -1,38 +1,57 @@
 /**
  * Keeping a separate state store (`state: {type: file | sqlite | postgres | …}`) in step with the destination.
  *
- * The destination stays the record of committed loads: every commit writes its state there in the same transaction
- * as the data. The store gets the same state right after each commit. At run start the two are reconciled —
- * explicit store first, then destination, then a full refresh (empty state):
+ * The destination is the authority: every commit writes its state there in the same transaction as the data, so
+ * its state always describes the rows it holds. The store gets the same state right after each commit; it is a
+ * cache, reconciled against the destination at run start:
  *
- * - store and destination at the same version: in step;
+ * - store and destination at the same version and state: in step;
  * - store behind (a crash between the data commit and the store save, or a lost store): the store is repaired from
  *   the destination, so nothing is read or loaded twice;
- * - store ahead (edited outside a run, or migrated into): the store wins and its state is written into the
- *   destination, so the next commit's compare-and-set starts from it;
+ * - store ahead by edits alone (`state migrate --force` into it, written outside a run) on top of the state the
+ *   destination holds: the store's state is adopted and written into the destination;
+ * - store ahead by commits the destination does not have (the destination was deleted, or restored from a backup),
+ *   or holding a different state at the same version: the destination's state wins, loudly. The run then reads
+ *   exactly what the destination lacks (from the destination's watermark; everything when it holds no state), and
+ *   both sides move to one version above the store's, so versions never repeat;
  * - store torn, empty or corrupt: repaired from the destination — never taken for "no state".
  */
 import type { CommitRequest, Destination, LoadInfo, LoadTransaction, NativeScan, SaveMeta, StateStore } from '../core/connector.js';
 import { ConflictError, StateError, errorMessage } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { silentLogger, type Logger } from '../core/logger.js';
-import type { ColumnType, PipelineState, Row } from '../core/types.js';
+import type { ColumnType, PipelineState, PipelineStateVersion, Row, StreamState } from '../core/types.js';
 import type { PipelineConfig } from '../config/load.js';
 import { createStateStore, openDestination, type OpenDestinationOptions } from '../registry/index.js';
 import { CorruptStateError, type ExternalStateStore } from '../state/state-store.js';
 
-export type ReconcileAction = 'fresh' | 'in-step' | 'seeded-store' | 'repaired-store' | 'caught-up-store' | 'adopted-store';
+/** A stream whose state differs between the store and the destination, each side described in words. */
+export interface StateDifference {
+  readonly stream: string;
+  readonly store: string;
+  readonly destination: string;
+}
+
+export function describeDifference(d: StateDifference): string {
+  return `stream ${d.stream}: store ${d.store} vs destination ${d.destination}`;
+}
+
+export type ReconcileAction = 'fresh' | 'in-step' | 'seeded-store' | 'repaired-store' | 'caught-up-store' | 'adopted-store' | 'store-ahead';
 
 export interface Reconciled {
   /** The state both sides hold now (version 0 and no streams when neither had any). */
   readonly state: PipelineState;
   readonly action: ReconcileAction;
+  /** `store-ahead`: the streams whose state in the store differs from the destination's (the state used). */
+  readonly differences?: readonly StateDifference[];
+  /** `store-ahead`: the one-line warning the run logs. */
+  readonly warning?: string;
 }
 
 const meta = (reason: string): SaveMeta => ({ runId: null, reason });
 
 /** What reconciling reads and writes: the store's and the destination's state, nothing else. */
-type ReconcilingStore = Pick<ExternalStateStore, 'load' | 'save' | 'repair' | 'description'>;
+type ReconcilingStore = Pick<ExternalStateStore, 'load' | 'save' | 'repair' | 'description' | 'history'>;
 
 /** Brings the store and the destination to the same state and version; see the module comment for the rules. */
 export async function reconcile(pipeline: string, store: ReconcilingStore, destination: Pick<StateStore, 'load' | 'save'>, logger: Logger): Promise<Reconciled> {
@@ -57,17 +76,94 @@ export async function reconcile(pipeline: string, store: ReconcilingStore, desti
     await store.save(recorded!, undefined, meta('seeded from the destination'));
     return { state: recorded!, action: 'seeded-store' };
   }
-  if (recorded === undefined || cached.version > recorded.version) {
-    await destination.save(cached, recorded?.version, meta(`adopted from ${store.description}`));
-    logger.log('info', `pipeline ${pipeline}: using state version ${cached.version} of ${store.description} (destination had ${recorded?.version ?? 'none'})`);
-    return { state: cached, action: 'adopted-store' };
-  }
-  if (cached.version < recorded.version) {
+  if (recorded !== undefined && cached.version < recorded.version) {
     await store.save(recorded, cached.version, meta(`caught up with the destination (was version ${cached.version})`));
     logger.log('warn', `pipeline ${pipeline}: ${store.description} was behind the destination (version ${cached.version} < ${recorded.version}); caught it up`);
     return { state: recorded, action: 'caught-up-store' };
   }
-  return { state: cached, action: 'in-step' };
+  if (recorded !== undefined && cached.version === recorded.version && sameStreams(cached, recorded)) return { state: cached, action: 'in-step' };
+  if (recorded !== undefined && cached.version > recorded.version && (await aheadByEditsOnly(store, pipeline, recorded, cached.version))) {
+    await destination.save(cached, recorded.version, meta(`adopted from ${store.description}`));
+    logger.log('info', `pipeline ${pipeline}: using state version ${cached.version} of ${store.description}, edited outside a run (destination had ${recorded.version})`);
+    return { state: cached, action: 'adopted-store' };
+  }
+  return destinationWins(pipeline, store, destination, recorded, cached, logger);
+}
+
+/**
+ * The store names commits the destination does not have (or disagrees with it at one version): the destination's
+ * state (none at all when it was deleted) is written to both sides as the version after the store's.
+ */
+async function destinationWins(
+  pipeline: string,
+  store: ReconcilingStore,
+  destination: Pick<StateStore, 'load' | 'save'>,
+  recorded: PipelineState | undefined,
+  cached: PipelineState,
+  logger: Logger,
+): Promise<Reconciled> {
+  const next: PipelineState = { pipeline, version: cached.version + 1, streams: recorded?.streams ?? {} };
+  const differences = streamDifferences(cached, next);
+  const had = recorded === undefined ? 'holds no state' : `is at version ${recorded.version}`;
+  const warning =
+    `pipeline ${pipeline}: ${store.description} is ahead of the destination (store version ${cached.version}, the destination ${had}): ` +
+    `the destination lacks what the store says was loaded, so this run starts from the destination's state and reloads what it lacks` +
+    ` (${differences.map(describeDifference).join('; ') || 'no stream differs'}); both now hold it as version ${next.version}. ` +
+    `To reload everything instead: tidemark run --full; to start over: tidemark state reset`;
+  await destination.save(next, recorded?.version, meta(`the destination's state (version ${recorded?.version ?? 'none'}) won over ${store.description} (version ${cached.version})`));
+  await store.save(next, cached.version, meta(`replaced by the destination's state (version ${recorded?.version ?? 'none'}): the store was ahead of it`));
+  logger.log('warn', warning);
+  return { state: next, action: 'store-ahead', differences, warning };
+}
+
+/**
+ * True when every store version above the destination's was written outside a run (an edit) on top of the state the
+ * destination holds. A version written by a run (or one missing from the store's history) names a commit the
+ * destination may not have.
+ */
+async function aheadByEditsOnly(store: ReconcilingStore, pipeline: string, recorded: PipelineState, storeVersion: number): Promise<boolean> {
+  const history = new Map<number, PipelineStateVersion>((await store.history(pipeline)).map((v) => [v.version, v]));
+  const base = history.get(recorded.version);
+  if (base === undefined || !sameStreams(base.state, recorded)) return false;
+  for (let v = recorded.version + 1; v <= storeVersion; v += 1) {
+    const entry = history.get(v);
+    if (entry === undefined || entry.runId !== null) return false;
+  }
+  return true;
+}
+
+/** Key order differs between stores (Postgres jsonb), so states compare by canonical JSON. */
+function sameStreams(a: PipelineState, b: PipelineState): boolean {
+  return canonicalJson(a.streams) === canonicalJson(b.streams);
+}
+
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
+    return `{${entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/** The streams whose store state differs from the state used. */
+export function streamDifferences(store: PipelineState, used: PipelineState): StateDifference[] {
+  const names = [...new Set([...Object.keys(store.streams), ...Object.keys(used.streams)])].sort();
+  const out: StateDifference[] = [];
+  for (const name of names) {
+    const a = store.streams[name];
+    const b = used.streams[name];
+    if (a !== undefined && b !== undefined && canonicalJson(a) === canonicalJson(b)) continue;
+    out.push({ stream: name, store: describeStream(a), destination: describeStream(b) });
+  }
+  return out;
+}
+
+function describeStream(s: StreamState | undefined): string {
+  if (s === undefined) return 'no state';
+  if (s.watermark === undefined) return s.build ? `building generation ${s.build.generation}` : 'no watermark';
+  const pk = s.watermark.pk.length ? `, ${s.watermark.pk.map((v) => v.value).join(', ')}` : '';
+  return `watermark (${s.watermark.cursor.value}${pk})`;
 }
 
 /**
@@ -82,21 +178,22 @@ export async function openPipelineDestination(pipeline: PipelineConfig, logger: 
 }
 
 /**
- * The state the next run will start from, without writing anything (`tidemark plan`): `reconcile` run against
- * read-only views of the store and the destination, so plan and run can never disagree on the rules.
+ * The state the next run will start from, without writing anything (`tidemark plan`, `tidemark state show`):
+ * `reconcile` run against read-only views of the store and the destination, so they and a run can never disagree
+ * on the rules. `differences` says where the store's state differs from the one used.
  */
-export async function plannedState(pipeline: PipelineConfig, destination: StateStore): Promise<PipelineState | undefined> {
-  if (pipeline.state === 'destination') return destination.load(pipeline.name);
+export async function plannedState(pipeline: PipelineConfig, destination: Pick<StateStore, 'load'>): Promise<Reconciled> {
+  const empty: PipelineState = { pipeline: pipeline.name, version: 0, streams: {} };
+  if (pipeline.state === 'destination') return { state: (await destination.load(pipeline.name)) ?? empty, action: 'in-step' };
   const store = await createStateStore(pipeline.state);
   try {
     const unchanged = async (): Promise<void> => undefined;
-    const { state } = await reconcile(
+    return await reconcile(
       pipeline.name,
-      { load: (p) => store.load(p), save: unchanged, repair: unchanged, description: store.description },
+      { load: (p) => store.load(p), save: unchanged, repair: unchanged, description: store.description, history: (p) => store.history(p) },
       { load: (p) => destination.load(p), save: unchanged },
       silentLogger,
     );
-    return state;
   } finally {
     await store.close();
   }

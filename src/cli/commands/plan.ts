@@ -16,6 +16,7 @@ export async function planCommand(file: string, options: { full?: boolean; strea
     }
     print(`${pipeline.name}.${r.stream}: ${r.strategy}, write ${r.write}${r.mode === 'build' ? `, builds a new generation${r.resumesBuild ? ' (resuming)' : ''}` : ''}`);
     print(`  watermark: ${describeWatermark(r.watermark)}`);
+    if (r.stateDiffers !== undefined) print(`  state: ${r.stateDiffers}`);
     if (r.from) print(`  lookback from: ${r.from.value}`);
     print(`  until (high mark): ${r.until?.value ?? '(none: nothing to read)'}`);
     if (r.storedSafeMark) print(`  stored safe mark: ${r.storedSafeMark.value}`);

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { UsageError, loadPipelineOrTarget, parseStateSpec, stateCommands, type PipelineState } from '../../index.js';
-import { print, toJson } from '../output.js';
+import { print, printError, toJson } from '../output.js';
 import { describeWatermark } from './run.js';
 
 function showState(state: PipelineState): void {
@@ -25,11 +25,12 @@ export async function stateCommand(action: string, args: readonly string[], opti
   if (!options.config) throw new UsageError(`state ${action} needs --config <pipeline.yaml>`);
   const commands = stateCommands(await loadPipelineOrTarget(options.config));
   switch (action) {
-    case 'show':
-    case 'list': {
-      const state = await commands.show();
-      if (options.json) print(toJson(state));
-      else showState(state);
+    case 'show': {
+      const shown = await commands.inspect();
+      if (options.json) print(toJson(shown.state));
+      else showState(shown.state);
+      // On stderr, so `--json` output stays the state document.
+      if (shown.warning !== undefined) printError(`warn: ${shown.warning}`);
       return 0;
     }
     case 'set': {

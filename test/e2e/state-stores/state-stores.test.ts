@@ -99,8 +99,10 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     // The second commit's data lands; the process dies before the store hears of it.
     const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'state.before_store_save=2:kill' } });
     expect(killed.signal).toBe('SIGKILL');
-    const behind = await storeState();
-    expect(behind.version).toBe(destinationVersion() - 1);
+    // The store's own newest version (state show gives the reconciled state the next run would use).
+    const history = JSON.parse((await cli(['state', 'history', '--json', '--config', config])).stdout) as { version: number }[];
+    expect(history[0]!.version).toBe(destinationVersion() - 1);
+    expect((await storeState()).version).toBe(destinationVersion());
     upsertItems(source, itemRange(201, 10, 3, 1000));
     const again = await cli(['run', config, '--json']);
     expect(again.code, again.stderr).toBe(0);
@@ -159,23 +161,43 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     expect(contents().n).toBe(contents().distinct);
   });
 
-  it('plan shows the state the run will start from: the store\'s when it is ahead of the destination, writing nothing', async () => {
+  it('plan shows the state the run will start from: the destination\'s when the store is ahead of it, writing nothing', async () => {
     const plain = await writeYaml(dir, 'plain.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(target)}}` }));
     expect((await cli(['run', plain])).code).toBe(0);
     const spec = kind === 'file' ? `file:${join(dir, 'state')}` : kind === 'sqlite' ? `sqlite:${join(dir, 'state.sqlite')}` : `${pg.url}?schema=${schema}`;
     expect((await cli(['state', 'migrate', '--from', 'destination', '--to', spec, '--config', plain])).code).toBe(0);
-    // A new, empty destination with the migrated store: the store is ahead, and a run would adopt its state.
+    // A new, empty destination with the migrated store: the store names loads this destination does not hold.
     const fresh = join(dir, 'fresh.sqlite');
     const moved = await writeYaml(dir, 'moved.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(fresh)}}`, state: storeYaml() }));
     const plan = await cli(['plan', moved, '--json']);
     expect(plan.code, plan.stderr).toBe(0);
-    const [items] = JSON.parse(plan.stdout) as { watermark: { pk: { value: string }[] } | null }[];
-    expect(items!.watermark!.pk[0]!.value).toBe('200');
+    const [items] = JSON.parse(plan.stdout) as { watermark: unknown; stateDiffers?: string }[];
+    expect(items!.watermark).toBeNull();
+    expect(items!.stateDiffers).toMatch(/the store holds watermark \(.*, 200\), the destination no state/);
     const written = sqliteQuery(fresh, `SELECT name FROM sqlite_master WHERE name = '_tidemark_state'`);
     expect(written).toEqual([]);
     const next = await cli(['run', moved, '--json']);
     expect(next.code, next.stderr).toBe(0);
-    expect(JSON.parse(next.stdout).streams[0].rows_read).toBe(0);
+    expect(JSON.parse(next.stdout).streams[0].rows_read).toBe(200);
+    expect(Number(sqliteQuery(fresh, `SELECT count(*) AS n FROM items`)[0]!.n)).toBe(200);
+  });
+
+  it('a store ahead by an edit alone (migrate --force) is adopted by the destination', async () => {
+    expect((await cli(['run', config])).code).toBe(0);
+    const before = await storeState();
+    // Another store with the same pipeline at watermark 50, forced into this one as its next version (no run wrote it).
+    const other = await writeYaml(dir, 'other.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(join(dir, 'other.sqlite'))}}` }));
+    expect((await cli(['run', other])).code).toBe(0);
+    expect((await cli(['state', 'set', 'items', '--cursor', '2024-01-01 00:00:16', '--pk', '50', '--config', other])).code).toBe(0);
+    const spec = kind === 'file' ? `file:${join(dir, 'state')}` : kind === 'sqlite' ? `sqlite:${join(dir, 'state.sqlite')}` : `${pg.url}?schema=${schema}`;
+    const forced = await cli(['state', 'migrate', '--from', 'destination', '--to', spec, '--force', '--config', other]);
+    expect(forced.code, forced.stderr).toBe(0);
+    expect((await storeState()).version).toBe(before.version + 1);
+    const next = await cli(['run', config, '--json']);
+    expect(next.code, next.stderr).toBe(0);
+    expect(next.stderr).not.toMatch(/ahead/);
+    expect(JSON.parse(next.stdout).streams[0].rows_read).toBe(150);
+    expect(contents()).toEqual({ n: 200, distinct: 200 });
   });
 });
 

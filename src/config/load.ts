@@ -275,6 +275,12 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
         `${at('write')}: the files destination cannot merge (objects in a directory or bucket are never updated in place); use write: append (incremental rows added as new objects), strategy: full (write: replace — a new generation swapped in by the manifest) or strategy: partitioned (delete+insert by partition), or load into duckdb / postgres to merge`,
       );
     }
+    // A full read replaces by construction (the build is swapped in); anything else would be silently a replace.
+    if (strategy === 'full' && write !== 'replace') {
+      throw new ConfigError(
+        `${at('write')}: strategy full reads the whole source every run and swaps the new table in, so its write is replace (got ${write}); drop write:, or use strategy: incremental with a cursor to ${write}`,
+      );
+    }
     if (write === 'merge' && !keyed) throw new ConfigError(`${at('write')}: write merge needs a primary_key`);
     if (write === 'replace' && strategy === 'incremental') {
       throw new ConfigError(`${at('write')}: write replace rewrites the whole table every run; use strategy: full, or write: merge/append`);

@@ -23,6 +23,7 @@ const commands = {
   state: () => import('./commands/state.js'),
   ledger: () => import('./commands/ledger.js'),
   runs: () => import('./commands/runs.js'),
+  rejects: () => import('./commands/rejects.js'),
   target: () => import('./commands/target.js'),
   validate: () => import('./commands/validate.js'),
   demo: () => import('./commands/demo.js'),
@@ -117,6 +118,15 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--limit <n>', 'how many rows', '50')
     .option('--json', 'print JSON')
     .action(act(async (o: { config?: string; json?: boolean; limit?: string }) => (await commands.runs()).runsCommand(o)));
+
+  cli
+    .command('rejects')
+    .description('rows the destination refused: newest first, with the reason and the row as read')
+    .argument('<pipeline>', 'pipeline YAML file')
+    .option('--stream <name>', 'only this stream')
+    .option('--limit <n>', 'how many rows', '100')
+    .option('--json', 'print JSON')
+    .action(act(async (file: string, o: { stream?: string; limit?: string; json?: boolean }) => (await commands.rejects()).rejectsCommand(file, o)));
 
   cli
     .command('target')

@@ -11,7 +11,7 @@ import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
 import { nodeCrypto } from '../shared/lazy-modules.js';
-import type { NullCursorPolicy, OnChange, Strategy, WriteMode } from '../core/types.js';
+import type { NullCursorPolicy, OnChange, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
 import { apiStreamName, apiStreamSpec, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
@@ -21,6 +21,11 @@ export interface StreamConfig extends StreamSpec {
   readonly write: WriteMode;
   readonly lookbackMs?: number;
   readonly onNullCursor: NullCursorPolicy;
+  /**
+   * Rows the destination cannot hold: `fail` stops the stream before it commits anything of this run, `warn` loads
+   * the rest and says so on stderr, `continue` loads the rest quietly. The rejects are kept in any case.
+   */
+  readonly onReject: RejectPolicy;
   readonly checkpointRows: number;
   readonly batchRows: number;
   /** Partitioned streams: what to do when a loaded partition's files changed. */
@@ -275,6 +280,12 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
         `${at('write')}: the files destination cannot merge (objects in a directory or bucket are never updated in place); use write: append (incremental rows added as new objects), strategy: full (write: replace — a new generation swapped in by the manifest) or strategy: partitioned (delete+insert by partition), or load into duckdb / postgres to merge`,
       );
     }
+    // A full read replaces by construction (the build is swapped in); anything else would be silently a replace.
+    if (strategy === 'full' && write !== 'replace') {
+      throw new ConfigError(
+        `${at('write')}: strategy full reads the whole source every run and swaps the new table in, so its write is replace (got ${write}); drop write:, or use strategy: incremental with a cursor to ${write}`,
+      );
+    }
     if (write === 'merge' && !keyed) throw new ConfigError(`${at('write')}: write merge needs a primary_key`);
     if (write === 'replace' && strategy === 'incremental') {
       throw new ConfigError(`${at('write')}: write replace rewrites the whole table every run; use strategy: full, or write: merge/append`);
@@ -301,6 +312,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       write,
       ...(lookbackMs !== undefined ? { lookbackMs } : {}),
       onNullCursor: s.on_null_cursor ?? 'error',
+      onReject: s.on_reject ?? 'warn',
       checkpointRows: s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS,
       batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS, s.checkpoint_rows ?? DEFAULT_BATCH_ROWS),
       onChange: s.on_change ?? 'reload',

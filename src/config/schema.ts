@@ -227,6 +227,7 @@ export const streamSchema = z
     write: z.enum(['append', 'merge', 'replace']).optional(),
     lookback: z.string().optional(),
     on_null_cursor: z.enum(['error', 'include', 'exclude']).optional(),
+    on_reject: z.enum(['fail', 'warn', 'continue']).optional(),
     checkpoint_rows: z.number().int().positive().optional(),
     batch_rows: z.number().int().positive().optional(),
     /** Files sources: a glob relative to `location` whose `{name}` captures define the partition. */

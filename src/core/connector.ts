@@ -6,6 +6,7 @@ import type {
   Column,
   ColumnType,
   LedgerEntry,
+  RejectRecord,
   NullCursorPolicy,
   PartitionFile,
   PipelineState,
@@ -429,7 +430,8 @@ export interface StateStore {
   closeInterruptedRuns(pipeline: string): Promise<void>;
   /** Records a failed run outside any data transaction. */
   recordFailure(run: RunRecord): Promise<void>;
-  rejects(pipeline: string, limit: number): Promise<readonly { runId: string; stream: string; column: string | null; reason: string; row: string }[]>;
+  /** The newest `limit` rejects of a pipeline (of one stream when given), newest first. */
+  rejects(pipeline: string, limit: number, stream?: string): Promise<readonly RejectRecord[]>;
   close(): Promise<void>;
 }
 

@@ -126,6 +126,9 @@ export interface PipelineStateVersion {
 
 export type RunOutcome = 'committed' | 'failed' | 'skipped' | 'partial';
 
+/** `on_reject`: what a stream does when the destination refuses some of its rows. */
+export type RejectPolicy = 'fail' | 'warn' | 'continue';
+
 export interface StreamResult {
   readonly stream: string;
   readonly outcome: RunOutcome;
@@ -181,6 +184,20 @@ export interface Reject {
   readonly reason: string;
   /** The row as canonical JSON (bigints and bytes encoded losslessly). */
   readonly row: string;
+  /** Partitioned streams: the partition the row came from (a reload replaces that partition's rejects). */
+  readonly partition?: string;
+}
+
+/** A stored reject, as `tidemark rejects` and the dashboard read it. */
+export interface RejectRecord {
+  readonly runId: string;
+  readonly stream: string;
+  readonly column: string | null;
+  readonly reason: string;
+  readonly row: string;
+  readonly partition?: string;
+  /** When the commit that stored it ran (absent in stores that did not record it). */
+  readonly rejectedAt?: string;
 }
 
 /** One file of a partition, as listed (stat / HEAD) and as remembered by the ledger. */

@@ -316,8 +316,11 @@ export function rowToJson(columns: readonly Column[], row: Row): string {
           ? v.toString()
           : v instanceof Uint8Array
             ? { base64: Buffer.from(v).toString('base64') }
-            : typeof v === 'number' && !Number.isFinite(v)
-              ? String(v)
+            : typeof v === 'number' && (!Number.isFinite(v) || Object.is(v, -0))
+              ? // JSON has no NaN or Infinity, and JSON.stringify writes -0 as 0: a reject must show what it was.
+                Object.is(v, -0)
+                ? '-0'
+                : String(v)
               : v;
   });
   return JSON.stringify(out);

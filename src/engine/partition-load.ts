@@ -9,7 +9,7 @@ import { failpoint } from '../core/failpoints.js';
 import type { Column, LedgerEntry, PartitionFile, PipelineState, Reject, Row, RunRecord, StreamResult } from '../core/types.js';
 import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
-import { runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
+import { refuseRejects, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 
 export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload';
 
@@ -215,10 +215,12 @@ class PartitionLoader {
           await own?.lease.assertHeld();
         };
         await held();
+        if (this.stream.onReject === 'fail' && counts.rejects.length > 0) await refuseRejects(txn, this.ctx, this.stream.name, counts.rejects, plan.partition);
         await txn.commit({
           state: next,
           run: this.runRecord(final ? 'committed' : 'running'),
-          rejects: counts.rejects,
+          // Tagged with their partition: the commit that reloads it replaces them.
+          rejects: counts.rejects.map((r) => ({ ...r, partition: plan.partition })),
           swap: false,
           ledger: [entry],
           ledgerExpect: { [plan.partition]: plan.entry ? { runId: plan.entry.runId, loadedAt: plan.entry.loadedAt } : null },

@@ -174,6 +174,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       );
       state = outcome.state;
       results.push(outcome.result);
+      warnOfRejects(ctx, stream, outcome.result);
     } catch (error) {
       const failure = withContext(error, { pipeline: pipeline.name, stream: stream.name }, 'source');
       // A fenced or displaced run must stop touching the pipeline at once.
@@ -186,6 +187,16 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
     }
   }
   return results;
+}
+
+/** `on_reject: warn`: a run that rejected rows says so, with where to find them. */
+function warnOfRejects(ctx: RunContext, stream: StreamConfig, result: StreamResult): void {
+  if (stream.onReject !== 'warn' || result.rows_rejected === 0) return;
+  const where = `tidemark rejects ${ctx.pipeline.file ?? ctx.pipeline.name} --stream ${stream.name}`;
+  ctx.logger.log(
+    'warn',
+    `pipeline ${ctx.pipeline.name}, stream ${stream.name}: ${result.rows_rejected} of ${result.rows_read} rows read were rejected and not loaded; see \`${where}\` (on_reject: fail stops the stream instead, continue keeps quiet)`,
+  );
 }
 
 /** The failure is recorded outside any data transaction, with the counts of what did commit. */

@@ -159,6 +159,7 @@ class TargetRun {
         strategy: 'incremental',
         write: keyProperties.length ? 'merge' : 'append',
         onNullCursor: 'include',
+        onReject: 'warn',
         checkpointRows: this.checkpointRows,
         batchRows: BATCH_ROWS,
         onChange: 'reload',

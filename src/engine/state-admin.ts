@@ -37,7 +37,7 @@ export async function openStateStore(pipeline: PipelineConfig, options: OpenDest
     save: (next, expected, m) => external.save(next, expected, m),
     history: (p) => external.history(p),
     runs: async (p, limit) => (await records()).runs(p, limit),
-    rejects: async (p, limit) => (await records()).rejects(p, limit),
+    rejects: async (p, limit, stream) => (await records()).rejects(p, limit, stream),
     closeInterruptedRuns: async (p) => (await records()).closeInterruptedRuns(p),
     recordFailure: async (r) => (await records()).recordFailure(r),
     close: async () => undefined,

@@ -148,7 +148,7 @@ class StreamLoader {
    * key only at the end; token-resumed reads only at the ends of batches that carry a token.
    */
   private canCheckpointAt(read: OpenedRead): boolean {
-    if (read.resumable) return false;
+    if (read.resumable || this.stream.onReject === 'fail') return false;
     return this.stream.strategy === 'incremental' || this.pkIndexes.length > 0;
   }
 
@@ -351,7 +351,10 @@ class StreamLoader {
   }
 
   private async commit(final: boolean): Promise<void> {
+    // on_reject: fail commits once, at the end, so that a reject anywhere leaves the whole stream as it was.
+    if (this.stream.onReject === 'fail' && !final) return;
     const txn = await this.transaction();
+    if (this.stream.onReject === 'fail' && this.rowsRejected > 0) await refuseRejects(txn, this.ctx, this.stream.name, this.pendingRejects);
     const next = this.nextState(final);
     await this.ctx.lease.assertHeld();
     await txn.commit({
@@ -464,6 +467,19 @@ class StreamLoader {
       ...(this.rowsResent > 0 ? { rows_resent: this.rowsResent } : {}),
     };
   }
+}
+
+/**
+ * `on_reject: fail`: rolls the stream's transaction back and stops it, naming the first rejects (they are not stored,
+ * since nothing of the stream commits).
+ */
+export async function refuseRejects(txn: LoadTransaction, ctx: Pick<StreamContext, 'pipeline'>, stream: string, rejects: readonly Reject[], partition?: string): Promise<never> {
+  await txn.rollback().catch(() => undefined);
+  const shown = rejects.slice(0, 3).map((r) => `${r.reason} in ${r.row.length > 200 ? `${r.row.slice(0, 200)}…` : r.row}`);
+  throw new SourceError(
+    `${rejects.length} row${rejects.length === 1 ? '' : 's'} rejected${partition !== undefined ? ` in partition ${partition}` : ''} (on_reject: fail); nothing of this stream was committed in this run. ${shown.join('; ')}${rejects.length > 3 ? '; …' : ''}. Fix the rows, or set on_reject: warn to load the others and keep the rejects`,
+    { context: { pipeline: ctx.pipeline, stream, phase: 'load' } },
+  );
 }
 
 /** The row of `_tidemark_runs` a commit writes: what this run has done so far in the stream. */

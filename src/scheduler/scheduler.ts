@@ -194,7 +194,8 @@ export class Scheduler {
 
 /** The latest scheduled time at or before `now`, if any. */
 export function latestTick(cron: Cron, now: Date): Date | undefined {
-  // previousRuns looks strictly before its reference; a second later includes a tick exactly at `now`.
-  const [tick] = cron.previousRuns(1, new Date(now.getTime() + 1000));
-  return tick !== undefined && tick.getTime() <= now.getTime() ? tick : undefined;
+  // previousRuns looks strictly before its reference, so a reference a second later includes a tick exactly at
+  // `now`; but within the last second before the coming tick it returns that coming tick, so take two and keep the
+  // first that is not in the future.
+  return cron.previousRuns(2, new Date(now.getTime() + 1000)).find((tick) => tick.getTime() <= now.getTime());
 }

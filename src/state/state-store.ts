@@ -5,7 +5,7 @@
  */
 import type { LeaseProvider, SaveMeta, StateStore } from '../core/connector.js';
 import { StateError, type ErrorContext } from '../core/errors.js';
-import type { PipelineState, PipelineStateVersion, RunRecord } from '../core/types.js';
+import type { PipelineState, PipelineStateVersion, RejectRecord, RunRecord } from '../core/types.js';
 
 export interface ExternalStateStore extends StateStore, LeaseProvider {
   /** Where the store is, for messages; never contains a password. */
@@ -60,7 +60,7 @@ export abstract class StateOnlyStore {
     return [];
   }
 
-  async rejects(_pipeline: string, _limit: number): Promise<readonly { runId: string; stream: string; column: string | null; reason: string; row: string }[]> {
+  async rejects(_pipeline: string, _limit: number, _stream?: string): Promise<readonly RejectRecord[]> {
     return [];
   }
 

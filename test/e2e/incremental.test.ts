@@ -293,6 +293,10 @@ describe('config errors', () => {
       const out3 = await cli(['validate', env]);
       expect(out3.code).toBe(2);
       expect(out3.stderr).toContain('TM_TEST_MISSING');
+      const full = await writeYaml(dir, 'full.yaml', `name: x\nsource: {type: sqlite, path: a.db}\nstreams:\n  - table: t\n    strategy: full\n    write: append\n`);
+      const out4 = await cli(['validate', full]);
+      expect(out4.code).toBe(2);
+      expect(out4.stderr).toMatch(/full\.yaml: streams\[0\]\.write: strategy full .*\(got append\)/);
       expect(await readFile(file, 'utf8')).toContain('lookback');
     } finally {
       await cleanup();

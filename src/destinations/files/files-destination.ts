@@ -34,6 +34,7 @@ import {
   type LakeColumn,
   type LakeCompression,
   type LakeFile,
+  type LakeManifest,
   type LakeTable,
 } from './lake-layout.js';
 import { LakeStateStore, lakeLedger } from './lake-state-store.js';
@@ -347,7 +348,9 @@ class FilesLoadTransaction implements LoadTransaction {
       if (request.rejects.length > 0) {
         rejectsKey = keys.rejects(pipeline, stream, `${this.loadId}-${this.parts}`);
         const now = new Date().toISOString();
-        const lines = request.rejects.map((r) => JSON.stringify({ runId, stream, column: r.column, reason: r.reason, row: r.row, rejectedAt: now })).join('\n');
+        const lines = request.rejects
+          .map((r) => JSON.stringify({ runId, stream, column: r.column, reason: r.reason, row: r.row, rejectedAt: now, ...(r.partition !== undefined ? { partition: r.partition } : {}) }))
+          .join('\n');
         await dest.lake.store.put(rejectsKey, `${lines}\n`, { ifNoneMatch: '*' });
         await dest.lake.sync(rejectsKey);
         this.parts += 1;
@@ -412,7 +415,7 @@ class FilesLoadTransaction implements LoadTransaction {
       builds,
       ledger: request.ledger?.length ? upsertLedger(m.ledger, request.ledger) : m.ledger,
       runs: upsertRuns(m.runs, request.run),
-      rejects: rejectsKey !== undefined ? { ...m.rejects, [stream]: [...(m.rejects[stream] ?? []), rejectsKey] } : m.rejects,
+      rejects: nextRejects(m.rejects, stream, request, rejectsKey),
     };
   }
 
@@ -423,4 +426,18 @@ class FilesLoadTransaction implements LoadTransaction {
     await this.writer.clearStage(this.stage).catch(() => undefined);
     this.staged = 0;
   }
+}
+
+/**
+ * The manifest's reject files after a commit. A partition's rejects are listed under `<stream>#<partition>` (stream
+ * names cannot hold `#`), so the commit that loads the partition again replaces them instead of adding to them.
+ */
+function nextRejects(current: LakeManifest['rejects'], stream: string, request: CommitRequest, added: string | undefined): LakeManifest['rejects'] {
+  const partitions = request.ledger?.map((e) => e.partition) ?? [];
+  if (partitions.length === 0) return added !== undefined ? { ...current, [stream]: [...(current[stream] ?? []), added] } : current;
+  const next: Record<string, readonly string[]> = { ...current };
+  for (const partition of partitions) delete next[`${stream}#${partition}`];
+  // A commit loads one partition; its rejects all come from it.
+  if (added !== undefined) next[`${stream}#${partitions[0]!}`] = [added];
+  return next;
 }

@@ -4,18 +4,12 @@
  */
 import type { LedgerStore, SaveMeta, StateStore } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
-import type { LedgerEntry, PipelineState, PipelineStateVersion, RunRecord } from '../../core/types.js';
+import type { LedgerEntry, PipelineState, PipelineStateVersion, RejectRecord, RunRecord } from '../../core/types.js';
 import { newRunId } from '../../core/ids.js';
 import { checkName, keys } from './lake-layout.js';
 import type { Lake } from './lake.js';
 
-export interface RejectRecord {
-  readonly runId: string;
-  readonly stream: string;
-  readonly column: string | null;
-  readonly reason: string;
-  readonly row: string;
-}
+export type { RejectRecord };
 
 export class LakeStateStore implements StateStore {
   constructor(
@@ -92,9 +86,11 @@ export class LakeStateStore implements StateStore {
     await this.lake.store.put(keys.run(checkName('pipeline', run.pipeline), run.runId.replace(/[^A-Za-z0-9_.-]/g, '_'), checkName('stream', run.stream)), JSON.stringify(run));
   }
 
-  async rejects(pipeline: string, limit: number): Promise<readonly RejectRecord[]> {
+  async rejects(pipeline: string, limit: number, stream?: string): Promise<readonly RejectRecord[]> {
     const head = await this.lake.head(checkName('pipeline', pipeline));
-    const files = Object.values(head.manifest.rejects).flat().sort().reverse();
+    // Keys are `<stream>` or `<stream>#<partition>`.
+    const lists = Object.entries(head.manifest.rejects).filter(([key]) => stream === undefined || key.split('#')[0] === stream);
+    const files = lists.flatMap(([, list]) => list).sort().reverse();
     const out: RejectRecord[] = [];
     for (const key of files) {
       const got = await this.lake.store.get(key);
@@ -102,7 +98,15 @@ export class LakeStateStore implements StateStore {
       const lines = Buffer.from(got.body).toString('utf8').split('\n').filter(Boolean).reverse();
       for (const line of lines) {
         const r = JSON.parse(line) as RejectRecord;
-        out.push({ runId: r.runId, stream: r.stream, column: r.column, reason: r.reason, row: r.row });
+        out.push({
+          runId: r.runId,
+          stream: r.stream,
+          column: r.column,
+          reason: r.reason,
+          row: r.row,
+          ...(r.partition !== undefined ? { partition: r.partition } : {}),
+          ...(r.rejectedAt !== undefined ? { rejectedAt: r.rejectedAt } : {}),
+        });
         if (out.length >= limit) return out;
       }
     }

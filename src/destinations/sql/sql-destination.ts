@@ -293,6 +293,7 @@ class SqlLoadTransaction implements LoadTransaction {
       if (!scanned) await this.deletePartition(table);
       if (this.staged > 0) await this.applyStage(table);
       if (this.bulkStaged > 0) await this.applyBulk(table);
+      if (request.ledger?.length) await this.meta.clearPartitionRejects(request.ledger);
       await this.meta.writeRejects(pipeline, stream, runId, request.rejects);
       if (request.ledger?.length) await this.meta.writeLedger(request.ledger, request.ledgerExpect);
       await this.meta.writeRun(request.run);

@@ -2,7 +2,7 @@
  * tidemark's own tables inside a SQL destination: state, its history, runs, rejects, ledger, locks and loads.
  * They live beside the data so that one transaction commits both (DESIGN.md §1, promise 2).
  */
-import type { LedgerEntry, PartitionFile, PipelineState, PipelineStateVersion, Reject, RunRecord } from '../../core/types.js';
+import type { LedgerEntry, PartitionFile, PipelineState, PipelineStateVersion, Reject, RejectRecord, RunRecord } from '../../core/types.js';
 import { ConflictError, StateError } from '../../core/errors.js';
 import { partitionLeaseName, type LedgerMark, type LedgerStore, type SaveMeta, type StateStore } from '../../core/connector.js';
 import { quoteIdent } from '../../shared/sql.js';
@@ -22,7 +22,7 @@ const DDL: Record<keyof typeof META_TABLES, string> = {
   state: `(pipeline TEXT PRIMARY KEY, version BIGINT NOT NULL, state TEXT NOT NULL, updated_at TEXT NOT NULL, run_id TEXT)`,
   history: `(pipeline TEXT NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL, saved_at TEXT NOT NULL, run_id TEXT, reason TEXT NOT NULL, PRIMARY KEY (pipeline, version))`,
   runs: `(run_id TEXT NOT NULL, pipeline TEXT NOT NULL, stream TEXT NOT NULL, started_at TEXT NOT NULL, finished_at TEXT NOT NULL, outcome TEXT NOT NULL, rows_read BIGINT NOT NULL, rows_loaded BIGINT NOT NULL, rows_rejected BIGINT NOT NULL, commits BIGINT NOT NULL, cursor_min TEXT, cursor_max TEXT, full_refresh INTEGER NOT NULL, worker TEXT NOT NULL, error TEXT, PRIMARY KEY (run_id, pipeline, stream))`,
-  rejects: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, column_name TEXT, reason TEXT NOT NULL, "row" TEXT NOT NULL, rejected_at TEXT NOT NULL)`,
+  rejects: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, column_name TEXT, reason TEXT NOT NULL, "row" TEXT NOT NULL, rejected_at TEXT NOT NULL, "partition" TEXT)`,
   ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   locks: `(pipeline TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, updated_at TEXT NOT NULL)`,
   loads: `(load_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, state_version BIGINT NOT NULL, committed_at TEXT NOT NULL)`,
@@ -32,6 +32,7 @@ export class SqlMeta {
   private ensured = false;
   /** Meta tables are never dropped: once seen, a run does not look them up again (each look-up costs a query). */
   private seen = false;
+  private rejectsMigrated = false;
 
   constructor(
     private readonly exec: SqlExecutor,
@@ -163,13 +164,35 @@ export class SqlMeta {
   }
 
   async writeRejects(pipeline: string, stream: string, runId: string, rejects: readonly Reject[]): Promise<void> {
+    if (rejects.length === 0) return;
+    await this.rejectsWithPartition();
     const now = new Date().toISOString();
     for (const r of rejects) {
       await this.exec.run(
-        `INSERT INTO ${this.t('rejects')} (pipeline, stream, run_id, column_name, reason, "row", rejected_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-        [pipeline, stream, runId, r.column, r.reason, r.row, now],
+        `INSERT INTO ${this.t('rejects')} (pipeline, stream, run_id, column_name, reason, "row", rejected_at, "partition") VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+        [pipeline, stream, runId, r.column, r.reason, r.row, now, r.partition ?? null],
       );
     }
+  }
+
+  /** Inside an open transaction: a partition loaded again drops the rejects of its previous load. */
+  async clearPartitionRejects(entries: readonly Pick<LedgerEntry, 'pipeline' | 'stream' | 'partition'>[]): Promise<void> {
+    if (entries.length === 0) return;
+    await this.rejectsWithPartition();
+    for (const e of entries) {
+      await this.exec.run(`DELETE FROM ${this.t('rejects')} WHERE pipeline = ? AND stream = ? AND "partition" = ?`, [e.pipeline, e.stream, e.partition]);
+    }
+  }
+
+  /**
+   * Reject tables made before rejects named their partition get the column on first use, inside the commit's
+   * transaction (a no-op run never pays for the look-up).
+   */
+  private async rejectsWithPartition(): Promise<void> {
+    if (this.rejectsMigrated) return;
+    const columns = await this.dialect.tableColumns(this.exec, META_TABLES.rejects);
+    if (columns !== undefined && !columns.includes('partition')) await this.exec.run(`ALTER TABLE ${this.t('rejects')} ADD COLUMN "partition" TEXT`);
+    this.rejectsMigrated = true;
   }
 
   /**
@@ -284,11 +307,13 @@ export class SqlMeta {
     return rows.map(toRunRecord);
   }
 
-  async rejects(pipeline: string, limit: number): Promise<{ runId: string; stream: string; column: string | null; reason: string; row: string }[]> {
+  async rejects(pipeline: string, limit: number, stream?: string): Promise<RejectRecord[]> {
     if (!(await this.exists())) return [];
+    // SELECT *: a table from before rejects named their partition has no such column (reads never alter tables).
+    // The stream filter is spliced in only when given: Postgres cannot type a bare `? IS NULL` parameter.
     const rows = await this.exec.query(
-      `SELECT run_id, stream, column_name, reason, "row" FROM ${this.t('rejects')} WHERE pipeline = ? ORDER BY rejected_at DESC LIMIT ?`,
-      [pipeline, limit],
+      `SELECT * FROM ${this.t('rejects')} WHERE pipeline = ?${stream === undefined ? '' : ' AND stream = ?'} ORDER BY rejected_at DESC LIMIT ?`,
+      stream === undefined ? [pipeline, limit] : [pipeline, stream, limit],
     );
     return rows.map((r) => ({
       runId: String(r.run_id),
@@ -296,6 +321,8 @@ export class SqlMeta {
       column: r.column_name === null ? null : String(r.column_name),
       reason: String(r.reason),
       row: String(r.row),
+      rejectedAt: String(r.rejected_at),
+      ...(r.partition !== undefined && r.partition !== null ? { partition: String(r.partition) } : {}),
     }));
   }
 
@@ -390,8 +417,8 @@ export class SqlStateStore implements StateStore {
     return this.meta.runs(pipeline, limit);
   }
 
-  rejects(pipeline: string, limit: number) {
-    return this.meta.rejects(pipeline, limit);
+  rejects(pipeline: string, limit: number, stream?: string) {
+    return this.meta.rejects(pipeline, limit, stream);
   }
 
   async closeInterruptedRuns(pipeline: string): Promise<void> {

@@ -239,7 +239,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       if (s.pattern === undefined) throw new ConfigError(`${at('pattern')}: a stream of a files source needs a pattern (e.g. trips/yellow_tripdata_{month}.parquet)`);
       if (s.table !== undefined || s.query !== undefined) throw new ConfigError(`${at('table')}: a stream of a files source is defined by its pattern, not table or query`);
     } else {
-      for (const field of ['pattern', 'format', 'partition_column', 'on_change', 'csv'] as const) {
+      for (const field of ['pattern', 'format', 'partition_column', 'on_change', 'change_detection', 'csv'] as const) {
         if (s[field] !== undefined) throw new ConfigError(`${at(field)}: only streams of a files source take ${field}`);
       }
       if (!isApiSource(doc.source.type) && (s.table === undefined) === (s.query === undefined)) throw new ConfigError(`${at('table')}: give exactly one of table or query`);
@@ -405,7 +405,7 @@ function filesSpec(s: StreamDocument, at: (field: string) => string): FilesStrea
           encoding: s.csv?.encoding ?? 'utf-8',
         }
       : undefined;
-  return { pattern, format, partitionColumn: s.partition_column ?? DEFAULT_PARTITION_COLUMN, ...(csv ? { csv } : {}) };
+  return { pattern, format, partitionColumn: s.partition_column ?? DEFAULT_PARTITION_COLUMN, ...(csv ? { csv } : {}), changeDetection: s.change_detection ?? 'stat' };
 }
 
 function lastPart(table: string): string {

@@ -235,6 +235,8 @@ export const streamSchema = z
     format: z.enum(['parquet', 'csv', 'jsonl']).optional(),
     partition_column: z.string().min(1).optional(),
     on_change: z.enum(['reload', 'ignore', 'error']).optional(),
+    /** Files sources: `stat` (size, mtime, ctime, inode; ETag in a bucket) or `hash` (every local file, every run). */
+    change_detection: z.enum(['stat', 'hash']).optional(),
     csv: csvOptionsSchema.optional(),
     /** HTTP: the endpoint path below `base_url`, its query parameters and headers. */
     path: z.string().min(1).optional(),

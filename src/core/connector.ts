@@ -51,7 +51,14 @@ export interface FilesStreamSpec {
   /** Adds the partition value as this column to every row; rows are replaced by it when a partition reloads. */
   readonly partitionColumn: string;
   readonly csv?: CsvOptions;
+  /**
+   * How a loaded partition is found changed: `stat` (default) compares size, mtime, ctime and inode (ETag and size
+   * in a bucket) and hashes only a file whose metadata moved; `hash` hashes every local file on every run.
+   */
+  readonly changeDetection?: ChangeDetection;
 }
+
+export type ChangeDetection = 'stat' | 'hash';
 
 /** How an HTTP stream pages through results. */
 export type HttpPagination =

@@ -205,8 +205,12 @@ export interface PartitionFile {
   /** Path relative to the source location, '/'-separated. */
   readonly path: string;
   readonly size: number;
-  /** Modification time, ISO 8601. */
+  /** Modification time, ISO 8601 (a local file's with nanoseconds; older ledger entries have milliseconds). */
   readonly modified: string;
+  /** Local files: the inode change time (ISO 8601, nanoseconds), which `utime` cannot set back. */
+  readonly changed?: string;
+  /** Local files: `<device>:<inode>`. */
+  readonly inode?: string;
   /**
    * Content identity: `sha256:<hex>` of a local file, or the ETag of an object in a bucket. Listings of local
    * files leave it out (computing it means reading the file); the ledger always has it.

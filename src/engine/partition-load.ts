@@ -38,26 +38,51 @@ export function ledgerOf(destination: { ledger?: LedgerStore }, pipeline: string
 
 /**
  * What differs between the files a partition was loaded from and the files listed now, or undefined when nothing
- * does. Only metadata is compared, except for a file whose size is equal but modified time moved: then its content
- * hash decides (a `touch` is not a change).
+ * does. A bucket's object: its ETag and size. A local file (`change_detection: stat`): size, mtime at full
+ * precision, ctime and inode; when only times or inode moved, the content hash decides (a `touch` is not a
+ * change). ctime moves with every write and cannot be set back, so a rewrite that restores size and mtime
+ * (`cp -p`, `rsync -t`) is caught. `change_detection: hash` hashes every local file whatever its metadata.
  */
 async function changeOf(source: PartitionedSource, stream: StreamConfig, loaded: readonly PartitionFile[], listed: readonly PartitionFile[]): Promise<string | undefined> {
   const before = new Map(loaded.map((f) => [f.path, f]));
+  const always = stream.files?.changeDetection === 'hash';
   for (const file of listed) {
     const old = before.get(file.path);
     if (!old) return `new file ${file.path}`;
     if (file.hash !== undefined && old.hash !== undefined && file.hash.startsWith('etag:')) {
       if (file.hash !== old.hash) return `${file.path}: ETag ${old.hash.slice(5)} → ${file.hash.slice(5)}`;
+      if (file.size !== old.size) return `${file.path}: size ${old.size} → ${file.size} bytes`;
       continue;
     }
     if (file.size !== old.size) return `${file.path}: size ${old.size} → ${file.size} bytes`;
-    if (file.modified === old.modified) continue;
+    if (!always && sameStat(old, file)) continue;
     const hash = await source.hash(stream, file);
     if (hash !== old.hash) return `${file.path}: content changed (modified ${file.modified})`;
   }
   const now = new Set(listed.map((f) => f.path));
   const gone = loaded.find((f) => !now.has(f.path));
   return gone ? `file ${gone.path} is gone` : undefined;
+}
+
+/**
+ * Whether a file's metadata is as it was loaded. A ledger entry written before ctime and inode were recorded has
+ * mtime in milliseconds: it is compared as it was (size and mtime to the millisecond) until the partition loads again.
+ */
+function sameStat(old: PartitionFile, now: PartitionFile): boolean {
+  if (old.inode === undefined || old.changed === undefined) return old.modified.slice(0, 23) === now.modified.slice(0, 23);
+  return old.modified === now.modified && old.changed === now.changed && old.inode === now.inode;
+}
+
+/**
+ * The files a ledger entry records: the metadata as listed (taken before the content was hashed, so a rewrite
+ * after the listing shows as a change next time) with the hash or ETag of what was read.
+ */
+function recordedFiles(listed: readonly PartitionFile[], read: readonly PartitionFile[]): PartitionFile[] {
+  const byPath = new Map(listed.map((f) => [f.path, f]));
+  return read.map((f) => {
+    const l = byPath.get(f.path);
+    return l === undefined ? f : { ...l, ...(f.hash !== undefined ? { hash: f.hash } : {}) };
+  });
 }
 
 /** Listing against ledger: which partitions are new, changed, unchanged, or asked to be reloaded. */
@@ -198,7 +223,7 @@ class PartitionLoader {
           pipeline: this.ctx.pipeline,
           stream: this.stream.name,
           partition: plan.partition,
-          files: opened.files,
+          files: recordedFiles(plan.listing.files, opened.files),
           rows: counts.loaded,
           bytes: opened.bytes,
           status: 'loaded',

@@ -13,6 +13,7 @@ import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../core/co
 import { ConfigError, ConflictError } from '../core/errors.js';
 import { randomHex } from '../core/ids.js';
 import type { ObjectStore } from './object-store.js';
+import { processAlive } from './process.js';
 
 const probed = new Map<string, Promise<boolean>>();
 
@@ -95,7 +96,8 @@ export class ObjectStoreLeaseProvider implements LeaseProvider {
     const dir = `${this.prefix}/${pipeline}/`;
     const current = await latestLease(this.store, dir);
     if (current && leaseLive(current.record)) {
-      throw new ConflictError(`pipeline ${pipeline} is already running (since ${current.record.acquiredAt}, pid ${current.record.pid} on ${current.record.host})`, {
+      const { acquiredAt, pid, host, expiresAt } = current.record;
+      throw new ConflictError(`pipeline ${pipeline} is already running (since ${acquiredAt}, pid ${pid} on ${host}; its lease expires in ${leaseLeft(expiresAt - Date.now())} unless renewed)`, {
         context: { pipeline, phase: 'lock' },
       });
     }
@@ -125,8 +127,18 @@ export class ObjectStoreLeaseProvider implements LeaseProvider {
   }
 }
 
+/** Held now: not released, not expired, and (on this host) its process is alive — a dead one is taken over at once. */
 function leaseLive(record: LeaseRecord): boolean {
-  return !record.released && record.expiresAt > Date.now();
+  if (record.released || record.expiresAt <= Date.now()) return false;
+  return record.host !== hostname() || processAlive(record.pid);
+}
+
+/** `4m 10s`, `12s`: what a refused run is told about the holder's lease. */
+export function leaseLeft(ms: number): string {
+  const s = Math.max(1, Math.ceil(ms / 1000));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  return s % 60 === 0 ? `${m}m` : `${m}m ${s % 60}s`;
 }
 
 async function latestLease(store: ObjectStore, dir: string): Promise<{ key: string; record: LeaseRecord; etag?: string } | undefined> {

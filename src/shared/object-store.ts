@@ -13,10 +13,17 @@ import { nodeCrypto, nodeStreams } from './lazy-modules.js';
 export interface ObjectInfo {
   readonly key: string;
   readonly size: number;
-  /** ISO 8601. */
+  /** ISO 8601; a local file's at its full precision (nanoseconds: `2024-01-02T03:04:05.123456789Z`). */
   readonly modified: string;
   /** The server's entity tag (quotes stripped); local listings leave it out, since it would mean reading content. */
   readonly etag?: string;
+  /**
+   * Local files only: the inode change time (ISO 8601, nanoseconds), which moves with every write and every
+   * `utime` and cannot be set back — so a rewrite that restores size and mtime (`cp -p`, `rsync -t`) still shows.
+   */
+  readonly changed?: string;
+  /** Local files only: `<device>:<inode>`; a file replaced by another one (a rename over it) gets a new one. */
+  readonly inode?: string;
 }
 
 export interface PutOptions {
@@ -98,6 +105,14 @@ export async function hashFile(file: string, algorithm = 'sha256'): Promise<stri
   return hash.digest('hex');
 }
 
+/** Nanoseconds since the epoch as ISO 8601 with nine fractional digits (Date keeps milliseconds only). */
+export function isoNanos(ns: bigint): string {
+  const million = 1_000_000n;
+  const sub = ((ns % million) + million) % million;
+  const ms = (ns - sub) / million;
+  return `${new Date(Number(ms)).toISOString().slice(0, -1)}${String(sub).padStart(6, '0')}Z`;
+}
+
 const TEMP_PREFIX = '.tidemark-tmp-';
 
 /** A directory as an object store. Writes go to a temp file beside the target and are renamed into place. */
@@ -148,9 +163,9 @@ export class LocalObjectStore implements ObjectStore {
 
   async head(key: string): Promise<ObjectInfo | undefined> {
     try {
-      const s = await stat(this.localPath(key));
+      const s = await stat(this.localPath(key), { bigint: true });
       if (!s.isFile()) return undefined;
-      return { key, size: s.size, modified: s.mtime.toISOString() };
+      return { key, size: Number(s.size), modified: isoNanos(s.mtimeNs), changed: isoNanos(s.ctimeNs), inode: `${s.dev}:${s.ino}` };
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
       throw error;

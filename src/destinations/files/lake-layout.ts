@@ -16,6 +16,7 @@
  */
 import type { FileFormat } from '../../core/connector.js';
 import { DestinationError } from '../../core/errors.js';
+import { nodeCrypto } from '../../shared/lazy-modules.js';
 import type { LedgerEntry, PipelineState, RunRecord, StreamState } from '../../core/types.js';
 
 export type LakeCompression = 'zstd' | 'snappy' | 'gzip' | 'none';
@@ -146,11 +147,47 @@ export function checkPartitionValue(value: string): string {
   return value;
 }
 
-/** A data value as a Hive-style directory segment: always one safe segment, whatever the value. */
+/** The longest directory name most file systems and object-store tools accept (bytes). */
+export const SEGMENT_MAX_BYTES = 255;
+/** Hex digits of the SHA-256 that names a value too long for a directory (128 bits: collisions are not a concern). */
+const LONG_HASH_HEX = 32;
+
+/**
+ * A data value as a Hive-style directory segment `column=<value>` that Hive-style readers (DuckDB's
+ * `hive_partitioning`, Spark, Trino) decode back to the same value: NULL is `__HIVE_DEFAULT_PARTITION__`, `''` is
+ * `column=` (nothing after the `=`), and every other value is percent-encoded (letters, digits, `_ - : +` and inner
+ * spaces stay as they are). A literal value that a reader would take for a marker (`NULL`, `null`,
+ * `__HIVE_DEFAULT_PARTITION__`, in any case) gets its first character encoded (`%4EULL`), so it stays a string.
+ *
+ * A segment longer than 255 bytes cannot be a directory name: such a value is named
+ * `column=<encoded prefix>~<32 hex digits of the SHA-256 of the value>` (at most 255 bytes). `~` is always encoded
+ * in a normal name, so a long name never equals another value's; a Hive reader shows that name, and the file's own
+ * column holds the whole value (read it with `hive_partitioning = false`).
+ */
+function encodeChar(c: string): string {
+  return [...Buffer.from(c, 'utf8')].map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join('');
+}
+
+function encodeValue(value: string): string {
+  return value.replace(/[^A-Za-z0-9_\-:+ ]|^ | $/gu, encodeChar);
+}
+
 export function hiveSegment(column: string, value: string | null): string {
   if (value === null) return `${column}=__HIVE_DEFAULT_PARTITION__`;
-  const encoded = value.replace(/[^A-Za-z0-9_\-:+ ]|^ | $/g, (c) => [...Buffer.from(c, 'utf8')].map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join(''));
-  return `${column}=${encoded === '' ? '__EMPTY__' : encoded}`;
+  let encoded = encodeValue(value);
+  if (/^(null|__hive_default_partition__)$/i.test(encoded)) encoded = `${encodeChar(encoded[0]!)}${encoded.slice(1)}`;
+  const segment = `${column}=${encoded}`;
+  if (Buffer.byteLength(segment) <= SEGMENT_MAX_BYTES) return segment;
+  const hash = nodeCrypto().createHash('sha256').update(value, 'utf8').digest('hex').slice(0, LONG_HASH_HEX);
+  // The prefix ends at a whole character, so it still decodes as UTF-8.
+  const budget = SEGMENT_MAX_BYTES - column.length - 2 - LONG_HASH_HEX;
+  let prefix = '';
+  for (const c of value) {
+    const piece = encodeValue(c);
+    if (prefix.length + piece.length > budget) break;
+    prefix += piece;
+  }
+  return `${column}=${prefix}~${hash}`;
 }
 
 export function extensionOf(format: FileFormat, compression: LakeCompression): string {

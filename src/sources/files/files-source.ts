@@ -130,6 +130,8 @@ export class FilesSource implements Source {
         path: object.key,
         size: object.size,
         modified: object.modified,
+        ...(object.changed !== undefined ? { changed: object.changed } : {}),
+        ...(object.inode !== undefined ? { inode: object.inode } : {}),
         ...(object.etag !== undefined ? { hash: `etag:${object.etag}` } : {}),
       };
       const files = groups.get(partition);

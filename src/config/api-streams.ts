@@ -24,10 +24,18 @@ export function checkStreamFields(type: SourceConfig['type'], s: StreamDocument,
     for (const field of HTTP_FIELDS) if (s[field] !== undefined) throw new ConfigError(`${at(field)}: only streams of an http source take ${field}`);
   }
   if (type !== 'singer' && s.tap_stream !== undefined) throw new ConfigError(`${at('tap_stream')}: only streams of a singer source take tap_stream`);
+  if (type !== 'files' && s.exclude !== undefined) throw new ConfigError(`${at('exclude')}: only streams of a files source exclude columns`);
   if (!isApiSource(type)) {
-    if (s.columns !== undefined) throw new ConfigError(`${at('columns')}: only streams of an http or singer source declare columns`);
+    if (s.columns !== undefined && !(type === 'files' && Array.isArray(s.columns))) {
+      throw new ConfigError(
+        type === 'files'
+          ? `${at('columns')}: a files stream selects columns as a list (columns: [a, b, {name: c, as: d}]); their types come from the files`
+          : `${at('columns')}: only streams of an http or singer source declare columns`,
+      );
+    }
     return;
   }
+  if (Array.isArray(s.columns)) throw new ConfigError(`${at('columns')}: declare the columns of an ${type} stream with their types (columns: {id: int64, name: text})`);
   if (s.table !== undefined || s.query !== undefined) {
     throw new ConfigError(`${at(s.table !== undefined ? 'table' : 'query')}: a stream of an ${type} source is defined by ${type === 'http' ? 'path' : 'name or tap_stream'}, not table or query`);
   }
@@ -46,7 +54,7 @@ export function apiStreamName(type: SourceConfig['type'], s: StreamDocument): st
 }
 
 function declaredColumns(s: StreamDocument, at: At): DeclaredColumn[] | undefined {
-  if (s.columns === undefined) return undefined;
+  if (s.columns === undefined || Array.isArray(s.columns)) return undefined;
   return Object.entries(s.columns).map(([name, declaration]) => {
     const text = typeof declaration === 'string' ? declaration : declaration.type;
     const type = parseColumnType(text);

@@ -6,7 +6,7 @@ import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
-import type { CsvOptions, FileFormat, FilesStreamSpec, StreamSpec } from '../core/connector.js';
+import type { ColumnSelection, CsvOptions, FileFormat, FilesStreamSpec, StreamSpec } from '../core/connector.js';
 import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
@@ -405,7 +405,24 @@ function filesSpec(s: StreamDocument, at: (field: string) => string): FilesStrea
           encoding: s.csv?.encoding ?? 'utf-8',
         }
       : undefined;
-  return { pattern, format, partitionColumn: s.partition_column ?? DEFAULT_PARTITION_COLUMN, ...(csv ? { csv } : {}), changeDetection: s.change_detection ?? 'stat' };
+  const select = columnSelection(s, at);
+  return { pattern, format, partitionColumn: s.partition_column ?? DEFAULT_PARTITION_COLUMN, ...(csv ? { csv } : {}), changeDetection: s.change_detection ?? 'stat', ...(select ? { select } : {}) };
+}
+
+/** `columns: [a, {name: b, as: c}]` or `exclude: [d]`; output names must be unique. */
+function columnSelection(s: StreamDocument, at: (field: string) => string): ColumnSelection | undefined {
+  if (s.exclude !== undefined) {
+    if (s.columns !== undefined) throw new ConfigError(`${at('exclude')}: use either columns (the ones to keep) or exclude (the ones to drop), not both`);
+    return { exclude: s.exclude };
+  }
+  if (!Array.isArray(s.columns)) return undefined;
+  const columns = s.columns.map((c) => (typeof c === 'string' ? { name: c, as: c } : { name: c.name, as: c.as ?? c.name }));
+  const seen = new Set<string>();
+  for (const c of columns) {
+    if (seen.has(c.as)) throw new ConfigError(`${at('columns')}: the output column ${JSON.stringify(c.as)} is named twice`);
+    seen.add(c.as);
+  }
+  return { columns };
 }
 
 function lastPart(table: string): string {

@@ -163,6 +163,7 @@ export const paginationSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('next_url'), url: z.string().min(1) }).strict(),
 ]);
 
+const selectedColumn = z.union([z.string().min(1), z.object({ name: z.string().min(1), as: z.string().min(1).optional() }).strict()]);
 const columnDeclaration = z.union([z.string().min(1), z.object({ type: z.string().min(1), path: z.string().min(1).optional() }).strict()]);
 
 /** `state: {type: file}`: one JSON file per pipeline in the directory `path`, with its previous versions. */
@@ -248,7 +249,10 @@ export const streamSchema = z
     /** HTTP: the API returns records sorted by the cursor, so the watermark may advance at every checkpoint. */
     ordered: z.boolean().optional(),
     /** HTTP / Singer: declared columns and their types (otherwise inferred / taken from the tap's SCHEMA). */
-    columns: z.record(z.string(), columnDeclaration).optional(),
+    /** Files: the columns to read, in order, each a name or {name, as}; unused columns are never decoded. */
+    columns: z.union([z.record(z.string(), columnDeclaration), z.array(selectedColumn).min(1)]).optional(),
+    /** Files: read every column but these. */
+    exclude: z.array(z.string().min(1)).min(1).optional(),
     /** Singer: the tap's stream id (default: the stream name). */
     tap_stream: z.string().min(1).optional(),
   })

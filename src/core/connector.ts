@@ -56,7 +56,14 @@ export interface FilesStreamSpec {
    * in a bucket) and hashes only a file whose metadata moved; `hash` hashes every local file on every run.
    */
   readonly changeDetection?: ChangeDetection;
+  /** The columns to read, in this order, each under its output name (absent: every column of the files). */
+  readonly select?: ColumnSelection;
 }
+
+/** Which columns of the files a stream keeps: a list (with renames), or every column but some. */
+export type ColumnSelection =
+  | { readonly columns: readonly { readonly name: string; readonly as: string }[] }
+  | { readonly exclude: readonly string[] };
 
 export type ChangeDetection = 'stat' | 'hash';
 

@@ -11,6 +11,7 @@ import type { DuckDBConnection, DuckDBDataChunk, DuckDBInstance, DuckDBValue, Du
 import type {
   Batch,
   ColumnBatch,
+  ColumnSelection,
   CsvOptions,
   FilesStreamSpec,
   NativeScan,
@@ -21,7 +22,7 @@ import type {
   Source,
   StreamSpec,
 } from '../../core/connector.js';
-import { SourceError } from '../../core/errors.js';
+import { ConfigError, SourceError } from '../../core/errors.js';
 import type { Column, PartitionFile, Row, StreamSchema, Value } from '../../core/types.js';
 import { hashFile, openObjectStore, type ObjectStore, type ObjectStoreOptions } from '../../shared/object-store.js';
 import { quoteIdent, quoteString } from '../../shared/sql.js';
@@ -223,28 +224,33 @@ export class FilesSource implements Source {
       } catch (error) {
         throw await explainOn(describer)(error);
       }
+      const picked = selectColumns(
+        described.map((d) => ({ name: String(d.column_name), type: String(d.column_type) })),
+        spec.select,
+        read[0]!.display,
+      );
       const readers: ColumnReader[] = [];
       const columns: Column[] = [];
-      for (const d of described) {
-        const name = String(d.column_name);
-        if (name === spec.partitionColumn) {
-          throw new SourceError(`${read[0]!.display} already has a column ${name}; choose another partition_column`, { context: { phase: 'discover' } });
+      for (const c of picked) {
+        if (c.as === spec.partitionColumn) {
+          throw new SourceError(`${read[0]!.display} already has a column ${c.as}; choose another partition_column`, { context: { phase: 'discover' } });
         }
-        const r = columnReader(String(d.column_type));
+        const r = columnReader(c.type);
         readers.push(r);
-        columns.push({ name, type: r.type, nullable: true });
+        columns.push({ name: c.as, type: r.type, nullable: true });
       }
       columns.push({ name: spec.partitionColumn, type: { kind: 'text' }, nullable: false });
       const schema: StreamSchema = { name: stream.name, columns, primaryKey: [] };
-      const names = described.map((d) => quoteIdent(String(d.column_name)));
-      const { from, params } = spec.format === 'jsonl' ? readFrom(described.map((d) => [String(d.column_name), String(d.column_type)] as const)) : detecting;
+      const names = picked.map((c) => quoteIdent(c.name));
+      // JSONL is parsed with exactly the picked columns; Parquet and CSV readers skip the others by projection.
+      const { from, params } = spec.format === 'jsonl' ? readFrom(picked.map((c) => [c.name, c.type] as const)) : detecting;
       const rowSql = `SELECT ${names.map((n, i) => readers[i]!.rowExpression(n)).join(', ')} FROM ${from}`;
       const scanParams: Param[] = [...params, partition.partition];
       const scan: NativeScan | undefined = readers.some((r) => r.rowPathOnly)
         ? undefined
         : {
             engine: 'duckdb',
-            sql: `SELECT ${[...names.map((n, i) => `${readers[i]!.scanExpression(n)} AS ${n}`), `$${scanParams.length}::VARCHAR AS ${quoteIdent(spec.partitionColumn)}`].join(', ')} FROM ${from}`,
+            sql: `SELECT ${[...names.map((n, i) => `${readers[i]!.scanExpression(n)} AS ${quoteIdent(picked[i]!.as)}`), `$${scanParams.length}::VARCHAR AS ${quoteIdent(spec.partitionColumn)}`].join(', ')} FROM ${from}`,
             params: scanParams,
           };
       const bytes = files.reduce((sum, f) => sum + f.size, 0);
@@ -395,6 +401,31 @@ function validityOf(vector: RawVector): ((r: number) => boolean) | undefined {
   const words = new Uint32Array(validity.data.buffer, validity.data.byteOffset, validity.data.length * 2);
   const offset = validity.offset;
   return (r) => ((words[(offset + r) >>> 5]! >>> ((offset + r) & 31)) & 1) === 1;
+}
+
+interface FileColumn {
+  readonly name: string;
+  readonly type: string;
+}
+
+/** The described columns a stream keeps, in its order, each with its output name; a name the files lack is an error. */
+function selectColumns(described: readonly FileColumn[], select: ColumnSelection | undefined, file: string): (FileColumn & { readonly as: string })[] {
+  if (select === undefined) return described.map((c) => ({ ...c, as: c.name }));
+  const byName = new Map(described.map((c) => [c.name, c]));
+  const wanted = 'columns' in select ? select.columns.map((c) => c.name) : select.exclude;
+  const missing = wanted.filter((name) => !byName.has(name));
+  if (missing.length > 0) {
+    const field = 'columns' in select ? 'columns' : 'exclude';
+    throw new ConfigError(
+      `${field}: ${file} has no column ${missing.map((m) => JSON.stringify(m)).join(', ')} (it has ${described.map((c) => c.name).join(', ')})`,
+      { context: { phase: 'discover' } },
+    );
+  }
+  if ('columns' in select) return select.columns.map((c) => ({ ...byName.get(c.name)!, as: c.as }));
+  const dropped = new Set(select.exclude);
+  const kept = described.filter((c) => !dropped.has(c.name)).map((c) => ({ ...c, as: c.name }));
+  if (kept.length === 0) throw new ConfigError(`exclude: it drops every column of ${file}`, { context: { phase: 'discover' } });
+  return kept;
 }
 
 /** One column of a chunk as canonical values (both the column path and the row path read through here). */

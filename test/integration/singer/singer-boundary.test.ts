@@ -93,7 +93,7 @@ describe.each<Where>(['lake', 'duckdb'])('a >= Singer tap into %s (append)', (wh
       expect(await orphans(lake, 'groups')).toEqual([]);
       expect((await committed(lake, 'groups'))?.manifest.tables.events?.files.length).toBeGreaterThan(0);
     }
-  });
+  }, 240_000);
 });
 
 describe('Singer number types', () => {

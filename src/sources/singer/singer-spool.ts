@@ -120,7 +120,8 @@ export class SingerSpool implements Source {
       nullCursorRows: 0,
       predicate: `records from stdin`,
       bindings: [],
-      ordered: false,
+      // Records stay in the tap's order, which for an incremental tap is the order of its replication key.
+      ordered: schema.cursor !== undefined,
       resumable: true,
       close: async () => undefined,
       async *batches(): AsyncIterable<Batch> {

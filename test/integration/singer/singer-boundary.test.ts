@@ -105,3 +105,36 @@ describe('Singer number types', () => {
     expect((await duckdbQuery(join(dir, 'w.duckdb'), 'SELECT CAST(amount AS VARCHAR) AS a FROM events ORDER BY id')).map((r) => r.a)).toEqual(['1.01', '2.02', '3.03']);
   });
 });
+
+describe('a >= tap piped into tidemark target', () => {
+  it('checkpoints inside a group lose nothing, and the next session with the emitted state duplicates nothing', async () => {
+    const { spawn } = await import('node:child_process');
+    const { writeFile } = await import('node:fs/promises');
+    const { BIN } = await import('../../helpers/cli.js');
+    const target = join(dir, 'w.duckdb');
+    const config = await writeYaml(dir, 't.yaml', `name: sink\nstreams:\n  - name: events\n    checkpoint_rows: 10\ndestination:\n  type: duckdb\n  path: ${JSON.stringify(target)}\n`);
+    const session = async (count: number, state?: string): Promise<string[]> => {
+      const tapConfig = join(dir, 'tap.json');
+      await writeFile(tapConfig, JSON.stringify({ count, state_every: 15 }));
+      const args = [TAP, '--config', tapConfig];
+      if (state !== undefined) {
+        await writeFile(join(dir, 'state.json'), state);
+        args.push('--state', join(dir, 'state.json'));
+      }
+      const tap = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'ignore'] });
+      const sink = spawn(process.execPath, [BIN, 'target', '--config', config], { stdio: ['pipe', 'pipe', 'pipe'] });
+      tap.stdout.pipe(sink.stdin);
+      let out = '';
+      let err = '';
+      sink.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      sink.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      const code = await new Promise<number | null>((resolve) => sink.on('close', resolve));
+      expect(code, err).toBe(0);
+      return out.trim().split('\n');
+    };
+    const states = await session(200);
+    expect(await ids('duckdb')).toEqual(range(200));
+    await session(230, states.at(-1));
+    expect(await ids('duckdb')).toEqual(range(230));
+  }, 120_000);
+});

@@ -1,10 +1,11 @@
 /**
  * A read ends only when the files prove they ended. A fault far into a file (a bad value, a ragged row, an unclosed
- * quote, a cut-off JSONL line, a damaged Parquet page, a Parquet footer that declares more rows than the file holds)
- * is met after DuckDB streamed out thousands of good rows: the run must fail with the file (and line) named, commit
- * nothing of that partition (no rows, no ledger row) and leave the partition loaded before it as it was. Into SQLite,
- * Postgres and the lake (the row paths) and DuckDB (the native scan); one pipeline per destination, one stream per
- * fault (a run goes on to the next stream after one fails), so each destination costs two runs.
+ * quote, a cut-off JSONL line, a JSONL text value in a number field, a damaged Parquet page, a Parquet footer that
+ * declares more rows than the file holds) is met after DuckDB streamed out thousands of good rows: the run must fail
+ * with the file (and line) named, commit nothing of that partition (no rows, no ledger row) and leave the partition
+ * loaded before it as it was. Into SQLite, Postgres and the lake (the row paths) and DuckDB (the native scan); one
+ * pipeline per destination, one stream per fault (a run goes on to the next stream after one fails), so each
+ * destination costs two runs.
  */
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -27,6 +28,7 @@ const EXPECTED: Record<Fault, RegExp> = {
   'csv-ragged': new RegExp(`at line ${FAULT_LINE}: row has 2 fields, expected 3`),
   'csv-quote': new RegExp(`at line ${FAULT_LINE}: .*unterminated quote`),
   'jsonl-line': new RegExp(`at line ${FAULT_LINE}: malformed JSON`),
+  'jsonl-value': new RegExp(`at line ${FAULT_LINE}: .*"oops"`),
   'parquet-page': new RegExp(`not a readable Parquet file .*row group ${damagedRowGroup(DEEP_ROWS)}, column amount`),
   'parquet-footer': new RegExp(`its Parquet footer declares ${DEEP_ROWS + 1} rows but ${DEEP_ROWS} were read`),
 };

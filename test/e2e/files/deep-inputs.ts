@@ -10,10 +10,10 @@ import { DuckDBInstance } from '@duckdb/node-api';
 export const DEEP_ROWS = 50_000;
 export const FAULT_LINE = 40_001;
 
-export type LineFault = 'csv-value' | 'csv-ragged' | 'csv-quote' | 'jsonl-line';
+export type LineFault = 'csv-value' | 'csv-ragged' | 'csv-quote' | 'jsonl-line' | 'jsonl-value';
 export type ParquetFault = 'parquet-page' | 'parquet-footer';
 export type Fault = LineFault | ParquetFault;
-export const FAULTS: readonly Fault[] = ['csv-value', 'csv-ragged', 'csv-quote', 'jsonl-line', 'parquet-page', 'parquet-footer'];
+export const FAULTS: readonly Fault[] = ['csv-value', 'csv-ragged', 'csv-quote', 'jsonl-line', 'jsonl-value', 'parquet-page', 'parquet-footer'];
 
 export function extensionOf(fault: Fault): 'csv' | 'jsonl' | 'parquet' {
   return fault.startsWith('csv') ? 'csv' : fault.startsWith('jsonl') ? 'jsonl' : 'parquet';
@@ -37,11 +37,12 @@ export function csvText(rows: number, fault?: 'csv-value' | 'csv-ragged' | 'csv-
   return `${lines.join('\n')}\n`;
 }
 
-/** One JSON object per line; with a fault, the line `FAULT_LINE` is cut off mid-object. */
-export function jsonlText(rows: number, fault?: 'jsonl-line'): string {
+/** One JSON object per line; with a fault, the line `FAULT_LINE` is cut off mid-object or has a text amount. */
+export function jsonlText(rows: number, fault?: 'jsonl-line' | 'jsonl-value'): string {
   const lines: string[] = [];
   for (let i = 1; i <= rows; i += 1) {
-    lines.push(fault !== undefined && i === FAULT_LINE ? `{"id": ${i}, "amount": ` : `{"id":${i},"amount":${i * 2},"name":"n${i}"}`);
+    if (fault === undefined || i !== FAULT_LINE) lines.push(`{"id":${i},"amount":${i * 2},"name":"n${i}"}`);
+    else lines.push(fault === 'jsonl-line' ? `{"id": ${i}, "amount": ` : `{"id":${i},"amount":"oops","name":"n${i}"}`);
   }
   return `${lines.join('\n')}\n`;
 }
@@ -132,6 +133,7 @@ export async function writeFaulty(path: string, fault: Fault): Promise<void> {
     case 'csv-quote':
       return put(path, csvText(DEEP_ROWS, fault));
     case 'jsonl-line':
+    case 'jsonl-value':
       return put(path, jsonlText(DEEP_ROWS, fault));
     case 'parquet-page':
       await writeParquet(path, DEEP_ROWS);

@@ -14,7 +14,7 @@ import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { duckdbQuery, sqliteQuery } from '../../helpers/warehouse.js';
 import { dirLake, tableRows } from '../lake/helpers.js';
-import { DEEP_ROWS, FAULTS, FAULT_LINE, damagedRowGroup, extensionOf, writeFaulty, writeGood, type Fault } from './deep-inputs.js';
+import { DEEP_ROWS, FAULTS, FAULT_LINE, PAGE_ROWS, damagedRowGroup, extensionOf, writeFaulty, writeGood, type Fault } from './deep-inputs.js';
 
 const DESTINATIONS = ['sqlite', 'postgres', 'lake', 'duckdb'] as const;
 type Kind = (typeof DESTINATIONS)[number];
@@ -29,7 +29,7 @@ const EXPECTED: Record<Fault, RegExp> = {
   'csv-quote': new RegExp(`at line ${FAULT_LINE}: .*unterminated quote`),
   'jsonl-line': new RegExp(`at line ${FAULT_LINE}: malformed JSON`),
   'jsonl-value': new RegExp(`at line ${FAULT_LINE}: .*"oops"`),
-  'parquet-page': new RegExp(`not a readable Parquet file .*row group ${damagedRowGroup(DEEP_ROWS)}, column amount`),
+  'parquet-page': new RegExp(`not a readable Parquet file .*row group ${damagedRowGroup(PAGE_ROWS)}, column amount`),
   'parquet-footer': new RegExp(`its Parquet footer declares ${DEEP_ROWS + 1} rows but ${DEEP_ROWS} were read`),
 };
 

@@ -217,8 +217,9 @@ class PartitionLoader {
       });
       try {
         const counts = await this.copy(opened, txn);
-        // Completeness is checked, not assumed: a read that ended short of what its files declare does not commit.
-        if (opened.declared && counts.loaded + counts.rejects.length !== opened.declared.rows) throw opened.declared.mismatch(counts.loaded + counts.rejects.length);
+        // Completeness is checked, not assumed: a read that ended at another count than its files declare does not commit.
+        const read = counts.loaded + counts.rejects.length;
+        if (opened.declared && read !== opened.declared.rows) throw opened.declared.mismatch(read);
         const entry: LedgerEntry = {
           pipeline: this.ctx.pipeline,
           stream: this.stream.name,

@@ -315,7 +315,9 @@ export class FilesSource implements Source {
   private async *chunks(connection: DuckDBConnection, sql: string, params: readonly Param[], readers: readonly ColumnReader[], partitionValue: string): AsyncGenerator<ColumnBatch> {
     // A streaming result that fails part-way ends in this DuckDB API like one that finished: an empty chunk, no
     // error. Inside an explicit transaction the failure leaves the transaction aborted, and that is the proof asked
-    // for after the last chunk (see `assertEnded`). Read-only: the transaction is always rolled back.
+    // for after the last chunk (see `assertEnded`); the only errors DuckDB lets a transaction survive (parser,
+    // binder, catalog, permission) are raised when the statement is prepared, before any chunk. Read-only: the
+    // transaction is always rolled back.
     await connection.run('BEGIN TRANSACTION');
     let pending: Promise<DuckDBDataChunk | null> | undefined;
     try {

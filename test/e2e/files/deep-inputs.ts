@@ -9,11 +9,18 @@ import { DuckDBInstance } from '@duckdb/node-api';
 /** Rows of a faulty file; the fault is on line `FAULT_LINE` (CSV: the header is line 1). */
 export const DEEP_ROWS = 50_000;
 export const FAULT_LINE = 40_001;
+/**
+ * Rows of the Parquet file with a damaged page. DuckDB's streaming buffer (~1 MB, string bodies not counted) lets
+ * its reader threads run ~30,000 rows ahead of the consumer: the damaged row group must lie well beyond that, or
+ * the failure can surface before the first chunk and the loss would not reproduce on a reader that mistakes it for
+ * the end.
+ */
+export const PAGE_ROWS = 200_000;
 
-export type LineFault = 'csv-value' | 'csv-ragged' | 'csv-quote' | 'jsonl-line';
+export type LineFault = 'csv-value' | 'csv-ragged' | 'csv-quote' | 'jsonl-line' | 'jsonl-value';
 export type ParquetFault = 'parquet-page' | 'parquet-footer';
 export type Fault = LineFault | ParquetFault;
-export const FAULTS: readonly Fault[] = ['csv-value', 'csv-ragged', 'csv-quote', 'jsonl-line', 'parquet-page', 'parquet-footer'];
+export const FAULTS: readonly Fault[] = ['csv-value', 'csv-ragged', 'csv-quote', 'jsonl-line', 'jsonl-value', 'parquet-page', 'parquet-footer'];
 
 export function extensionOf(fault: Fault): 'csv' | 'jsonl' | 'parquet' {
   return fault.startsWith('csv') ? 'csv' : fault.startsWith('jsonl') ? 'jsonl' : 'parquet';
@@ -37,11 +44,12 @@ export function csvText(rows: number, fault?: 'csv-value' | 'csv-ragged' | 'csv-
   return `${lines.join('\n')}\n`;
 }
 
-/** One JSON object per line; with a fault, the line `FAULT_LINE` is cut off mid-object. */
-export function jsonlText(rows: number, fault?: 'jsonl-line'): string {
+/** One JSON object per line; with a fault, the line `FAULT_LINE` is cut off mid-object or has a text amount. */
+export function jsonlText(rows: number, fault?: 'jsonl-line' | 'jsonl-value'): string {
   const lines: string[] = [];
   for (let i = 1; i <= rows; i += 1) {
-    lines.push(fault !== undefined && i === FAULT_LINE ? `{"id": ${i}, "amount": ` : `{"id":${i},"amount":${i * 2},"name":"n${i}"}`);
+    if (fault === undefined || i !== FAULT_LINE) lines.push(`{"id":${i},"amount":${i * 2},"name":"n${i}"}`);
+    else lines.push(fault === 'jsonl-line' ? `{"id": ${i}, "amount": ` : `{"id":${i},"amount":"oops","name":"n${i}"}`);
   }
   return `${lines.join('\n')}\n`;
 }
@@ -124,7 +132,7 @@ export async function writeGood(path: string, fault: Fault, rows: number): Promi
   return put(path, ext === 'csv' ? csvText(rows) : jsonlText(rows));
 }
 
-/** A file of `DEEP_ROWS` rows with `fault` far from its start. */
+/** A file of `DEEP_ROWS` rows (`PAGE_ROWS` for a damaged page) with `fault` far from its start. */
 export async function writeFaulty(path: string, fault: Fault): Promise<void> {
   switch (fault) {
     case 'csv-value':
@@ -132,10 +140,11 @@ export async function writeFaulty(path: string, fault: Fault): Promise<void> {
     case 'csv-quote':
       return put(path, csvText(DEEP_ROWS, fault));
     case 'jsonl-line':
+    case 'jsonl-value':
       return put(path, jsonlText(DEEP_ROWS, fault));
     case 'parquet-page':
-      await writeParquet(path, DEEP_ROWS);
-      return damageParquetPage(path, DEEP_ROWS);
+      await writeParquet(path, PAGE_ROWS);
+      return damageParquetPage(path, PAGE_ROWS);
     case 'parquet-footer':
       await writeParquet(path, DEEP_ROWS);
       return inflateParquetFooter(path, DEEP_ROWS);

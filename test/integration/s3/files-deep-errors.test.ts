@@ -10,11 +10,11 @@ import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { startS3, type LocalS3 } from '../../helpers/s3.js';
 import { sqliteQuery } from '../../helpers/warehouse.js';
-import { DEEP_ROWS, FAULT_LINE, damagedRowGroup, extensionOf, writeFaulty, writeGood, type Fault } from '../../e2e/files/deep-inputs.js';
+import { FAULT_LINE, PAGE_ROWS, damagedRowGroup, extensionOf, writeFaulty, writeGood, type Fault } from '../../e2e/files/deep-inputs.js';
 
 const CASES: readonly [Fault, RegExp][] = [
   ['csv-value', new RegExp(`at line ${FAULT_LINE}: column amount: cannot convert "oops" to BIGINT`)],
-  ['parquet-page', new RegExp(`not a readable Parquet file .*row group ${damagedRowGroup(DEEP_ROWS)}, column amount`)],
+  ['parquet-page', new RegExp(`not a readable Parquet file .*row group ${damagedRowGroup(PAGE_ROWS)}, column amount`)],
 ];
 
 describe('a fault deep in an object of a bucket', () => {

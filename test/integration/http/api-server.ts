@@ -47,10 +47,11 @@ export class ApiServer {
     this.faults.set(path, [...(this.faults.get(path) ?? []), ...faults]);
   }
 
-  /** Items with ids from..from+count-1, one second apart, with a raw big-number field added by the handler. */
-  seed(from: number, count: number, label = 'v1', baseSecond = 0): void {
+  /** Items with ids from..from+count-1, one second apart (or `perSecond` sharing each second), with a raw big-number field added by the handler. */
+  seed(from: number, count: number, label = 'v1', baseSecond = 0, perSecond = 1): void {
     for (let id = from; id < from + count; id += 1) {
-      const item = { id, updated_at: new Date(Date.UTC(2024, 0, 1) + (baseSecond + id) * 1000).toISOString(), name: `${label}-${id}` };
+      const second = baseSecond + Math.floor(id / perSecond);
+      const item = { id, updated_at: new Date(Date.UTC(2024, 0, 1) + second * 1000).toISOString(), name: `${label}-${id}` };
       const at = this.items.findIndex((i) => i.id === id);
       if (at >= 0) this.items[at] = item;
       else this.items.push(item);

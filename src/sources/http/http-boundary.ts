@@ -37,7 +37,7 @@ export function fingerprint(text: string): string {
   return nodeCrypto().createHash('sha256').update(text).digest('base64url').slice(0, 16);
 }
 
-/** Why a page cannot be read: the caller turns it into a SourceError naming the URL. */
+/** Why a page cannot be read (a whole sentence): the caller turns it into a SourceError naming the URL. */
 export class WentBack extends Error {}
 
 export class WindowBoundary {
@@ -49,6 +49,8 @@ export class WindowBoundary {
   private tail: { cursor: string; prints: Set<string> } | undefined;
   /** Pages this window finished before the current one (a resumed window has finished at least one). */
   private pagesDone: number;
+  private pagesThisRun = 0;
+  private readonly resuming: boolean;
 
   constructor(
     private readonly options: BoundaryOptions,
@@ -58,7 +60,8 @@ export class WindowBoundary {
     this.seenSet = new Set(this.seen);
     this.first = resumed?.first;
     this.prints = new Set(resumed?.prints ?? []);
-    this.pagesDone = resumed !== undefined ? 1 : 0;
+    this.resuming = resumed !== undefined;
+    this.pagesDone = this.resuming ? 1 : 0;
     if (resumed?.tail) this.tail = { cursor: resumed.tail.cursor, prints: new Set(resumed.tail.prints) };
   }
 
@@ -67,7 +70,7 @@ export class WindowBoundary {
     const key = fingerprint(JSON.stringify(position));
     // A token's own next position was recorded when the token was written.
     if (resuming && this.seenSet.has(key)) return;
-    if (this.seenSet.has(key)) throw new WentBack('leads to a page already read');
+    if (this.seenSet.has(key)) throw new WentBack('the paginator does not advance: it leads to a page already read');
     this.seenSet.add(key);
     this.seen.push(key);
   }
@@ -83,7 +86,7 @@ export class WindowBoundary {
     this.first ??= print;
     // Keyless records may repeat legitimately, and sorted reads drop what lies behind them instead.
     const checksFirst = this.options.keyed && !this.options.ordered;
-    if (checksFirst && this.pagesDone > 0 && print === this.first) throw new WentBack('went back to the first page of the window');
+    if (checksFirst && this.pagesDone > 0 && print === this.first) throw new WentBack('the paginator went back to the first page of the window');
     if (this.options.ordered && cursor !== undefined && this.options.cursorKind !== undefined) {
       if (!this.admitSorted(print, cursor, this.options.cursorKind)) return false;
     } else if (this.options.keyed && this.prints.has(print)) {
@@ -96,7 +99,11 @@ export class WindowBoundary {
   private admitSorted(print: string, cursor: string, kind: ColumnKind): boolean {
     const tail = this.tail;
     const c = tail === undefined ? 1 : compareCanonical(kind, cursor, tail.cursor);
-    if (c < 0) return false;
+    if (c < 0) {
+      // The first page of a resumed read may hold records committed before the kill: it continues strictly after them.
+      if (this.resuming && this.pagesThisRun === 0) return false;
+      throw new WentBack(`a record with cursor ${cursor} came after ${tail!.cursor}: the records are not sorted by the cursor (ordered: true), or the paginator went back`);
+    }
     if (c === 0) {
       if (tail!.prints.has(print)) return false;
       tail!.prints.add(print);
@@ -116,6 +123,7 @@ export class WindowBoundary {
     if (this.pagePrints.size > 0 || !this.options.keyed) this.prints = this.pagePrints;
     this.pagePrints = new Set();
     this.pagesDone += 1;
+    this.pagesThisRun += 1;
   }
 
   token(): BoundaryToken {

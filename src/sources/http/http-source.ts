@@ -183,7 +183,7 @@ export class HttpSource implements Source {
         let previousText: string | undefined;
         let pages = 0;
         const fail = (url: URL, why: string): SourceError =>
-          new SourceError(`the paginator ${why}: ${self.display(url)} (page ${pages}${token ? ' of a resumed window' : ''}); nothing of that page was written; check pagination`, {
+          new SourceError(`${why}: ${self.display(url)} (page ${pages}${token ? ' of a resumed window' : ''}); nothing of that page was written; check pagination`, {
             context: { ...context, at: self.display(url) },
           });
         boundary.visit(next, token !== undefined);
@@ -202,13 +202,13 @@ export class HttpSource implements Source {
             if (following !== null) {
               // A paginator that hands out a position already read, or a server that ignores the page parameter, would loop forever.
               if (previousText !== undefined && response.text === previousText) {
-                throw new WentBack(`does not advance: the server sent the same page again for ${describePage(following)}`);
+                throw new WentBack(`the paginator does not advance: the server sent the same page again for ${describePage(following)}`);
               }
               boundary.visit(following);
             }
             rows = toRows(records);
           } catch (error) {
-            if (error instanceof WentBack) throw fail(url, error.message === 'leads to a page already read' ? `does not advance: it leads to a page already read (${describePage(following!)})` : error.message);
+            if (error instanceof WentBack) throw fail(url, following !== null && error.message.endsWith('already read') ? `${error.message} (${describePage(following)})` : error.message);
             throw error;
           }
           boundary.endPage();

@@ -202,3 +202,25 @@ describe('page/offset pagination that cannot follow changes', () => {
     expect(out.stderr).toMatch(/stream items: page pagination counts records.*set ordered: true with a \{\{since\}\} parameter, or use cursor, link or next_url pagination/);
   });
 });
+
+describe('a sorted page/offset API that breaks what ordered: true needs', () => {
+  it('stops when the API answers {{since}} from a later value (an exclusive filter would skip the rest of a group)', async () => {
+    server.order = 'cursor';
+    server.exclusive = true;
+    server.seed(1, 120, 'v1', 0, 4); // page 1 ends inside the group of second 12 (ids 48-51)
+    const config = await writeYaml(dir, 'p.yaml', pipeline('sqlite', 'merge', `${PAGE}\n    ordered: true`));
+    const out = await run(config);
+    expect(out.code).toBe(1);
+    expect(out.result.streams[0].error).toMatch(/must include the value itself \(>=\)/);
+    expect(out.result.streams[0].rows_loaded).toBe(0);
+  });
+
+  it('stops when records are not sorted by the cursor', async () => {
+    server.seed(1, 120); // served by id
+    server.touch([30], 'v2', 3_600);
+    const config = await writeYaml(dir, 'p.yaml', pipeline('sqlite', 'merge', `${PAGE}\n    ordered: true`));
+    const out = await run(config);
+    expect(out.code).toBe(1);
+    expect(out.result.streams[0].error).toMatch(/not sorted by the cursor \(ordered: true\)/);
+  });
+});

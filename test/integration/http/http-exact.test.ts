@@ -224,3 +224,23 @@ describe('a sorted page/offset API that breaks what ordered: true needs', () => 
     expect(out.result.streams[0].error).toMatch(/not sorted by the cursor \(ordered: true\)/);
   });
 });
+
+describe.each(['duckdb', 'sqlite'] as const)('an unordered page window into %s', (kind) => {
+  it('does not load a record twice when a record inserted before the position moves the page boundary forward', async () => {
+    server.seed(1, 400);
+    server.items = server.items.filter((i) => i.id % 2 === 0); // ids 2..400, 4 pages of 50
+    const config = await writeYaml(dir, 'p.yaml', pipeline(kind, 'append', PAGE));
+    server.beforeServe = (n) => {
+      // After two pages, a new record sorts before the position (id order): page 3 starts with page 2's last record.
+      if (n === 3) server.items.push({ id: 5, updated_at: '2024-01-01T02:00:00.000Z', name: 'v1-5' });
+    };
+    const out = await run(config);
+    expect(out.code, out.stderr).toBe(0);
+    server.beforeServe = undefined;
+    expect(await landed(kind)).toEqual(expected(current().filter((r) => r !== '5:v1-5')));
+    // The new record is newer than everything read, so the next window has it.
+    const next = await run(config);
+    expect(next.result.streams[0], next.stderr).toMatchObject({ rows_loaded: 1 });
+    expect(await landed(kind)).toEqual(expected(current()));
+  });
+});

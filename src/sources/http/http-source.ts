@@ -177,7 +177,7 @@ export class HttpSource implements Source {
       bindings: [window.since, window.until].filter((v): v is string => v !== undefined),
       ordered: spec.ordered,
       resumable: true,
-      ...positionalWarning(stream.name, spec, request.incremental, keyset),
+      ...positionalWarning(spec, request.incremental, keyset),
       close: async () => undefined,
       async *batches(): AsyncIterable<Batch> {
         let previousText: string | undefined;
@@ -428,9 +428,10 @@ function pagesBySince(p: HttpPagination, usesSince: boolean): boolean {
 
 /**
  * Page numbers and offsets count records: when a record already read changes and moves (or leaves the window),
- * every later page shifts by one and a record that never changed is skipped. Said once per run where that can happen.
+ * every later page shifts by one and a record that never changed is skipped. Said once per run where that can happen
+ * (the engine names the pipeline and stream).
  */
-function positionalWarning(stream: string, spec: HttpStreamSpec, incremental: boolean, keyset: boolean): { warnings?: readonly string[] } {
+function positionalWarning(spec: HttpStreamSpec, incremental: boolean, keyset: boolean): { warnings?: readonly string[] } {
   const p = spec.pagination;
   if (!incremental || keyset || (p.type !== 'page' && p.type !== 'offset')) return {};
   const fix = spec.ordered
@@ -438,7 +439,7 @@ function positionalWarning(stream: string, spec: HttpStreamSpec, incremental: bo
     : 'if the API sorts by the cursor set ordered: true with a {{since}} parameter, or use cursor, link or next_url pagination';
   return {
     warnings: [
-      `stream ${stream}: ${p.type} pagination counts records, so a record that changes while the window is read shifts every later page and can make an unchanged one be skipped; ${fix}`,
+      `${p.type} pagination counts records, so a record that changes while the window is read shifts every later page and can make an unchanged one be skipped; ${fix}`,
     ],
   };
 }

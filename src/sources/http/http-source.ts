@@ -11,10 +11,19 @@ import type { Column, ColumnKind, ColumnType, Row, StreamSchema, TypedValue, Wat
 import { ValueRejection, canonicalTimestamp, coerceValue, compareCanonical, encodeValue, formatMicros } from '../../core/values.js';
 import type { HttpSourceConfig } from '../../config/schema.js';
 import { JsonNumber, inferJsonType, isJsonObject, jsonPath, jsonToRaw, stringifyExactJson, widenType, type ExactJson } from '../../shared/exact-json.js';
+import { WentBack, WindowBoundary, type BoundaryToken } from './http-boundary.js';
 import { HttpClient, type Fetch, type JsonResponse } from './http-client.js';
 
-/** Where the next request of a window goes. */
-type PageState = { readonly page: number } | { readonly offset: number } | { readonly cursor: string | null } | { readonly url: string } | { readonly first: true };
+/**
+ * Where the next request of a window goes. A page or offset with `since` asks the window's tail from that cursor
+ * value on (sorted APIs): `{{since}}` is then the last cursor read, not the window's lower bound.
+ */
+type PageState =
+  | { readonly page: number; readonly since?: string }
+  | { readonly offset: number; readonly since?: string }
+  | { readonly cursor: string | null }
+  | { readonly url: string }
+  | { readonly first: true };
 
 /** The fixed bounds of one window; stored in the resume token so a resumed read asks for exactly the same window. */
 interface Window {
@@ -26,7 +35,7 @@ interface Window {
   readonly from?: TypedValue;
 }
 
-interface ResumeToken {
+interface ResumeToken extends BoundaryToken {
   readonly v: 1;
   readonly window: Window;
   readonly next: PageState;
@@ -125,13 +134,38 @@ export class HttpSource implements Source {
       return true;
     };
 
+    /** The canonical cursor of a row, when it has a readable one. */
+    const cursorOf = (row: Row): string | undefined => {
+      if (cursorIndex < 0) return undefined;
+      try {
+        const value = coerceValue(cursorType!, row[cursorIndex]);
+        return value === null ? undefined : encodeValue(cursorType!.kind, value);
+      } catch {
+        return undefined;
+      }
+    };
+    const keyset = spec.ordered && request.incremental && cursorIndex >= 0 && pagesBySince(spec.pagination, this.usesSince(spec));
+    const boundary = new WindowBoundary(
+      { ordered: spec.ordered && request.incremental, keyed: pkIndexes.length > 0, opaque: isOpaque(spec.pagination), cursorKind: cursorType?.kind },
+      token,
+    );
     const toRows = (records: readonly ExactJson[]): Row[] => {
       const rows: Row[] = [];
       for (const record of records) {
         const row = recordToRow(record, columns, spec.columns, inferred);
-        if (keep(row)) rows.push(row);
+        if (keep(row) && boundary.admit(stringifyExactJson(record), cursorOf(row))) rows.push(row);
       }
       return rows;
+    };
+    const lastCursor = (records: readonly ExactJson[]): string | undefined =>
+      records.length === 0 ? undefined : cursorOf(recordToRow(records[records.length - 1]!, columns, spec.columns, inferred));
+    /** Sorted pages by `{{since}}`: the cursor the next request starts from, when the page got past the one it was asked from. */
+    const advanceTo = (page: PageState, records: readonly ExactJson[]): string | undefined => {
+      if (!keyset) return undefined;
+      const last = lastCursor(records);
+      const since = 'since' in page ? page.since : undefined;
+      if (last === undefined || (since !== undefined && compareCanonical(cursorType!.kind, last, since) <= 0)) return undefined;
+      return last;
     };
 
     const self = this;
@@ -143,42 +177,68 @@ export class HttpSource implements Source {
       bindings: [window.since, window.until].filter((v): v is string => v !== undefined),
       ordered: spec.ordered,
       resumable: true,
+      ...positionalWarning(spec, request.incremental, keyset),
       close: async () => undefined,
       async *batches(): AsyncIterable<Batch> {
-        const seen = new Set<string>([JSON.stringify(next)]);
         let previousText: string | undefined;
         let pages = 0;
+        const fail = (url: URL, why: string): SourceError =>
+          new SourceError(`${why}: ${self.display(url)} (page ${pages}${token ? ' of a resumed window' : ''}); nothing of that page was written; check pagination`, {
+            context: { ...context, at: self.display(url) },
+          });
+        boundary.visit(next, token !== undefined);
         for (;;) {
           const url = self.pageUrl(spec, vars, next);
           const response = prefetched ?? (await self.client.getJson(url, self.headers(spec), request.signal));
           prefetched = undefined;
           pages += 1;
           const records = self.records(spec, response);
-          const following = records.length === 0 ? null : self.nextPage(spec.pagination, next, response, records.length);
-          if (following !== null) {
-            // A paginator that hands out the same position, or a server that ignores the page parameter, would loop forever.
-            const key = JSON.stringify(following);
-            const sameBody = previousText !== undefined && response.text === previousText;
-            if (seen.has(key) || sameBody) {
-              throw new SourceError(
-                `the paginator does not advance: ${self.display(url)} (page ${pages}) leads to a page already read (${describePage(following)}); check pagination`,
-                { context: { ...context, at: self.display(url) } },
-              );
+          const following = records.length === 0 ? null : self.nextPage(spec.pagination, next, response, records.length, advanceTo(next, records));
+          // The first page asked from a new cursor value (a resumed read's first request may find its last record changed).
+          const askedFrom = keyset && pages > (token ? 1 : 0) ? startsAt(next, spec.pagination) : undefined;
+          if (askedFrom !== undefined) checkInclusive(records, askedFrom, lastCursor, url);
+          let rows: Row[];
+          try {
+            if (following !== null) {
+              // A paginator that hands out a position already read, or a server that ignores the page parameter, would loop forever.
+              if (previousText !== undefined && response.text === previousText) {
+                throw new WentBack(`the paginator does not advance: the server sent the same page again for ${describePage(following)}`);
+              }
+              boundary.visit(following);
             }
-            seen.add(key);
+            rows = toRows(records);
+          } catch (error) {
+            if (error instanceof WentBack) throw fail(url, following !== null && error.message.endsWith('already read') ? `${error.message} (${describePage(following)})` : error.message);
+            throw error;
           }
+          boundary.endPage();
           previousText = response.text;
-          const rows = toRows(records);
           if (following === null) {
             yield { rows, resume: null };
             return;
           }
           next = following;
-          const resume: ResumeToken = { v: 1, window, next: following };
+          const resume: ResumeToken = { v: 1, window, next: following, ...boundary.token() };
           yield { rows, resume: resume as unknown as JsonValue };
         }
       },
     };
+
+    /** A tail asked from cursor `since` must start at that value: an API that answers `>` would skip the rest of its group. */
+    function checkInclusive(records: readonly ExactJson[], since: string, cursorAt: (r: readonly ExactJson[]) => string | undefined, url: URL): void {
+      const firstCursor = records.length === 0 ? undefined : cursorAt(records.slice(0, 1));
+      if (firstCursor === undefined || compareCanonical(cursorType!.kind, firstCursor, since) <= 0) return;
+      throw new SourceError(
+        `${stream.name}: asked for records from ${stream.cursor} ${since} on (ordered: true pages from the last record read), the API answered from ${firstCursor}: ` +
+          `its {{since}} filter must include the value itself (>=), or records sharing it are skipped; use cursor or link pagination, or ordered: false`,
+        { context: { ...context, at: self.display(url) } },
+      );
+    }
+  }
+
+  /** Whether a parameter of the stream sends `{{since}}`. */
+  private usesSince(spec: HttpStreamSpec): boolean {
+    return Object.values({ ...stringParams(this.config.params), ...spec.params }).some((v) => /\{\{\s*since\s*\}\}/.test(v));
   }
 
   async close(): Promise<void> {}
@@ -204,12 +264,13 @@ export class HttpSource implements Source {
   }
 
   /** The request URL: parameters are set through URLSearchParams, so window values are always encoded, never spliced. */
-  private pageUrl(spec: HttpStreamSpec, vars: { since?: string | undefined; until?: string | undefined }, page: PageState): URL {
+  private pageUrl(spec: HttpStreamSpec, window: { since?: string | undefined; until?: string | undefined }, page: PageState): URL {
     let url: URL;
     if ('url' in page) {
       url = new URL(page.url);
     } else {
       url = new URL(spec.path.replace(/^\//, ''), this.base);
+      const vars = 'since' in page && page.since !== undefined ? { ...window, since: page.since } : window;
       const params: Record<string, string> = {};
       for (const [k, v] of Object.entries({ ...stringParams(this.config.params), ...spec.params })) {
         const value = fill(v, vars);
@@ -260,14 +321,23 @@ export class HttpSource implements Source {
     return found as readonly ExactJson[];
   }
 
-  private nextPage(p: HttpPagination, current: PageState, response: JsonResponse, count: number): PageState | null {
+  /**
+   * The next position. `tail` (sorted reads paging by `{{since}}`) is the cursor of the page's last record: the
+   * next request asks from it on at the first page, so records that change and move never shift what is left to
+   * read; while a page ends on the cursor value it was asked from (one value fills the page), it pages on.
+   */
+  private nextPage(p: HttpPagination, current: PageState, response: JsonResponse, count: number, tail?: string): PageState | null {
+    const since = 'since' in current ? current.since : undefined;
+    const moved = tail !== undefined;
     switch (p.type) {
       case 'none':
         return null;
       case 'page':
-        return { page: ('page' in current ? current.page : p.start) + 1 };
+        if (moved) return { page: p.start, since: tail };
+        return { page: ('page' in current ? current.page : p.start) + 1, ...(since !== undefined ? { since } : {}) };
       case 'offset':
-        return { offset: ('offset' in current ? current.offset : 0) + count };
+        if (moved) return { offset: 0, since: tail };
+        return { offset: ('offset' in current ? current.offset : 0) + count, ...(since !== undefined ? { since } : {}) };
       case 'cursor': {
         const token = jsonPath(response.body, p.token);
         if (token instanceof JsonNumber) return { cursor: token.text };
@@ -332,11 +402,46 @@ function initialPage(p: HttpPagination): PageState {
 }
 
 function describePage(page: PageState): string {
-  if ('page' in page) return `page ${page.page}`;
-  if ('offset' in page) return `offset ${page.offset}`;
+  const from = 'since' in page && page.since !== undefined ? ` from ${page.since}` : '';
+  if ('page' in page) return `page ${page.page}${from}`;
+  if ('offset' in page) return `offset ${page.offset}${from}`;
   if ('cursor' in page) return `cursor ${JSON.stringify(page.cursor)}`;
   if ('url' in page) return page.url;
   return 'the first page';
+}
+
+/** The cursor value a page is asked from, when it is the first page of the tail from that value. */
+function startsAt(page: PageState, p: HttpPagination): string | undefined {
+  if (!('since' in page) || page.since === undefined) return undefined;
+  return ('page' in page && p.type === 'page' && page.page === p.start) || ('offset' in page && page.offset === 0) ? page.since : undefined;
+}
+
+/** Positions handed out by the API, which may lead anywhere (page numbers and offsets are computed here). */
+function isOpaque(p: HttpPagination): boolean {
+  return p.type === 'cursor' || p.type === 'link' || p.type === 'next_url';
+}
+
+/** Page and offset pagination of a sorted API can ask each page from the last cursor read, given `{{since}}`. */
+function pagesBySince(p: HttpPagination, usesSince: boolean): boolean {
+  return usesSince && (p.type === 'page' || p.type === 'offset');
+}
+
+/**
+ * Page numbers and offsets count records: when a record already read changes and moves (or leaves the window),
+ * every later page shifts by one and a record that never changed is skipped. Said once per run where that can happen
+ * (the engine names the pipeline and stream).
+ */
+function positionalWarning(spec: HttpStreamSpec, incremental: boolean, keyset: boolean): { warnings?: readonly string[] } {
+  const p = spec.pagination;
+  if (!incremental || keyset || (p.type !== 'page' && p.type !== 'offset')) return {};
+  const fix = spec.ordered
+    ? 'send the window with a {{since}} parameter (then each page is asked from the last record read)'
+    : 'if the API sorts by the cursor set ordered: true with a {{since}} parameter, or use cursor, link or next_url pagination';
+  return {
+    warnings: [
+      `${p.type} pagination counts records, so a record that changes while the window is read shifts every later page and can make an unchanged one be skipped; ${fix}`,
+    ],
+  };
 }
 
 function readToken(resume: JsonValue | undefined, stream: string): ResumeToken | undefined {

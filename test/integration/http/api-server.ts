@@ -27,8 +27,8 @@ export class ApiServer {
   beforeServe: ((request: number, url: URL) => void) | undefined;
   /** A `/v1/cursor` request for token `from` is answered as if it asked for `to` (a paginator that went back). */
   rewind: { from: string; to: string } | undefined;
-  /** Adds `"total": <records in the window>` to every body (as many APIs declare it). */
-  withTotal = false;
+  /** `updated_after` compares with `>` instead of `>=`. */
+  exclusive = false;
   private server!: Server;
   base = '';
 
@@ -47,10 +47,11 @@ export class ApiServer {
     this.faults.set(path, [...(this.faults.get(path) ?? []), ...faults]);
   }
 
-  /** Items with ids from..from+count-1, one second apart, with a raw big-number field added by the handler. */
-  seed(from: number, count: number, label = 'v1', baseSecond = 0): void {
+  /** Items with ids from..from+count-1, one second apart (or `perSecond` sharing each second), with a raw big-number field added by the handler. */
+  seed(from: number, count: number, label = 'v1', baseSecond = 0, perSecond = 1): void {
     for (let id = from; id < from + count; id += 1) {
-      const item = { id, updated_at: new Date(Date.UTC(2024, 0, 1) + (baseSecond + id) * 1000).toISOString(), name: `${label}-${id}` };
+      const second = baseSecond + Math.floor(id / perSecond);
+      const item = { id, updated_at: new Date(Date.UTC(2024, 0, 1) + second * 1000).toISOString(), name: `${label}-${id}` };
       const at = this.items.findIndex((i) => i.id === id);
       if (at >= 0) this.items[at] = item;
       else this.items.push(item);
@@ -72,7 +73,7 @@ export class ApiServer {
     // Served in id order by default, not cursor order: the source must not assume sorted cursors.
     const byCursor = (a: Item, b: Item): number => Date.parse(a.updated_at) - Date.parse(b.updated_at) || a.id - b.id;
     return this.items
-      .filter((i) => (after === null || Date.parse(i.updated_at) >= Date.parse(after)) && (before === null || Date.parse(i.updated_at) < Date.parse(before)))
+      .filter((i) => (after === null || Date.parse(i.updated_at) - Date.parse(after) > (this.exclusive ? 0 : -1)) && (before === null || Date.parse(i.updated_at) < Date.parse(before)))
       .sort(this.order === 'cursor' ? byCursor : (a, b) => a.id - b.id);
   }
 
@@ -107,9 +108,7 @@ export class ApiServer {
     this.beforeServe?.(this.requests.length, url);
     const size = Number(url.searchParams.get('per_page') ?? url.searchParams.get('limit') ?? 10);
     const all = this.window(url);
-    const total = this.withTotal ? `,"total":${all.length}` : '';
-    const send = (body: string, headers: Record<string, string> = {}): void =>
-      void res.writeHead(200, { 'content-type': 'application/json', ...headers }).end(total === '' ? body : `${body.slice(0, -1)}${total}}`);
+    const send = (body: string, headers: Record<string, string> = {}): void => void res.writeHead(200, { 'content-type': 'application/json', ...headers }).end(body);
     switch (url.pathname) {
       case '/v1/items':
       case '/v1/stuck': {

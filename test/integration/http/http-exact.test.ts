@@ -10,10 +10,17 @@ import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { destinationQuery } from '../../helpers/warehouse.js';
 import { ApiServer, TOKEN } from './api-server.js';
 
-const KINDS = ['duckdb', 'sqlite'] as const;
-type Kind = (typeof KINDS)[number];
-const WRITES = ['append', 'merge'] as const;
-type Write = (typeof WRITES)[number];
+type Kind = 'duckdb' | 'sqlite';
+type Write = 'append' | 'merge';
+/** Each test runs two of the four destination × write pairs (the other two in the next test), to stay fast. */
+const PAIRS_A: readonly [Kind, Write][] = [
+  ['duckdb', 'append'],
+  ['sqlite', 'merge'],
+];
+const PAIRS_B: readonly [Kind, Write][] = [
+  ['sqlite', 'append'],
+  ['duckdb', 'merge'],
+];
 
 let server: ApiServer;
 let dir: string;
@@ -31,6 +38,8 @@ afterEach(async () => {
 
 const env = { API_TOKEN: TOKEN };
 const CURSOR = `    path: /cursor\n    pagination: {type: cursor, param: cursor, token: meta.next_cursor}`;
+const PAGE = `    path: /items\n    pagination: {type: page, size_param: per_page, size: 50}`;
+const OFFSET = `    path: /offset\n    pagination: {type: offset, limit: 50}`;
 
 function target(kind: Kind): string {
   return join(dir, kind === 'duckdb' ? 'w.duckdb' : 'w.sqlite');
@@ -86,9 +95,8 @@ function current(): string[] {
   return server.items.map((i) => `${i.id}:${i.name}`);
 }
 
-describe.each(KINDS)('http into %s', (kind) => {
-  describe.each(WRITES)('write %s', (write) => {
-    it('keeps the watermark of an unordered window whose final page itself reaches checkpoint_rows', async () => {
+describe.each(PAIRS_A)('http into %s, write %s', (kind, write) => {
+  it('keeps the watermark of an unordered window whose final page itself reaches checkpoint_rows', async () => {
       // 750 records = 15 pages of 50; a commit every 3 pages (150 >= 120 rows), so the last page commits in the loop.
       server.seed(1, 750);
       const config = await writeYaml(dir, 'p.yaml', pipeline(kind, write, CURSOR));
@@ -104,5 +112,135 @@ describe.each(KINDS)('http into %s', (kind) => {
       expect(again.result.streams[0]).toMatchObject({ rows_read: 0, rows_loaded: 0 });
       expect(await landed(kind)).toEqual(expected(current()));
     });
+});
+
+describe.each(PAIRS_A)('a killed window resumed into %s, write %s', (kind, write) => {
+    it.each([
+      ['the start', '0'],
+      ['a committed page', '100'],
+    ])('stops before writing anything when the paginator goes back to %s', async (_where, to) => {
+      server.seed(1, 700);
+      const config = await writeYaml(dir, 'p.yaml', pipeline(kind, write, CURSOR));
+      // Commits after 150 and 300 records; killed right after the second.
+      const killed = await run(config, 'load.after_commit=2:kill');
+      expect(killed.signal).toBe('SIGKILL');
+      expect((await streamState(config)).resume.next).toEqual({ cursor: '300' });
+      expect(await landed(kind)).toEqual(expected(current().slice(0, 300)));
+
+      // The API hands the resumed token back as an earlier position (an expired or reset cursor).
+      server.rewind = { from: '300', to };
+      const back = await run(config);
+      expect(back.code).toBe(1);
+      expect(back.result.streams[0].error).toMatch(/paginator .*(went back|already read)/);
+      expect(back.result.streams[0].rows_loaded).toBe(0);
+      expect(await landed(kind)).toEqual(expected(current().slice(0, 300)));
+
+      server.rewind = undefined;
+      const resumed = await run(config);
+      expect(resumed.code, resumed.stderr).toBe(0);
+      expect(resumed.result.streams[0]).toMatchObject({ rows_loaded: 400 });
+      expect(await landed(kind)).toEqual(expected(current()));
+      const quiet = await run(config);
+      expect(quiet.result.streams[0], quiet.stderr).toMatchObject({ rows_read: 0, rows_loaded: 0 });
+    });
+});
+
+describe.each(PAIRS_B)('a killed sorted window resumed into %s, write %s', (kind, write) => {
+    it('continues a sorted window strictly after the last committed record, ties across pages and records moved meanwhile included', async () => {
+      server.order = 'cursor';
+      server.seed(1, 700, 'v1', 0, 4); // four records per second: groups straddle the page ends
+      const config = await writeYaml(dir, 'p.yaml', pipeline(kind, write, `${PAGE}\n    ordered: true`));
+      const killed = await run(config, 'load.after_commit=2:kill');
+      expect(killed.signal).toBe('SIGKILL');
+      const mid = await landed(kind);
+      expect(mid.length).toBeGreaterThanOrEqual(240);
+      expect(new Set(mid).size).toBe(mid.length);
+      // While the run is down, two committed records are updated: they move to the end of the window.
+      const before = current();
+      server.touch([5, 6], 'v2', 100_000);
+      const resumed = await run(config);
+      expect(resumed.code, resumed.stderr).toBe(0);
+      const versions = write === 'append' ? [...before, '5:v2-5', '6:v2-6'] : current();
+      expect(await landed(kind)).toEqual(expected(versions));
+      expect(resumed.result.streams[0].rows_loaded).toBe(700 - mid.length + 2);
+      const quiet = await run(config);
+      expect(quiet.result.streams[0], quiet.stderr).toMatchObject({ rows_read: 0, rows_loaded: 0 });
+    });
+});
+
+describe.each([...PAIRS_A.map((p) => [...p, 'page', PAGE] as const), ...PAIRS_B.map((p) => [...p, 'offset', OFFSET] as const)])(
+  'records changing during a window into %s, write %s, %s pagination',
+  (kind, write, _pagination, stream) => {
+    it('a sorted API loses no unchanged record when records already read are updated', async () => {
+      server.order = 'cursor';
+      server.seed(1, 720);
+      const config = await writeYaml(dir, 'p.yaml', pipeline(kind, write, `${stream}\n    ordered: true`));
+      const before = current();
+      // After three pages, two records already read are updated: they move to the end of the window.
+      server.beforeServe = (n) => {
+        if (n === 4) server.touch([10, 20], 'v2', 100_000);
+      };
+      const out = await run(config);
+      expect(out.code, out.stderr).toBe(0);
+      expect(out.stderr).not.toMatch(/shifts every later page/);
+      server.beforeServe = undefined;
+      const versions = write === 'append' ? [...before, '10:v2-10', '20:v2-20'] : current();
+      expect(await landed(kind)).toEqual(expected(versions));
+      const quiet = await run(config);
+      expect(quiet.result.streams[0], quiet.stderr).toMatchObject({ rows_read: 0, rows_loaded: 0 });
+      expect(await landed(kind)).toEqual(expected(versions));
+    });
+  },
+);
+
+describe('page/offset pagination that cannot follow changes', () => {
+  it('says so once per run, naming the stream, the pagination and what to use instead', async () => {
+    server.seed(1, 60);
+    const config = await writeYaml(dir, 'p.yaml', pipeline('sqlite', 'merge', PAGE));
+    const out = await run(config);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stderr).toMatch(/stream items: page pagination counts records.*set ordered: true with a \{\{since\}\} parameter, or use cursor, link or next_url pagination/);
+  });
+});
+
+describe('a sorted page/offset API that breaks what ordered: true needs', () => {
+  it('stops when the API answers {{since}} from a later value (an exclusive filter would skip the rest of a group)', async () => {
+    server.order = 'cursor';
+    server.exclusive = true;
+    server.seed(1, 120, 'v1', 0, 4); // page 1 ends inside the group of second 12 (ids 48-51)
+    const config = await writeYaml(dir, 'p.yaml', pipeline('sqlite', 'merge', `${PAGE}\n    ordered: true`));
+    const out = await run(config);
+    expect(out.code).toBe(1);
+    expect(out.result.streams[0].error).toMatch(/must include the value itself \(>=\)/);
+    expect(out.result.streams[0].rows_loaded).toBe(0);
+  });
+
+  it('stops when records are not sorted by the cursor', async () => {
+    server.seed(1, 120); // served by id
+    server.touch([30], 'v2', 3_600);
+    const config = await writeYaml(dir, 'p.yaml', pipeline('sqlite', 'merge', `${PAGE}\n    ordered: true`));
+    const out = await run(config);
+    expect(out.code).toBe(1);
+    expect(out.result.streams[0].error).toMatch(/not sorted by the cursor \(ordered: true\)/);
+  });
+});
+
+describe.each(['duckdb', 'sqlite'] as const)('an unordered page window into %s', (kind) => {
+  it('does not load a record twice when a record inserted before the position moves the page boundary forward', async () => {
+    server.seed(1, 400);
+    server.items = server.items.filter((i) => i.id % 2 === 0); // ids 2..400, 4 pages of 50
+    const config = await writeYaml(dir, 'p.yaml', pipeline(kind, 'append', PAGE));
+    server.beforeServe = (n) => {
+      // After two pages, a new record sorts before the position (id order): page 3 starts with page 2's last record.
+      if (n === 3) server.items.push({ id: 5, updated_at: '2024-01-01T02:00:00.000Z', name: 'v1-5' });
+    };
+    const out = await run(config);
+    expect(out.code, out.stderr).toBe(0);
+    server.beforeServe = undefined;
+    expect(await landed(kind)).toEqual(expected(current().filter((r) => r !== '5:v1-5')));
+    // The new record is newer than everything read, so the next window has it.
+    const next = await run(config);
+    expect(next.result.streams[0], next.stderr).toMatchObject({ rows_loaded: 1 });
+    expect(await landed(kind)).toEqual(expected(current()));
   });
 });

@@ -129,3 +129,20 @@ export function resolveApiSource<T extends SourceConfig>(source: T, file: string
   }
   return source;
 }
+
+/**
+ * Page numbers and offsets count records: when a record already read changes and moves (or leaves the window), every
+ * later page shifts and a record that never changed is skipped. An incremental stream pages that way only when the
+ * API sorts by the cursor and each page can be asked from the last cursor read (`ordered: true` with `{{since}}`).
+ */
+export function checkPositionalPaging(source: SourceConfig, s: StreamDocument, incremental: boolean, at: At): void {
+  const type = s.pagination?.type;
+  if (source.type !== 'http' || !incremental || (type !== 'page' && type !== 'offset')) return;
+  const params = [...Object.values(source.params ?? {}), ...Object.values(s.params ?? {})].map(String);
+  const sendsSince = params.some((v) => /\{\{\s*since\s*\}\}/.test(v));
+  if (s.ordered === true && sendsSince) return;
+  const need = s.ordered === true ? 'a {{since}} parameter (each page is then asked from the last cursor read)' : 'ordered: true with a {{since}} parameter, if the API sorts by the cursor';
+  throw new ConfigError(
+    `${at('pagination')}: ${type} pagination counts records, so a record that changes while an incremental window is read shifts every later page and an unchanged record would be skipped; for an exact read use ${need}, or cursor, link or next_url pagination`,
+  );
+}

@@ -12,7 +12,7 @@ import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
 import { nodeCrypto } from '../shared/lazy-modules.js';
 import type { NullCursorPolicy, OnChange, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
-import { apiStreamName, apiStreamSpec, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
+import { apiStreamName, apiStreamSpec, checkPositionalPaging, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
 
@@ -256,6 +256,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     const strategy: Strategy = s.strategy ?? (filesSource ? 'partitioned' : s.cursor !== undefined || doc.source.type === 'singer' ? 'incremental' : 'full');
     // A Singer stream is incremental by the tap's own bookmarks; a cursor column is optional there.
     if (strategy === 'incremental' && s.cursor === undefined && doc.source.type !== 'singer') throw new ConfigError(`${at('cursor')}: strategy incremental needs a cursor column`);
+    checkPositionalPaging(doc.source, s, strategy === 'incremental', at);
     if (filesSource !== (strategy === 'partitioned')) {
       throw new ConfigError(
         filesSource

@@ -177,7 +177,6 @@ export class HttpSource implements Source {
       bindings: [window.since, window.until].filter((v): v is string => v !== undefined),
       ordered: spec.ordered,
       resumable: true,
-      ...positionalWarning(spec, request.incremental, keyset),
       close: async () => undefined,
       async *batches(): AsyncIterable<Batch> {
         let previousText: string | undefined;
@@ -424,24 +423,6 @@ function isOpaque(p: HttpPagination): boolean {
 /** Page and offset pagination of a sorted API can ask each page from the last cursor read, given `{{since}}`. */
 function pagesBySince(p: HttpPagination, usesSince: boolean): boolean {
   return usesSince && (p.type === 'page' || p.type === 'offset');
-}
-
-/**
- * Page numbers and offsets count records: when a record already read changes and moves (or leaves the window),
- * every later page shifts by one and a record that never changed is skipped. Said once per run where that can happen
- * (the engine names the pipeline and stream).
- */
-function positionalWarning(spec: HttpStreamSpec, incremental: boolean, keyset: boolean): { warnings?: readonly string[] } {
-  const p = spec.pagination;
-  if (!incremental || keyset || (p.type !== 'page' && p.type !== 'offset')) return {};
-  const fix = spec.ordered
-    ? 'send the window with a {{since}} parameter (then each page is asked from the last record read)'
-    : 'if the API sorts by the cursor set ordered: true with a {{since}} parameter, or use cursor, link or next_url pagination';
-  return {
-    warnings: [
-      `${p.type} pagination counts records, so a record that changes while the window is read shifts every later page and can make an unchanged one be skipped; ${fix}`,
-    ],
-  };
 }
 
 function readToken(resume: JsonValue | undefined, stream: string): ResumeToken | undefined {

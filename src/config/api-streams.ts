@@ -102,6 +102,9 @@ export function apiStreamSpec(type: SourceConfig['type'], s: StreamDocument, nam
   };
 }
 
+/** `lag` when none is set: one unit of a second-precision timestamp. */
+export const DEFAULT_HTTP_LAG = '1s';
+
 /** Source sections of HTTP and Singer: durations checked, secrets registered, files resolved against the pipeline file. */
 export function resolveApiSource<T extends SourceConfig>(source: T, file: string, baseDir: string): T {
   if (source.type === 'http') {
@@ -113,7 +116,9 @@ export function resolveApiSource<T extends SourceConfig>(source: T, file: string
     if (auth?.type === 'bearer') registerSecret(auth.token);
     if (auth?.type === 'basic') registerSecret(auth.password);
     if (auth?.type === 'header' || auth?.type === 'query') registerSecret(auth.value);
-    return source;
+    // The cursor-precision rule: an API's timestamps are often whole seconds, so a record stamped in the current
+    // second may still appear after this run; the window ends one such unit before now unless told otherwise.
+    return source.lag === undefined ? { ...source, lag: DEFAULT_HTTP_LAG } : source;
   }
   if (source.type === 'singer') {
     const local = (p: string): string => (isAbsolute(p) ? p : resolve(baseDir, p));

@@ -166,7 +166,8 @@ export interface RunRecord {
   readonly stream: string;
   readonly startedAt: string;
   readonly finishedAt: string;
-  readonly outcome: RunOutcome | 'running';
+  /** `stopped`: ended on purpose (SIGTERM/SIGINT, a scheduler shutting down) with its uncommitted part rolled back. */
+  readonly outcome: RunOutcome | 'running' | 'stopped';
   readonly rowsRead: number;
   readonly rowsLoaded: number;
   readonly rowsRejected: number;

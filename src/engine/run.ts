@@ -178,7 +178,12 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
     } catch (error) {
       const failure = withContext(error, { pipeline: pipeline.name, stream: stream.name }, 'source');
       // A fenced or displaced run must stop touching the pipeline at once.
-      if (failure instanceof ConflictError || ctx.options.signal?.aborted) throw failure;
+      if (failure instanceof ConflictError) throw failure;
+      if (ctx.options.signal?.aborted) {
+        // Stopped on purpose: the record says so now, with what did commit, instead of staying 'running'.
+        await recordFailure(ctx, failedResult(stream.name, failure, started, durable), 'stopped', stopReason(ctx.options.signal));
+        throw failure;
+      }
       ctx.logger.log('error', errorMessage(failure));
       const failed = failedResult(stream.name, failure, started, durable);
       await recordFailure(ctx, failed);
@@ -200,7 +205,7 @@ function warnOfRejects(ctx: RunContext, stream: StreamConfig, result: StreamResu
 }
 
 /** The failure is recorded outside any data transaction, with the counts of what did commit. */
-async function recordFailure(ctx: RunContext, failed: StreamResult): Promise<void> {
+async function recordFailure(ctx: RunContext, failed: StreamResult, outcome: 'failed' | 'stopped' = 'failed', error = failed.error ?? null): Promise<void> {
   await ctx.destination.state
     .recordFailure({
       runId: ctx.runId,
@@ -208,7 +213,7 @@ async function recordFailure(ctx: RunContext, failed: StreamResult): Promise<voi
       stream: failed.stream,
       startedAt: ctx.startedAt,
       finishedAt: new Date().toISOString(),
-      outcome: 'failed',
+      outcome,
       rowsRead: failed.rows_read,
       rowsLoaded: failed.rows_loaded,
       rowsRejected: failed.rows_rejected,
@@ -217,9 +222,15 @@ async function recordFailure(ctx: RunContext, failed: StreamResult): Promise<voi
       cursorMax: failed.cursor_max,
       full: failed.full,
       worker: ctx.options.worker ?? `${hostname()}:${process.pid}`,
-      error: failed.error ?? null,
+      error,
     })
     .catch((e: unknown) => ctx.logger.log('warn', `could not record the failure of stream ${failed.stream}: ${errorMessage(e)}`));
+}
+
+function stopReason(signal: AbortSignal): string {
+  const reason: unknown = signal.reason;
+  const why = reason instanceof Error ? reason.message : typeof reason === 'string' ? reason : 'stopped';
+  return `stopped (${why}): the uncommitted part was rolled back; the counts are those of its commits`;
 }
 
 /** Counts of a failed stream are those of its last commit: what is durable, and balanced (read = loaded + rejected). */

@@ -46,22 +46,33 @@ const LOWEST: Partial<Record<ColumnKind, string>> = {
  * The cursor value at or below which no row can still appear once this read's snapshot is committed.
  *
  * Time cursors: rows of a transaction open at T0 are stamped no earlier than its start, rows of later
- * transactions no earlier than T0; both minus the allowed skew.
+ * transactions no earlier than T0; both minus the allowed skew. A column that keeps coarser units than microseconds
+ * (`timestamp(0)`, `datetime`, a writer's `date_trunc('second', now())`) holds a stamp up to one unit below the time
+ * it was taken, so the mark is just below that instant rounded down to the column's unit (`unitMicros`): the whole
+ * unit the instant falls in is above the mark, and its rows committed later are re-read (merge re-reads when the
+ * mark is below the watermark) or waited for (append stops below the mark), never passed.
  *
  * Sequence cursors: ids handed out after T0 are above everything visible at T0. While a transaction older than T0
  * is open, its ids are unknown, so the mark stays at where this read began (`readStart`): the earlier run that
  * first saw that transaction had already capped its own mark the same way.
  */
-export function safeMarkOf(kind: ColumnKind, horizon: SnapshotHorizon, maxSkewMs: number, readStart: TypedValue | undefined): TypedValue | null {
+export function safeMarkOf(
+  kind: ColumnKind,
+  horizon: SnapshotHorizon,
+  maxSkewMs: number,
+  readStart: TypedValue | undefined,
+  unitMicros = 1n,
+): TypedValue | null {
   if (INTEGER_KINDS.includes(kind)) return sequenceSafeMark(kind, horizon, readStart);
   if (kind !== 'timestamp' && kind !== 'timestamptz' && kind !== 'date') return null;
   const nowMicros = timestampMicros(horizon.now);
   const openMicros = horizon.oldestOpen !== null ? timestampMicros(horizon.oldestOpen) : nowMicros;
   const instant = (openMicros < nowMicros ? openMicros : nowMicros) - BigInt(maxSkewMs) * 1000n;
-  if (kind === 'timestamptz') return { type: kind, value: formatMicros(instant, true) };
-  // A naive cursor was stamped in the writers' zone or in UTC: take the earlier reading of the two.
+  if (kind === 'timestamptz') return { type: kind, value: formatMicros(floorTo(instant, unitMicros), true) };
+  // A naive cursor was stamped in the writers' zone or in UTC: take the earlier reading of the two. Zone offsets are
+  // whole minutes, so rounding down after the shift is the same as before it for units up to a minute.
   const local = instant + BigInt(horizon.writerOffsetMinutes) * 60_000_000n;
-  const naive = formatMicros(local < instant ? local : instant, false);
+  const naive = formatMicros(floorTo(local < instant ? local : instant, unitMicros), false);
   // The re-read is inclusive (`cursor >= safe`), so a date mark re-reads that whole day.
   return kind === 'date' ? { type: kind, value: naive.slice(0, 10) } : { type: kind, value: naive };
 }
@@ -76,6 +87,22 @@ export function capAtSafeMark(until: TypedValue | null, safe: TypedValue | null 
   if (until === null || safe === null || safe === undefined) return until;
   const cap = lastSafeValue(safe);
   return cap !== undefined && compareCanonical(until.type, cap.value, until.value) < 0 ? cap : until;
+}
+
+/**
+ * The unit a time column keeps, in microseconds, from its declared fractional-second digits (`timestamp(p)`,
+ * `datetime(fsp)`); undefined digits: microseconds. Dates are whole days already.
+ */
+export function timeUnitMicros(fractionalDigits: number | undefined): bigint {
+  if (fractionalDigits === undefined || !Number.isInteger(fractionalDigits) || fractionalDigits < 0 || fractionalDigits >= 6) return 1n;
+  return 10n ** BigInt(6 - fractionalDigits);
+}
+
+/** Rounded down to the unit, and for a coarse unit one microsecond below that: the unit itself may still fill. */
+function floorTo(micros: bigint, unit: bigint): bigint {
+  if (unit <= 1n) return micros;
+  const rest = micros % unit;
+  return (rest < 0n ? micros - rest - unit : micros - rest) - 1n;
 }
 
 /** An open transaction older than this that holds an append read back is worth a warning. */

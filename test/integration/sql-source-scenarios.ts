@@ -34,6 +34,10 @@ export interface Dialect {
   sequenceTable(table: string): string;
   /** The current time as the writers stamp it (µs precision). */
   readonly now: string;
+  /** DDL of `ticks(id <text> pk, updated_at <timestamp of whole seconds>, value text)`: a random key, a coarse cursor. */
+  secondsTable(table: string): string;
+  /** The current time cut to the second, as a writer stamps a second-precision column. */
+  readonly nowSeconds: string;
   /** `n` rows `(id, value)` with ids 1..n, as one INSERT … SELECT. */
   seriesInsert(table: string, n: number): string;
   /** `victim` exists: a table the injection attempts try to drop. */
@@ -125,6 +129,46 @@ export function sourceScenarios(dialect: Dialect): void {
       expect(dest.map((r) => `${r.id}:${r.value}`)).toEqual(source.map((r) => `${r.id}:${r.value}`));
       expect(next).toBeGreaterThan(100_010);
     });
+
+    it.each(['merge', 'append'])(
+      'a second-precision cursor with a random key loses no row committed in the same second as the watermark (%s, runs every few hundred ms)',
+      async (write) => {
+        await db.exec(dialect.secondsTable('ticks'));
+        const config = await pipeline([{ table: 'ticks', primary_key: ['id'], cursor: 'updated_at', write, checkpoint_rows: 50, batch_rows: 20 }]);
+        const writer = await db.session();
+        const { randomUUID } = await import('node:crypto');
+        let stop = false;
+        let written = 0;
+        const writing = (async () => {
+          while (!stop) {
+            // Random keys: a row joining the watermark's second sorts before or after the watermark's key at random.
+            await writer.exec(`INSERT INTO ticks VALUES ('${randomUUID()}', ${dialect.nowSeconds}, 'w-${(written += 1)}')`);
+            await new Promise((r) => setTimeout(r, 10));
+          }
+        })();
+        let runs = 0;
+        try {
+          // Three runs while the writer adds rows (about 100 a second): each run's watermark lands inside a second that
+          // is still filling.
+          while (written < 60 || runs < 3) {
+            await runJson(config);
+            runs += 1;
+          }
+        } finally {
+          stop = true;
+          await writing;
+          await writer.close();
+        }
+        // Once the last written second is over, one quiet run must bring everything.
+        await new Promise((r) => setTimeout(r, 1100 - (Date.now() % 1000)));
+        await runJson(config);
+        const source = await db.rows(`SELECT id FROM ticks ORDER BY id`);
+        const dest = await duckdbQuery(target, `SELECT id FROM ticks ORDER BY id`);
+        expect(dest.map((r) => String(r.id))).toEqual(source.map((r) => String(r.id)));
+        expect(source.length).toBe(written);
+      },
+      120_000,
+    );
 
     it("merges on the table's own primary key when none is configured; a table without one appends", async () => {
       await db.exec(dialect.itemsTable('items'));

@@ -57,3 +57,12 @@ describe('pipeline config', () => {
     expect(() => parsePipeline(bomb)).toThrow(ConfigError);
   });
 });
+
+describe('HTTP lag', () => {
+  const http = (extra: string) =>
+    parsePipeline(`name: api\nsource: {type: http, base_url: "http://127.0.0.1:1"${extra}}\nstreams:\n  - name: orders\n    path: /orders\n    cursor: updated_at\n    primary_key: id\n`);
+  it('defaults to one second (an API stamping whole seconds may still add records of the current one); an explicit lag is kept', () => {
+    expect(http('').source).toMatchObject({ lag: '1s' });
+    expect(http(', lag: 0s').source).toMatchObject({ lag: '0s' });
+  });
+});

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { maxWatermark, subtractLookback } from '../../src/engine/plan.js';
-import { capAtSafeMark, heldBackWarning } from '../../src/sources/server-source.js';
+import { capAtSafeMark, heldBackWarning, safeMarkOf, timeUnitMicros } from '../../src/sources/server-source.js';
 
 describe('planning helpers', () => {
   it('subtracts a lookback from time cursors only', () => {
@@ -47,5 +47,23 @@ describe('heldBackWarning', () => {
     expect(heldBackWarning(t('2024-01-01 00:05:00.000000'), t('2024-01-01 00:05:00.000000'), horizon('2024-01-01T00:10:00.000000Z'))).toEqual([]);
     expect(heldBackWarning(t('2024-01-01 00:59:00.000000'), t('2024-01-01 00:57:59.999999'), horizon('2024-01-01T00:58:00.000000Z'))).toEqual([]);
     expect(heldBackWarning(t('2024-01-01 00:59:00.000000'), t('2024-01-01 00:58:59.999999'), horizon(null))).toEqual([]);
+  });
+});
+
+describe('safe mark of a coarse time cursor (the column keeps whole seconds, or milliseconds)', () => {
+  const horizon = { now: '2024-01-01T12:00:07.800000Z', oldestOpen: null, writerOffsetMinutes: 60, maxCursorAtNow: null };
+  it('lies just below the unit the instant falls in, so that unit is re-read or waited for', () => {
+    expect(timeUnitMicros(0)).toBe(1_000_000n);
+    expect(timeUnitMicros(3)).toBe(1000n);
+    expect(timeUnitMicros(6)).toBe(1n);
+    expect(timeUnitMicros(undefined)).toBe(1n);
+    expect(safeMarkOf('timestamptz', horizon, 0, undefined, timeUnitMicros(0))?.value).toBe('2024-01-01T12:00:06.999999Z');
+    expect(safeMarkOf('timestamptz', horizon, 0, undefined, timeUnitMicros(3))?.value).toBe('2024-01-01T12:00:07.799999Z');
+    expect(safeMarkOf('timestamptz', horizon, 0, undefined)?.value).toBe('2024-01-01T12:00:07.800000Z');
+    expect(safeMarkOf('timestamptz', horizon, 2_000, undefined, timeUnitMicros(0))?.value).toBe('2024-01-01T12:00:04.999999Z');
+    expect(safeMarkOf('timestamp', horizon, 0, undefined, timeUnitMicros(0))?.value).toBe('2024-01-01 12:00:06.999999');
+    // A row stamped 12:00:07 (truncated) after the mark was taken is above it: merge re-reads it, append waits for it.
+    const mark = safeMarkOf('timestamptz', horizon, 0, undefined, timeUnitMicros(0))!;
+    expect(capAtSafeMark({ type: 'timestamptz', value: '2024-01-01T12:00:07.000000Z' }, mark)?.value).toBe('2024-01-01T12:00:06.999998Z');
   });
 });

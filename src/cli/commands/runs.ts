@@ -1,4 +1,5 @@
 import { UsageError, loadPipeline, openStateStore } from '../../index.js';
+import type { RunRecord } from '../../core/types.js';
 import { formatCount, print, toJson } from '../output.js';
 
 export async function runsCommand(options: { config?: string; json?: boolean; limit?: string }): Promise<number> {
@@ -14,11 +15,21 @@ export async function runsCommand(options: { config?: string; json?: boolean; li
     for (const r of runs) {
       print(
         `${r.runId}  ${r.stream}  ${r.outcome}  read ${formatCount(r.rowsRead)}  loaded ${formatCount(r.rowsLoaded)}  rejected ${formatCount(r.rowsRejected)}` +
-          `  commits ${r.commits}${r.full ? '  full' : ''}  ${r.worker}${r.error ? `  error: ${r.error}` : ''}`,
+          `  commits ${r.commits}${r.full ? '  full' : ''}  started ${r.startedAt}  took ${took(r)}${cursorRange(r)}  ${r.worker}${r.error ? `  error: ${r.error}` : ''}`,
       );
     }
     return 0;
   } finally {
     await opened.close();
   }
+}
+
+function took(r: RunRecord): string {
+  const ms = Date.parse(r.finishedAt) - Date.parse(r.startedAt);
+  return Number.isFinite(ms) ? `${(ms / 1000).toFixed(2)}s` : '?';
+}
+
+function cursorRange(r: RunRecord): string {
+  if (r.cursorMin === null && r.cursorMax === null) return '';
+  return `  cursor ${r.cursorMin ?? '?'} .. ${r.cursorMax ?? '?'}`;
 }

@@ -9,7 +9,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, heldBackWarning, safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, heldBackWarning, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { castFor, isNotNull, mysqlColumnType, paramValue, typeCast, type MysqlField } from './mysql-types.js';
 
 const ALIAS = '`t`';
@@ -24,6 +24,8 @@ const MARGIN = 'INTERVAL 1 SECOND';
 interface MysqlStream {
   readonly schema: StreamSchema;
   readonly relation: string;
+  /** Fractional-second digits of each column as the server declares them (`datetime` → 0, `datetime(3)` → 3). */
+  readonly decimals: ReadonlyMap<string, number>;
 }
 
 interface Bound {
@@ -116,7 +118,8 @@ export class MysqlSource implements Source {
         }
       }
       const schema: StreamSchema = { name: stream.name, columns, primaryKey, ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}) };
-      return { schema, relation: `${relation} AS ${ALIAS}` };
+      const decimals = new Map((fields as unknown as MysqlField[]).map((f) => [f.name, f.decimals]));
+      return { schema, relation: `${relation} AS ${ALIAS}`, decimals };
     } catch (cause) {
       if (cause instanceof SourceError) throw cause;
       throw new SourceError(`cannot read the schema of ${stream.table ?? 'the query'}: ${(cause as Error).message}`, { cause, context });
@@ -151,7 +154,7 @@ export class MysqlSource implements Source {
     await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
     try {
       const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
-      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, request.from ?? request.after?.cursor) : undefined;
+      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, request.from ?? request.after?.cursor, timeUnitMicros(described.decimals.get(cursor.name))) : undefined;
       const bounds = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
       const bound = predicate(schema, request, cursor, bounds.until);
       const warnings = [

@@ -16,7 +16,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, heldBackWarning, safeMarkOf, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, heldBackWarning, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { CopyTextParser } from './copy-text.js';
 import { CsvChunker, type FinishedChunk, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
@@ -29,6 +29,8 @@ const TEXT_TYPES = { getTypeParser: () => (text: string) => text } as unknown as
 
 interface PgColumn extends Column {
   readonly info: PgTypeInfo;
+  /** The type modifier: a timestamp's fractional-second digits (`timestamp(0)` → 0), -1 when not declared. */
+  readonly typmod: number;
   /** SQL type name for casts of bound values (`format_type`). */
   readonly sqlType: string;
 }
@@ -149,7 +151,7 @@ export class PostgresSource implements Source {
     return fields.map((f) => {
       const info = byOid.get(String(f.dataTypeID))!;
       const typmod = info.typmod !== null ? Number(info.typmod) : f.dataTypeModifier;
-      return { name: f.name, type: pgColumnType(info, typmod), nullable: !notNull.has(f.name), info, sqlType: info.sql_type };
+      return { name: f.name, type: pgColumnType(info, typmod), nullable: !notNull.has(f.name), info, sqlType: info.sql_type, typmod };
     });
   }
 
@@ -172,7 +174,7 @@ export class PostgresSource implements Source {
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     try {
       const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
-      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart(request)) : undefined;
+      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart(request), timeUnitMicros(cursor.typmod >= 0 ? cursor.typmod : undefined)) : undefined;
       const bounds = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
       const bound = this.predicate(described, request, cursor, bounds.until);
       if (bound.values.length) {

@@ -8,6 +8,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { decodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
+import { capAtSafeMark, safeMarkOf, timeUnitMicros } from '../server-source.js';
 
 export interface SqliteSourceOptions {
   readonly path: string;
@@ -46,6 +47,19 @@ function inferType(value: unknown): ColumnType {
  */
 function canonicalTimestampSql(column: string): string {
   return `(replace(substr(${column}, 1, 19), 'T', ' ') || '.' || substr(substr(${column}, 21) || '000000', 1, 6))`;
+}
+
+/**
+ * SQLite shows no open transactions, so the safe mark of a time cursor is this process's clock (taken before the
+ * read snapshot) rounded down to the second: SQLite's own `CURRENT_TIMESTAMP` and `datetime('now')` keep whole
+ * seconds, so a row committed after this read in the same second as the newest row is re-read (merge) or waited
+ * for (append), never passed. A naive value may be the writer's local time or UTC: the earlier reading counts.
+ */
+function sqliteSafeMark(kind: ColumnType['kind']): TypedValue | null {
+  if (kind !== 'timestamp' && kind !== 'date') return null;
+  const now = new Date();
+  const horizon = { now: now.toISOString().replace(/Z$/, '000Z'), oldestOpen: null, writerOffsetMinutes: -now.getTimezoneOffset(), maxCursorAtNow: null };
+  return safeMarkOf(kind, horizon, 0, undefined, timeUnitMicros(0));
 }
 
 function toParam(typed: TypedValue): unknown {
@@ -130,6 +144,7 @@ export class SqliteSource implements Source {
         : quoteIdent(cursorColumn.name)
       : undefined;
 
+    const safeMark = request.incremental && cursorColumn ? sqliteSafeMark(cursorColumn.type.kind) : null;
     db.exec('BEGIN');
     let until: TypedValue | null = null;
     let nullCursorRows = 0;
@@ -146,6 +161,7 @@ export class SqliteSource implements Source {
       if (request.incremental && cursorExpr && cursorColumn) {
         const max = db.prepare(`SELECT max(${cursorExpr}) AS m FROM ${relation}`).raw(true).get() as unknown[];
         until = max[0] === null ? null : { type: cursorColumn.type.kind, value: String(max[0]) };
+        if (request.upToSafeMark) until = capAtSafeMark(until, safeMark);
         const nulls = db.prepare(`SELECT count(*) FROM ${relation} WHERE ${cursorExpr} IS NULL`).raw(true).get() as bigint[];
         nullCursorRows = Number(nulls[0]);
         if (request.from !== undefined) where.push(`${cursorExpr} >= ${bind(request.from)}`);
@@ -180,6 +196,7 @@ export class SqliteSource implements Source {
     return {
       schema,
       until,
+      ...(safeMark !== null ? { safeMark } : {}),
       nullCursorRows,
       predicate,
       bindings,

@@ -26,6 +26,8 @@ const mysqlDialect: Dialect = {
   itemsTable: (t) => `CREATE TABLE ${t} (id bigint PRIMARY KEY, updated_at datetime(6), value varchar(200)) ENGINE=InnoDB`,
   sequenceTable: (t) => `CREATE TABLE ${t} (id bigint AUTO_INCREMENT PRIMARY KEY, value varchar(50)) ENGINE=InnoDB`,
   now: 'NOW(6)',
+  secondsTable: (t) => `CREATE TABLE ${t} (id varchar(40) PRIMARY KEY, updated_at datetime NOT NULL, value varchar(50)) ENGINE=InnoDB`,
+  nowSeconds: 'NOW()',
   seriesInsert: (t, n) =>
     `INSERT INTO ${t} SELECT g, TIMESTAMP('2024-01-01') + INTERVAL g * 1000 MICROSECOND, CONCAT('v-', g) FROM (` +
     `SELECT a.d + b.d * 10 + c.d * 100 + e.d * 1000 + f.d * 10000 + 1 AS g FROM ${digits('a')}, ${digits('b')}, ${digits('c')}, ${digits('e')}, ${digits('f')}) s WHERE g <= ${n}`,

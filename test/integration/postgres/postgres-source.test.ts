@@ -25,6 +25,8 @@ const postgres: Dialect = {
   itemsTable: (t) => `CREATE TABLE ${t} (id bigint PRIMARY KEY, updated_at timestamptz, value text)`,
   sequenceTable: (t) => `CREATE TABLE ${t} (id bigserial PRIMARY KEY, value text)`,
   now: 'clock_timestamp()',
+  secondsTable: (t) => `CREATE TABLE ${t} (id text PRIMARY KEY, updated_at timestamptz(0) NOT NULL, value text)`,
+  nowSeconds: "date_trunc('second', now())",
   seriesInsert: (t, n) => `INSERT INTO ${t} SELECT g, timestamptz '2024-01-01 00:00:00Z' + g * interval '1 millisecond', 'v-' || g FROM generate_series(1, ${n}) g`,
   tableExists: (t) => `SELECT 1 FROM pg_tables WHERE tablename = '${t}'`,
 };

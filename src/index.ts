@@ -22,7 +22,7 @@ export { CorruptStateError } from './state/state-store.js';
 export type { StateConfig, StateStoreConfig, FilesDestinationConfig, BucketStateConfig, LockStoreConfig } from './config/schema.js';
 export type { LakeManifest, LakeStateDocument, LakeFile, LakeTable } from './destinations/files/lake-layout.js';
 export type { OpenedStateStore } from './engine/state-admin.js';
-export { openDestination, openSource, leaseDirectory } from './registry/index.js';
+export { openDestination, openSource, leaseDirectory, destinationProblems } from './registry/index.js';
 export type { OpenDestinationOptions } from './registry/index.js';
 export { Scheduler } from './scheduler/scheduler.js';
 export type { OnceResult, SchedulerOptions } from './scheduler/scheduler.js';

@@ -91,6 +91,26 @@ export async function openDestination(config: DestinationConfig, options: OpenDe
   }
 }
 
+/**
+ * What validation can see in the destination itself without writing: a lake stream that another pipeline owns
+ * (see destinations/files/lake-owners.ts). Other destinations have nothing to say here.
+ */
+export async function destinationProblems(config: DestinationConfig, pipeline: string, streams: readonly string[]): Promise<string[]> {
+  if (config.type !== 'files') return [];
+  const [{ openObjectStore }, { Lake }, { ownershipProblems }, { silentLogger }] = await Promise.all([
+    import('../shared/object-store.js'),
+    import('../destinations/files/lake.js'),
+    import('../destinations/files/lake-owners.js'),
+    import('../core/logger.js'),
+  ]);
+  const store = await openObjectStore(config.location, bucketOptions(config));
+  try {
+    return await ownershipProblems(new Lake(store, silentLogger), pipeline, streams);
+  } finally {
+    await store.close();
+  }
+}
+
 /** Endpoint, region and credentials of a files source, lake or bucket store section, as the object store takes them. */
 function bucketOptions(config: Pick<FilesDestinationConfig, 'endpoint' | 'region' | 'credentials' | 'force_path_style'>): ObjectStoreOptions {
   return {

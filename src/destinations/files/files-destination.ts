@@ -36,6 +36,7 @@ import {
   type LakeFile,
   type LakeTable,
 } from './lake-layout.js';
+import { LakeOwners } from './lake-owners.js';
 import { LakeStateStore, lakeLedger } from './lake-state-store.js';
 import { LakeWriter, lakeColumnType } from './lake-writer.js';
 import { Lake, lakeError, refuse, type LakeHead, type ManifestChange } from './lake.js';
@@ -68,6 +69,7 @@ export class FilesDestination implements Destination {
   private readonly knownPipelines = new Set<string>();
   private closed = false;
   private readonly cacheDir: Promise<string>;
+  readonly owners: LakeOwners;
 
   private constructor(
     readonly lake: Lake,
@@ -84,6 +86,7 @@ export class FilesDestination implements Destination {
     this.state = new LakeStateStore(lake, () => this.close(), (pipeline) => this.collectPipeline(pipeline));
     this.ledger = lakeLedger(lake, () => this.pipelines());
     this.cacheDir = writer.tempDir();
+    this.owners = new LakeOwners(lake);
   }
 
   static async open(options: FilesDestinationOptions): Promise<FilesDestination> {
@@ -129,6 +132,7 @@ export class FilesDestination implements Destination {
     }
     if (load.target.replacePartition !== undefined) checkPartitionValue(load.target.replacePartition.value);
     this.knownPipelines.add(pipeline);
+    await this.owners.claim(pipeline, stream);
     await this.collect(pipeline, stream);
     const stage = await this.writer.createStage(load.target.schema.columns);
     const loadId = `${load.runId.replace(/[^A-Za-z0-9_.-]/g, '_')}-${randomHex(4)}`;
@@ -153,6 +157,8 @@ export class FilesDestination implements Destination {
       await this.removeLocalLeftovers([keys.state(pipeline), keys.manifests(pipeline)]);
       this.collected.add(pipeline);
     }
+    // Another pipeline's stream of the same name (a lake where two collided before streams were claimed) is left alone.
+    if (!(await this.owners.owns(pipeline, stream))) return;
     const live = new Set([...(head.manifest.tables[stream]?.files ?? []), ...(head.manifest.builds[stream]?.files ?? [])].map((f) => f.key));
     await this.lake.sweep(keys.streamDir(stream), live, (key) => basename(key).startsWith('part-'));
     await this.removeLocalLeftovers([keys.streamDir(stream)]);

@@ -12,6 +12,8 @@ export { planPipeline } from './engine/plan-report.js';
 export type { StreamPlanReport } from './engine/plan-report.js';
 export { openStateStore, stateCommands } from './engine/state-admin.js';
 export { ledgerCommands } from './engine/ledger-admin.js';
+export { compactLake, parseByteSize } from './engine/lake-compact.js';
+export type { CompactLakeOptions, CompactResult } from './engine/lake-compact.js';
 export type { LedgerCheck } from './engine/ledger-admin.js';
 export type { MigrateResult } from './engine/state-admin.js';
 export { reconcile } from './engine/state-sync.js';

@@ -22,6 +22,7 @@ const commands = {
   plan: () => import('./commands/plan.js'),
   state: () => import('./commands/state.js'),
   ledger: () => import('./commands/ledger.js'),
+  lake: () => import('./commands/lake.js'),
   runs: () => import('./commands/runs.js'),
   target: () => import('./commands/target.js'),
   validate: () => import('./commands/validate.js'),
@@ -111,6 +112,16 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .action(act(async (action: string, partitions: string[], o: { config?: string; stream?: string; json?: boolean }) => (await commands.ledger()).ledgerCommand(action, partitions, o)));
 
   cli
+    .command('lake')
+    .description('maintain a lake (type: files): compact <pipeline.yaml> rewrites small part files into larger ones, in one commit')
+    .argument('<action>')
+    .argument('<pipeline>')
+    .option('--stream <name>', 'only this stream')
+    .option('--target-size <size>', 'size of the rewritten files (default: the destination\'s compact_target_size, 128MB)')
+    .option('--json', 'print JSON')
+    .action(act(async (action: string, file: string, o: { stream?: string; targetSize?: string; json?: boolean }) => (await commands.lake()).lakeCommand(action, file, o)));
+
+  cli
     .command('runs')
     .description('run history of a pipeline')
     .option('--config <file>', 'pipeline YAML file')
@@ -126,7 +137,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
 
   cli
     .command('validate')
-    .description('check pipeline files without connecting anywhere')
+    .description('check pipeline files without connecting anywhere (a lake destination is read for who owns its streams)')
     .argument('<pipeline...>')
     .action(act(async (files: string[]) => (await commands.validate()).validateCommand(files)));
 

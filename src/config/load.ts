@@ -2,6 +2,7 @@
  * Config in three steps: written (YAML → document) → checked (zod, errors with a dot-path) → resolved (defaults,
  * `${env:…}`, paths relative to the file, cross-field rules).
  */
+import { parseByteSize } from '../shared/byte-size.js';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
@@ -333,6 +334,9 @@ function resolveDestination(destination: DestinationConfig, file: string, baseDi
   if (destination.type !== 'files') return resolvePath(destination, baseDir);
   if (destination.compression === 'snappy' && destination.format !== 'parquet') {
     throw new ConfigError(`${file}: destination.compression: snappy applies to Parquet only; use gzip, zstd or none for ${destination.format}`);
+  }
+  if (destination.compact_target_size !== undefined && parseByteSize(destination.compact_target_size) === undefined) {
+    throw new ConfigError(`${file}: destination.compact_target_size: expected a size such as 128MB, 512KB or a number of bytes`);
   }
   if (destination.partition_by !== undefined && (!NAME_RE.test(destination.partition_by) || destination.partition_by.includes('..'))) {
     throw new ConfigError(`${file}: destination.partition_by: ${JSON.stringify(destination.partition_by)} is not a usable column name for a directory`);

@@ -2,6 +2,7 @@
  * Connector name → lazy import. The one place that knows every connector; a pipeline that reads SQLite into
  * DuckDB never loads pg or mysql2.
  */
+import { parseByteSize } from '../shared/byte-size.js';
 import { join } from 'node:path';
 import type { Destination, LeaseProvider, Source } from '../core/connector.js';
 import type { DestinationConfig, FilesDestinationConfig, LockStoreConfig, SourceConfig, StateConfig, StateStoreConfig } from '../config/schema.js';
@@ -85,6 +86,8 @@ export async function openDestination(config: DestinationConfig, options: OpenDe
         format: config.format,
         ...(config.compression !== undefined ? { compression: config.compression } : {}),
         ...(config.partition_by !== undefined ? { partitionBy: config.partition_by } : {}),
+        ...(config.compact_target_size !== undefined ? { compactTargetBytes: parseByteSize(config.compact_target_size)! } : {}),
+        ...(config.keep_manifests !== undefined ? { keepManifests: config.keep_manifests } : {}),
         ...bucketOptions(config),
       });
     }

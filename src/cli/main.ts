@@ -38,13 +38,14 @@ const RUN_OPTIONS = {
   full: { type: 'boolean', flag: '--full', help: 'build every stream anew beside the live tables, then swap atomically' },
   stream: { type: 'string', multiple: true, flag: '--stream <name>', help: 'only this stream (repeatable)' },
   json: { type: 'boolean', flag: '--json', help: 'print the RunResult as JSON' },
+  strict: { type: 'boolean', flag: '--strict', help: 'fail a files stream whose pattern matches no file (default: a warning)' },
 } as const;
 
 /**
  * A well-formed `tidemark run …` skips commander (~12 ms to load, a tenth of a no-op run); anything else — help, a
  * typo, another command — goes through commander, which explains it.
  */
-function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean } } | undefined {
+function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean } } | undefined {
   if (argv[0] !== 'run') return undefined;
   try {
     const { values, positionals } = parseArgs({ args: argv.slice(1), options: RUN_OPTIONS, allowPositionals: true, strict: true });
@@ -72,7 +73,8 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option(RUN_OPTIONS.full.flag, RUN_OPTIONS.full.help)
     .option(RUN_OPTIONS.stream.flag, RUN_OPTIONS.stream.help, collect)
     .option(RUN_OPTIONS.json.flag, RUN_OPTIONS.json.help)
-    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean }) => (await commands.run()).runCommand(files, o)));
+    .option(RUN_OPTIONS.strict.flag, RUN_OPTIONS.strict.help)
+    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean }) => (await commands.run()).runCommand(files, o)));
 
   cli
     .command('plan')

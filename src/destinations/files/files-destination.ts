@@ -4,7 +4,8 @@
  * commit then publishes a manifest and writes `state.json` last (lake.ts). Write strategies: `append` adds
  * objects; `replace` builds a new generation beside the live one and swaps it in with one manifest; `delete+insert`
  * by partition drops a partition's objects from the manifest in the same commit that adds its new ones. `merge`
- * is refused: an object store cannot upsert rows in place.
+ * is refused: an object store cannot upsert rows in place. `compact` rewrites small part files into larger ones in
+ * one commit of the same protocol.
  */
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';

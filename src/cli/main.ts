@@ -22,6 +22,7 @@ const commands = {
   plan: () => import('./commands/plan.js'),
   state: () => import('./commands/state.js'),
   ledger: () => import('./commands/ledger.js'),
+  lake: () => import('./commands/lake.js'),
   runs: () => import('./commands/runs.js'),
   rejects: () => import('./commands/rejects.js'),
   target: () => import('./commands/target.js'),
@@ -38,13 +39,14 @@ const RUN_OPTIONS = {
   full: { type: 'boolean', flag: '--full', help: 'build every stream anew beside the live tables, then swap atomically' },
   stream: { type: 'string', multiple: true, flag: '--stream <name>', help: 'only this stream (repeatable)' },
   json: { type: 'boolean', flag: '--json', help: 'print the RunResult as JSON' },
+  strict: { type: 'boolean', flag: '--strict', help: 'fail a files stream whose pattern matches no file (default: a warning)' },
 } as const;
 
 /**
  * A well-formed `tidemark run …` skips commander (~12 ms to load, a tenth of a no-op run); anything else — help, a
  * typo, another command — goes through commander, which explains it.
  */
-function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean } } | undefined {
+function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean } } | undefined {
   if (argv[0] !== 'run') return undefined;
   try {
     const { values, positionals } = parseArgs({ args: argv.slice(1), options: RUN_OPTIONS, allowPositionals: true, strict: true });
@@ -72,7 +74,8 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option(RUN_OPTIONS.full.flag, RUN_OPTIONS.full.help)
     .option(RUN_OPTIONS.stream.flag, RUN_OPTIONS.stream.help, collect)
     .option(RUN_OPTIONS.json.flag, RUN_OPTIONS.json.help)
-    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean }) => (await commands.run()).runCommand(files, o)));
+    .option(RUN_OPTIONS.strict.flag, RUN_OPTIONS.strict.help)
+    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean }) => (await commands.run()).runCommand(files, o)));
 
   cli
     .command('plan')
@@ -112,6 +115,16 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .action(act(async (action: string, partitions: string[], o: { config?: string; stream?: string; json?: boolean }) => (await commands.ledger()).ledgerCommand(action, partitions, o)));
 
   cli
+    .command('lake')
+    .description('maintain a lake (type: files): compact <pipeline.yaml> rewrites small part files into larger ones, in one commit')
+    .argument('<action>')
+    .argument('<pipeline>')
+    .option('--stream <name>', 'only this stream')
+    .option('--target-size <size>', 'size of the rewritten files (default: the destination\'s compact_target_size, 128MB)')
+    .option('--json', 'print JSON')
+    .action(act(async (action: string, file: string, o: { stream?: string; targetSize?: string; json?: boolean }) => (await commands.lake()).lakeCommand(action, file, o)));
+
+  cli
     .command('runs')
     .description('run history of a pipeline')
     .option('--config <file>', 'pipeline YAML file')
@@ -136,7 +149,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
 
   cli
     .command('validate')
-    .description('check pipeline files without connecting anywhere')
+    .description('check pipeline files without connecting anywhere (a lake destination is read for who owns its streams)')
     .argument('<pipeline...>')
     .action(act(async (files: string[]) => (await commands.validate()).validateCommand(files)));
 

@@ -2,6 +2,8 @@
  * Config in three steps: written (YAML → document) → checked (zod, errors with a dot-path) → resolved (defaults,
  * `${env:…}`, paths relative to the file, cross-field rules).
  */
+import { parseByteSize } from '../shared/byte-size.js';
+import { unsupportedLocation } from '../shared/object-store.js';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { homedir } from 'node:os';
@@ -329,7 +331,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
   return {
     name: doc.name,
     ...(sourceFile !== undefined ? { file: resolve(sourceFile) } : {}),
-    source: doc.source.type === 'files' ? resolveLocation(doc.source, baseDir) : resolveApiSource(resolvePath(doc.source, baseDir), file, baseDir),
+    source: doc.source.type === 'files' ? resolveLocation(doc.source, baseDir, `${file}: source.location`) : resolveApiSource(resolvePath(doc.source, baseDir), file, baseDir),
     destination: resolveDestination(doc.destination, file, baseDir),
     state: doc.state === 'destination' ? doc.state : resolveStateStore(doc.state, baseDir),
     streams,
@@ -347,10 +349,13 @@ function resolveDestination(destination: DestinationConfig, file: string, baseDi
   if (destination.compression === 'snappy' && destination.format !== 'parquet') {
     throw new ConfigError(`${file}: destination.compression: snappy applies to Parquet only; use gzip, zstd or none for ${destination.format}`);
   }
+  if (destination.compact_target_size !== undefined && parseByteSize(destination.compact_target_size) === undefined) {
+    throw new ConfigError(`${file}: destination.compact_target_size: expected a size such as 128MB, 512KB or a number of bytes`);
+  }
   if (destination.partition_by !== undefined && (!NAME_RE.test(destination.partition_by) || destination.partition_by.includes('..'))) {
     throw new ConfigError(`${file}: destination.partition_by: ${JSON.stringify(destination.partition_by)} is not a usable column name for a directory`);
   }
-  const located = resolveLocation(destination, baseDir);
+  const located = resolveLocation(destination, baseDir, `${file}: destination.location`);
   return located.lock !== undefined ? { ...located, lock: resolvePath(located.lock, baseDir) } : located;
 }
 
@@ -375,7 +380,9 @@ function checkSchedule(pattern: string, timezone: string | undefined, file: stri
   return pattern;
 }
 
-function resolveLocation<T extends { location: string }>(section: T, baseDir: string): T {
+function resolveLocation<T extends { location: string }>(section: T, baseDir: string, where = 'location'): T {
+  const unsupported = unsupportedLocation(section.location);
+  if (unsupported !== undefined) throw new ConfigError(`${where}: ${unsupported}`);
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(section.location) || isAbsolute(section.location)) return section;
   return { ...section, location: resolve(baseDir, section.location) };
 }

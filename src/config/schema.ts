@@ -202,6 +202,10 @@ export const filesDestinationSchema = z
     compression: z.enum(['zstd', 'snappy', 'gzip', 'none']).optional(),
     /** Split each load into one object per value of this column (`<stream>/<column>=<value>/part-….parquet`). */
     partition_by: z.string().min(1).optional(),
+    /** `tidemark lake compact` rewrites small part files into files of about this size (`128MB`, or bytes). */
+    compact_target_size: z.union([z.number().int().positive(), z.string().min(1)]).optional(),
+    /** Committed manifests kept per pipeline; older ones are pruned (default 500). */
+    keep_manifests: z.number().int().positive().optional(),
     ...bucketFields,
   })
   .strict();

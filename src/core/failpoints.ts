@@ -9,7 +9,13 @@ export type FailpointName =
   | 'load.after_commit'
   | 'lock.after_acquire'
   /** After a data commit, before the same state is saved to a separate state store. */
-  | 'state.before_store_save';
+  | 'state.before_store_save'
+  /** `lake compact`: the rewritten objects are uploaded, no manifest names them yet. */
+  | 'compact.after_write'
+  /** `lake compact`: the new manifest is uploaded, right before `state.json` (the commit point) is written. */
+  | 'compact.before_commit'
+  /** `lake compact`: committed, before old manifests are pruned. */
+  | 'compact.after_commit';
 
 type Action = 'kill' | 'throw' | 'hang' | 'sleep';
 

@@ -154,6 +154,12 @@ class PartitionLoader {
     const plans = await planPartitions(this.ctx, this.stream, reload).catch((e: unknown) => {
       throw withContext(e, { ...context, phase: 'plan' }, 'source');
     });
+    if (plans.length === 0) {
+      // A misspelled pattern looks exactly like an empty drop folder: say so rather than report "0 partitions".
+      const message = `pattern ${this.stream.files!.pattern} matches no file in the source location (0 partitions)`;
+      if (this.ctx.strict === true) throw new SourceError(`${message}; --strict makes that an error`, { context: { ...context, phase: 'plan' } });
+      this.ctx.onWarning?.(this.stream.name, message);
+    }
     const changed = plans.filter((p) => p.status === 'changed');
     if (changed.length > 0 && this.stream.onChange === 'error') {
       const first = changed[0]!;

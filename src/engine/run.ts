@@ -33,6 +33,8 @@ export interface RunOptions {
   readonly worker?: string;
   /** Partitioned streams: load only these of the pending partitions (one queue job per partition). */
   readonly partitions?: readonly string[];
+  /** A files stream whose pattern matches no file fails instead of warning. */
+  readonly strict?: boolean;
 }
 
 export function emptyState(pipeline: string): PipelineState {
@@ -163,6 +165,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
           destination,
           lease: ctx.lease,
           full: ctx.options.full === true,
+          ...(ctx.options.strict ? { strict: true } : {}),
           ...(ctx.options.signal ? { signal: ctx.options.signal } : {}),
           ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
           onCommit: (result: StreamResult) => (durable = result),

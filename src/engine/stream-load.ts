@@ -40,6 +40,8 @@ export interface StreamContext {
   readonly onCommit?: (result: StreamResult) => void;
   /** Receives a source's one-time warnings (e.g. missing privileges that weaken the safe mark). */
   readonly onWarning?: (stream: string, message: string) => void;
+  /** A files stream whose pattern matches no file fails instead of warning (`run --strict`). */
+  readonly strict?: boolean;
 }
 
 export interface StreamOutcome {

@@ -2,6 +2,7 @@
  * Connector name → lazy import. The one place that knows every connector; a pipeline that reads SQLite into
  * DuckDB never loads pg or mysql2.
  */
+import { parseByteSize } from '../shared/byte-size.js';
 import { join } from 'node:path';
 import type { Destination, LeaseProvider, Source } from '../core/connector.js';
 import type { DestinationConfig, FilesDestinationConfig, LockStoreConfig, SourceConfig, StateConfig, StateStoreConfig } from '../config/schema.js';
@@ -85,9 +86,31 @@ export async function openDestination(config: DestinationConfig, options: OpenDe
         format: config.format,
         ...(config.compression !== undefined ? { compression: config.compression } : {}),
         ...(config.partition_by !== undefined ? { partitionBy: config.partition_by } : {}),
+        ...(config.compact_target_size !== undefined ? { compactTargetBytes: parseByteSize(config.compact_target_size)! } : {}),
+        ...(config.keep_manifests !== undefined ? { keepManifests: config.keep_manifests } : {}),
         ...bucketOptions(config),
       });
     }
+  }
+}
+
+/**
+ * What validation can see in the destination itself without writing: a lake stream that another pipeline owns
+ * (see destinations/files/lake-owners.ts). Other destinations have nothing to say here.
+ */
+export async function destinationProblems(config: DestinationConfig, pipeline: string, streams: readonly string[]): Promise<string[]> {
+  if (config.type !== 'files') return [];
+  const [{ openObjectStore }, { Lake }, { ownershipProblems }, { silentLogger }] = await Promise.all([
+    import('../shared/object-store.js'),
+    import('../destinations/files/lake.js'),
+    import('../destinations/files/lake-owners.js'),
+    import('../core/logger.js'),
+  ]);
+  const store = await openObjectStore(config.location, bucketOptions(config));
+  try {
+    return await ownershipProblems(new Lake(store, silentLogger), pipeline, streams);
+  } finally {
+    await store.close();
   }
 }
 

@@ -74,14 +74,19 @@ export function isBucketLocation(location: string): boolean {
   return /^s3:\/\//i.test(location);
 }
 
+/** Why a location cannot be opened (a URL of another scheme than s3://), or undefined; config validation asks too. */
+export function unsupportedLocation(location: string): string | undefined {
+  if (isBucketLocation(location) || !/^[a-z][a-z0-9+.-]*:\/\//i.test(location)) return undefined;
+  return `location ${location}: only local directories and s3:// buckets are supported`;
+}
+
 export async function openObjectStore(location: string, options: ObjectStoreOptions = {}): Promise<ObjectStore> {
   if (isBucketLocation(location)) {
     const { S3ObjectStore } = await import('./object-store-s3.js');
     return S3ObjectStore.create(location, options);
   }
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(location)) {
-    throw new SourceError(`location ${location}: only local directories and s3:// buckets are supported`, { context: { phase: 'connect' } });
-  }
+  const unsupported = unsupportedLocation(location);
+  if (unsupported !== undefined) throw new SourceError(unsupported, { context: { phase: 'connect' } });
   return new LocalObjectStore(resolve(location));
 }
 

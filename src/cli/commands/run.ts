@@ -13,6 +13,8 @@ export interface RunCommandOptions {
   readonly full?: boolean;
   readonly stream?: readonly string[];
   readonly json?: boolean;
+  /** A files stream whose pattern matches no file fails instead of warning. */
+  readonly strict?: boolean;
 }
 
 export function describeWatermark(w: Watermark | null | undefined): string {
@@ -84,6 +86,7 @@ async function runAll(files: readonly string[], options: RunCommandOptions, sign
     const result: RunResult = await run(pipeline, {
       ...(options.full ? { full: true } : {}),
       ...(options.stream?.length ? { streams: options.stream } : {}),
+      ...(options.strict ? { strict: true } : {}),
       logger: stderrLogger(),
       signal,
       ...(options.json ? {} : { onProgress }),

@@ -1,12 +1,34 @@
-import { loadPipeline, pipelineJsonSchema, type StreamConfig } from '../../index.js';
+import { ConfigError, destinationProblems, loadPipeline, pipelineJsonSchema, type PipelineConfig, type StreamConfig } from '../../index.js';
 import { print } from '../output.js';
 
 export async function validateCommand(files: readonly string[]): Promise<number> {
+  const lakes = new Map<string, string>();
   for (const file of files) {
     const pipeline = await loadPipeline(file);
+    await checkLake(pipeline, file, lakes);
     print(`${file}: pipeline ${pipeline.name} is valid (${pipeline.streams.map((s) => `${s.name}: ${s.strategy}/${writeOf(s)}`).join(', ')})`);
   }
   return 0;
+}
+
+/**
+ * A lake stream written by two pipelines would lose objects: refused among the files given (`lakes`: location and
+ * stream → pipeline) and against the owners recorded in the lake.
+ */
+async function checkLake(pipeline: PipelineConfig, file: string, lakes: Map<string, string>): Promise<void> {
+  const destination = pipeline.destination;
+  if (destination.type !== 'files') return;
+  const streams = pipeline.streams.map((s) => s.name);
+  for (const stream of streams) {
+    const key = `${destination.endpoint ?? ''}\u0000${destination.location.replace(/\/+$/, '')}\u0000${stream}`;
+    const other = lakes.get(key);
+    if (other !== undefined && other !== pipeline.name) {
+      throw new ConfigError(`${file}: pipelines ${other} and ${pipeline.name} both write stream ${stream} into ${destination.location}; one would delete the other's objects. Give one stream another name (name:) or another location`);
+    }
+    lakes.set(key, pipeline.name);
+  }
+  const problems = await destinationProblems(destination, pipeline.name, streams);
+  if (problems.length > 0) throw new ConfigError(`${file}: ${problems.join('; ')}`);
 }
 
 /** The write a run will use; a merge on the table's own key is settled only when the run reads the catalog. */

@@ -4,7 +4,8 @@
  * commit then publishes a manifest and writes `state.json` last (lake.ts). Write strategies: `append` adds
  * objects; `replace` builds a new generation beside the live one and swaps it in with one manifest; `delete+insert`
  * by partition drops a partition's objects from the manifest in the same commit that adds its new ones. `merge`
- * is refused: an object store cannot upsert rows in place.
+ * is refused: an object store cannot upsert rows in place. `compact` rewrites small part files into larger ones in
+ * one commit of the same protocol.
  */
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
@@ -37,6 +38,7 @@ import {
   type LakeManifest,
   type LakeTable,
 } from './lake-layout.js';
+import { LakeOwners } from './lake-owners.js';
 import { LakeStateStore, lakeLedger } from './lake-state-store.js';
 import { LakeWriter, lakeColumnType } from './lake-writer.js';
 import { Lake, lakeError, refuse, type LakeHead, type ManifestChange } from './lake.js';
@@ -53,6 +55,33 @@ export interface FilesDestinationOptions extends ObjectStoreOptions {
   readonly partRows?: number;
   /** Where warnings go (a repaired state object); default stderr. */
   readonly logger?: Logger;
+  /** Committed manifests kept per pipeline (older ones are pruned by the next run or compaction). */
+  readonly keepManifests?: number;
+  /** The size `compact` rewrites small part files into (bytes; default 128 MB). */
+  readonly compactTargetBytes?: number;
+}
+
+export const DEFAULT_COMPACT_TARGET_BYTES = 128 * 1024 * 1024;
+
+export interface CompactOptions {
+  /** Only this stream; default every table of the pipeline. */
+  readonly stream?: string;
+  /** Default: the destination's `compactTargetBytes`. */
+  readonly targetBytes?: number;
+  /** The fencing token of the pipeline lease the compaction holds: a commit under an older one is refused. */
+  readonly fence: number;
+  /** Right before the commit point: the lease re-check. */
+  readonly verify?: () => Promise<void>;
+}
+
+export interface CompactResult {
+  readonly stream: string;
+  readonly filesBefore: number;
+  readonly filesAfter: number;
+  /** Part files rewritten into fewer ones. */
+  readonly filesRewritten: number;
+  readonly bytesBefore: number;
+  readonly bytesAfter: number;
 }
 
 const DEFAULT_PART_ROWS = 500_000;
@@ -69,6 +98,7 @@ export class FilesDestination implements Destination {
   private readonly knownPipelines = new Set<string>();
   private closed = false;
   private readonly cacheDir: Promise<string>;
+  readonly owners: LakeOwners;
 
   private constructor(
     readonly lake: Lake,
@@ -85,6 +115,7 @@ export class FilesDestination implements Destination {
     this.state = new LakeStateStore(lake, () => this.close(), (pipeline) => this.collectPipeline(pipeline));
     this.ledger = lakeLedger(lake, () => this.pipelines());
     this.cacheDir = writer.tempDir();
+    this.owners = new LakeOwners(lake);
   }
 
   static async open(options: FilesDestinationOptions): Promise<FilesDestination> {
@@ -130,6 +161,7 @@ export class FilesDestination implements Destination {
     }
     if (load.target.replacePartition !== undefined) checkPartitionValue(load.target.replacePartition.value);
     this.knownPipelines.add(pipeline);
+    await this.owners.claim(pipeline, stream);
     await this.collect(pipeline, stream);
     const stage = await this.writer.createStage(load.target.schema.columns);
     const loadId = `${load.runId.replace(/[^A-Za-z0-9_.-]/g, '_')}-${randomHex(4)}`;
@@ -148,12 +180,14 @@ export class FilesDestination implements Destination {
     if (this.collected.has(id)) return;
     const head = await this.lake.head(pipeline);
     if (first) {
-      await this.lake.collectManifests(pipeline, head);
+      await this.lake.collectManifests(pipeline, head, this.options.keepManifests);
       const rejects = new Set(Object.values(head.manifest.rejects).flat());
       await this.lake.sweep(`_tidemark/rejects/${pipeline}/`, rejects, () => true);
       await this.removeLocalLeftovers([keys.state(pipeline), keys.manifests(pipeline)]);
       this.collected.add(pipeline);
     }
+    // Another pipeline's stream of the same name (a lake where two collided before streams were claimed) is left alone.
+    if (!(await this.owners.owns(pipeline, stream))) return;
     const live = new Set([...(head.manifest.tables[stream]?.files ?? []), ...(head.manifest.builds[stream]?.files ?? [])].map((f) => f.key));
     await this.lake.sweep(keys.streamDir(stream), live, (key) => basename(key).startsWith('part-'));
     await this.removeLocalLeftovers([keys.streamDir(stream)]);
@@ -230,10 +264,10 @@ export class FilesDestination implements Destination {
     const list = `[${paths.map(quoteString).join(', ')}]`;
     const reader =
       table.format === 'parquet'
-        ? `read_parquet(${list}, union_by_name = true)`
+        ? `read_parquet(${list}, union_by_name = true, hive_partitioning = false)`
         : table.format === 'csv'
-          ? `read_csv(${list}, union_by_name = true, header = true, all_varchar = true)`
-          : `read_json(${list}, format = 'newline_delimited', union_by_name = true)`;
+          ? `read_csv(${list}, union_by_name = true, header = true, all_varchar = true, hive_partitioning = false)`
+          : `read_json(${list}, format = 'newline_delimited', union_by_name = true, hive_partitioning = false)`;
     return `SELECT ${columns} FROM ${reader}`;
   }
 
@@ -243,6 +277,119 @@ export class FilesDestination implements Destination {
     const file = join(await this.cacheDir, key.replace(/\//g, '__'));
     if (!(await stat(file).then(() => true, () => false))) await this.lake.store.download(key, file);
     return file;
+  }
+
+  /**
+   * Rewrites each stream's small part files into files of about `targetBytes`, in ONE commit for all streams: the
+   * new objects are uploaded first, then one manifest naming them instead of the files they replace, then
+   * `state.json` (the commit point) — a reader sees the old set or the new one, never both or neither. Files are
+   * merged only within one directory (one partition or `partition_by` value), in manifest order. The replaced
+   * objects stay readable until the next run or compaction collects them (readers that resolved the previous
+   * manifest are still reading them); a crash before the commit point leaves objects nothing names, which that
+   * collection removes too. Runs under the pipeline lease (the caller's).
+   */
+  async compact(pipelineName: string, options: CompactOptions): Promise<CompactResult[]> {
+    const pipeline = checkName('pipeline', pipelineName);
+    const target = options.targetBytes ?? this.options.compactTargetBytes ?? DEFAULT_COMPACT_TARGET_BYTES;
+    const head = await this.lake.head(pipeline);
+    if (options.stream !== undefined && head.manifest.tables[options.stream] === undefined) {
+      throw lakeError(`pipeline ${pipeline} has no table ${options.stream} in ${this.lake.store.describe('')} (tables: ${Object.keys(head.manifest.tables).sort().join(', ') || 'none'})`, pipeline, options.stream);
+    }
+    const streams = options.stream !== undefined ? [options.stream] : Object.keys(head.manifest.tables).sort();
+    for (const stream of streams) {
+      await this.owners.claim(pipeline, stream);
+      await this.collect(pipeline, stream);
+    }
+    const loadId = `compact-${new Date().toISOString().replace(/[^0-9]/g, '').slice(0, 17)}-${randomHex(4)}`;
+    const replaced = new Map<string, LakeFile[]>();
+    const results: CompactResult[] = [];
+    for (const stream of streams) {
+      const table = head.manifest.tables[stream]!;
+      const files = await this.compactTable(pipeline, stream, table, target, `${loadId}-${results.length}`);
+      replaced.set(stream, files);
+      const bytes = (list: readonly LakeFile[]) => list.reduce((n, f) => n + f.bytes, 0);
+      const rewritten = table.files.filter((f) => !files.includes(f)).length;
+      results.push({ stream, filesBefore: table.files.length, filesAfter: files.length, filesRewritten: rewritten, bytesBefore: bytes(table.files), bytesAfter: bytes(files) });
+    }
+    if (results.every((r) => r.filesRewritten === 0)) return results;
+    await failpoint('compact.after_write');
+    const committed = await this.lake.commit(
+      pipeline,
+      (now) => {
+        const tables = { ...now.manifest.tables };
+        for (const [stream, files] of replaced) tables[stream] = { ...tables[stream]!, files };
+        return { stateChanged: false, tables, fence: Math.max(now.manifest.fence, options.fence) };
+      },
+      {
+        loadId,
+        runId: null,
+        reason: `compact ${results.map((r) => `${r.stream}: ${r.filesBefore} → ${r.filesAfter} files`).join(', ')}`,
+        check: (now) => {
+          if (now.manifest.fence > options.fence) refuse(`this compaction's lease (token ${options.fence}) was taken over by token ${now.manifest.fence}; refusing to commit`, pipeline);
+          if (now.manifest.commit !== head.manifest.commit) refuse(`the lake of pipeline ${pipeline} changed while it was compacted (commit ${head.manifest.commit} → ${now.manifest.commit}); run compact again`, pipeline);
+        },
+        beforeCommitPoint: async () => {
+          await failpoint('compact.before_commit');
+          await options.verify?.();
+        },
+      },
+    );
+    await failpoint('compact.after_commit');
+    await this.lake.collectManifests(pipeline, { manifest: committed, etag: undefined, exists: true }, this.options.keepManifests);
+    return results;
+  }
+
+  /** A table keeps its format when compacted; the configured compression applies when the format is the configured one. */
+  private compressionFor(format: FileFormat): LakeCompression {
+    if (format === this.format) return this.compression;
+    return format === 'parquet' ? 'zstd' : 'none';
+  }
+
+  /** A table's files after compaction: small neighbours in one directory merged; the new ones already uploaded. */
+  private async compactTable(pipeline: string, stream: string, table: LakeTable, target: number, loadId: string): Promise<LakeFile[]> {
+    const out: (LakeFile | LakeFile[])[] = [];
+    const open = new Map<string, { bin: LakeFile[]; bytes: number }>();
+    for (const file of table.files) {
+      const group = `${file.key.slice(0, file.key.lastIndexOf('/') + 1)}\u0000${JSON.stringify(file.partition ?? null)}`;
+      if (file.bytes >= target) {
+        out.push(file);
+        continue;
+      }
+      const current = open.get(group);
+      if (current !== undefined && current.bytes + file.bytes <= target) {
+        current.bin.push(file);
+        current.bytes += file.bytes;
+        continue;
+      }
+      const bin = [file];
+      open.set(group, { bin, bytes: file.bytes });
+      out.push(bin);
+    }
+    const ext = extensionOf(table.format, this.compressionFor(table.format));
+    const files: LakeFile[] = [];
+    let n = 0;
+    for (const item of out) {
+      if (!Array.isArray(item)) files.push(item);
+      else if (item.length === 1) files.push(item[0]!);
+      else files.push(await this.rewrite(pipeline, stream, table, item, `${item[0]!.key.slice(0, item[0]!.key.lastIndexOf('/') + 1)}part-${loadId}-${n++}.${ext}`));
+    }
+    return files;
+  }
+
+  /** One object holding the rows of `files`, in their order, written in the table's format and uploaded create-only. */
+  private async rewrite(pipeline: string, stream: string, table: LakeTable, files: readonly LakeFile[], key: string): Promise<LakeFile> {
+    const dir = await this.writer.tempDir();
+    try {
+      const file = join(dir, basename(key));
+      const written = await this.writer.copyQuery(await this.tableSql({ ...table, files }), file, { format: table.format, compression: this.compressionFor(table.format) });
+      const expected = files.reduce((sum, f) => sum + f.rows, 0);
+      if (written.rows !== expected) throw lakeError(`compacting ${files.length} objects into ${key} wrote ${written.rows} rows, not the ${expected} their manifest counts; nothing was committed`, pipeline, stream);
+      await this.lake.store.upload(key, file, { ifNoneMatch: '*' });
+      await this.lake.sync(key);
+      return { key, rows: written.rows, bytes: written.bytes, ...(files[0]!.partition !== undefined ? { partition: { ...files[0]!.partition } } : {}) };
+    } finally {
+      await this.writer.removeTempDir(dir);
+    }
   }
 
   async close(): Promise<void> {

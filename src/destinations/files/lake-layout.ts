@@ -7,6 +7,7 @@
  * <location>/_tidemark/rejects/<pipeline>/<stream>/rejects-<load_id>.jsonl
  * <location>/_tidemark/runs/<pipeline>/<run_id>--<stream>.json        failures recorded outside a commit
  * <location>/_tidemark/state/<pipeline>/state.json                    the commit point
+ * <location>/_tidemark/owners/<stream>.json                            the pipeline that owns <stream>/ (lake-owners.ts)
  * <location>/_tidemark/locks/<pipeline>/…                             the lease (local directories)
  * ```
  *

@@ -112,6 +112,12 @@ export class LakeWriter {
     return out;
   }
 
+  /** Writes the rows of a query, in its order, to `file`. */
+  async copyQuery(sql: string, file: string, options: Omit<WriteOptions, 'partitionBy'>): Promise<{ rows: number; bytes: number }> {
+    const result = await this.connection.run(`COPY (${sql}) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`);
+    return { rows: Number(result.rowsChanged), bytes: (await stat(file)).size };
+  }
+
   async close(): Promise<void> {
     for (const dir of this.tempDirs) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
     this.connection.closeSync();

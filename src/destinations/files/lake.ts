@@ -246,11 +246,11 @@ export class Lake {
   }
 
   /** Manifests of runs that never committed, and committed ones beyond the history kept. */
-  async collectManifests(pipeline: string, head: LakeHead): Promise<number> {
+  async collectManifests(pipeline: string, head: LakeHead, kept: number = MANIFESTS_KEPT): Promise<number> {
     let removed = 0;
     for (const { key, commit } of await this.manifestKeys(pipeline)) {
       const orphan = commit > head.manifest.commit || (commit === head.manifest.commit && key !== head.manifest.key);
-      if (orphan || commit < head.manifest.commit - MANIFESTS_KEPT) {
+      if (orphan || commit <= head.manifest.commit - Math.max(1, kept)) {
         await this.store.delete(key);
         removed += 1;
       }

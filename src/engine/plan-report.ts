@@ -108,7 +108,7 @@ async function planStreams(
           strategy: stream.strategy,
           write: settleKey(stream, read.schema.primaryKey).write,
           mode: plan.generation !== undefined ? 'build' : 'incremental',
-          resumesBuild: prior?.build !== undefined,
+          resumesBuild: prior?.build !== undefined && !plan.freshBuild,
           watermark: prior?.watermark ?? null,
           from: plan.request.from ?? null,
           until: read.until,

@@ -43,7 +43,9 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
   const building = resumed !== undefined || options.full || stream.strategy === 'full';
   const generation = resumed?.generation ?? (building ? options.runId : undefined);
   const base = { stream, nullCursor: stream.onNullCursor, batchRows: stream.batchRows } as const;
-  const buildInfo = { ...(generation !== undefined ? { generation } : {}), freshBuild: building && resumed === undefined };
+  // A build with nothing committed yet (requested by `tidemark state reset` on an append stream) starts afresh.
+  const nothingBuilt = resumed === undefined || (resumed.rows === 0 && resumed.watermark === undefined && resumed.afterPk === undefined);
+  const buildInfo = { ...(generation !== undefined ? { generation } : {}), freshBuild: building && nothingBuilt };
   // A token-resumed source (HTTP pages, Singer) continues an unfinished build from its stored position.
   const buildResume = resumed !== undefined && prior?.resume !== undefined ? { resume: prior.resume as JsonValue } : {};
   if (stream.strategy === 'full') {

@@ -6,7 +6,12 @@ import { describeWatermark } from './run.js';
 function showState(state: PipelineState): void {
   print(`pipeline ${state.pipeline}, state version ${state.version}`);
   for (const [name, s] of Object.entries(state.streams)) {
-    const build = s.build ? `, building generation ${s.build.generation} (${s.build.rows} rows so far)` : '';
+    const pending = s.build !== undefined && s.build.rows === 0 && s.build.watermark === undefined && s.build.afterPk === undefined;
+    const build = s.build
+      ? pending
+        ? `, rebuild pending: the next run builds generation ${s.build.generation} beside the live table and swaps it in`
+        : `, building generation ${s.build.generation} (${s.build.rows} rows so far)`
+      : '';
     print(`  ${name}: ${s.strategy}, watermark ${describeWatermark(s.watermark)}${s.generation ? `, generation ${s.generation}` : ''}${build}`);
   }
 }

@@ -38,8 +38,34 @@ export function settleKey(stream: StreamConfig, primaryKey: readonly string[]): 
   throw new ConfigError(`write merge needs a primary key and ${what} has none; set primary_key`, { context: { stream: stream.name, phase: 'discover' } });
 }
 
+/**
+ * The stored state was written for another cursor column or key than the stream has now: its watermark (and a
+ * build's position) are values of the old columns and cannot be compared with the new ones. Refused with the
+ * remedies, unless this run builds the stream anew (`--full`, `strategy: full`), which starts from no position.
+ */
+export function checkStoredColumns(stream: StreamConfig, prior: StreamState | undefined, full: boolean): void {
+  if (prior === undefined || full || stream.strategy !== 'incremental') return;
+  const positioned = prior.watermark !== undefined || prior.build?.watermark !== undefined || prior.build?.afterPk !== undefined;
+  if (!positioned) return;
+  const remedies = `run tidemark run --full to rebuild the stream from the source, or tidemark state reset ${stream.name} to start it over`;
+  if (prior.cursorColumn !== undefined && stream.cursor !== undefined && prior.cursorColumn !== stream.cursor) {
+    throw new ConfigError(`the cursor column changed from ${prior.cursorColumn} (the stored watermark's) to ${stream.cursor}; ${remedies}`, {
+      context: { stream: stream.name, phase: 'plan' },
+    });
+  }
+  const storedKey = prior.primaryKey ?? [];
+  const keyed = (prior.watermark?.pk.length ?? 0) > 0 || prior.build?.afterPk !== undefined;
+  if (keyed && storedKey.length > 0 && stream.primaryKey.length > 0 && storedKey.join('\u0000') !== stream.primaryKey.join('\u0000')) {
+    throw new ConfigError(`the primary key changed from (${storedKey.join(', ')}) (the stored watermark's) to (${stream.primaryKey.join(', ')}); ${remedies}`, {
+      context: { stream: stream.name, phase: 'plan' },
+    });
+  }
+}
+
 export function planStream(stream: StreamConfig, prior: StreamState | undefined, options: { full: boolean; runId: string }): StreamPlan {
-  const resumed = prior?.build;
+  checkStoredColumns(stream, prior, options.full);
+  // A build under way for other columns than the stream has now cannot be resumed; `--full` starts a new one.
+  const resumed = options.full && prior?.build !== undefined && columnsChanged(stream, prior) ? undefined : prior?.build;
   const building = resumed !== undefined || options.full || stream.strategy === 'full';
   const generation = resumed?.generation ?? (building ? options.runId : undefined);
   const base = { stream, nullCursor: stream.onNullCursor, batchRows: stream.batchRows } as const;
@@ -75,6 +101,12 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
     ...buildInfo,
     ...(watermark ? { startWatermark: watermark } : {}),
   };
+}
+
+function columnsChanged(stream: StreamConfig, prior: StreamState): boolean {
+  const cursorMoved = prior.cursorColumn !== undefined && stream.cursor !== undefined && prior.cursorColumn !== stream.cursor;
+  const storedKey = prior.primaryKey ?? [];
+  return cursorMoved || (storedKey.length > 0 && stream.primaryKey.length > 0 && storedKey.join('\u0000') !== stream.primaryKey.join('\u0000'));
 }
 
 /** The cursor value `lookback` before a watermark; only time-like cursors have a meaning for a duration. */

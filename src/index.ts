@@ -8,7 +8,7 @@ export { runTarget } from './engine/singer-target.js';
 export type { TargetOptions, TargetResult } from './engine/singer-target.js';
 export { run, emptyState } from './engine/run.js';
 export type { RunOptions } from './engine/run.js';
-export { planPipeline } from './engine/plan-report.js';
+export { catalogProblems, planPipeline } from './engine/plan-report.js';
 export type { StreamPlanReport } from './engine/plan-report.js';
 export { openStateStore, stateCommands } from './engine/state-admin.js';
 export type { ShownState } from './engine/state-admin.js';

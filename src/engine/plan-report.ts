@@ -5,7 +5,7 @@ import { withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { planPartitions, type PartitionPlan } from './partition-load.js';
-import { planStream, settleKey, withSourceKey } from './plan.js';
+import { checkLookback, lookbackProblem, planStream, settleKey, withSourceKey } from './plan.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 
@@ -103,6 +103,11 @@ async function planStreams(
       const plan = planStream(stream, prior, { full: options.full === true, runId: 'plan' });
       const read = await source.open(plan.request).catch(inStreamContext);
       try {
+        try {
+          checkLookback(stream, read.schema);
+        } catch (error) {
+          inStreamContext(error);
+        }
         reports.push({
           stream: stream.name,
           strategy: stream.strategy,
@@ -155,4 +160,30 @@ function partitionReport(stream: StreamConfig, plans: readonly PartitionPlan[]):
     safeMark: null,
     warnings: ignored.map((p) => `partition ${p.partition} changed (${p.change}); on_change: ignore keeps the loaded rows`),
   };
+}
+
+/**
+ * What `tidemark validate` can only know from the source's catalog: a `lookback` on a cursor that is not a date or
+ * timestamp. Only streams with a lookback are described, so other pipelines validate without connecting.
+ * Returns one message per problem, each naming the file and field (`file: streams[i].lookback: …`).
+ */
+export async function catalogProblems(pipeline: PipelineConfig, file: string): Promise<string[]> {
+  const indexed = pipeline.streams.map((stream, i) => ({ stream, i })).filter(({ stream }) => stream.lookbackMs !== undefined && stream.cursor !== undefined);
+  if (indexed.length === 0) return [];
+  const source = await openSource(pipeline.source).catch((error: unknown) => {
+    throw withContext(error, { pipeline: pipeline.name, phase: 'connect' }, 'source');
+  });
+  try {
+    const problems: string[] = [];
+    for (const { stream, i } of indexed) {
+      const schema = await source.discover(stream).catch((error: unknown) => {
+        throw withContext(error, { pipeline: pipeline.name, stream: stream.name, phase: 'discover' }, 'source');
+      });
+      const problem = lookbackProblem(stream, schema, `${file}: streams[${i}].lookback`);
+      if (problem !== undefined) problems.push(problem);
+    }
+    return problems;
+  } finally {
+    await source.close();
+  }
 }

@@ -4,7 +4,7 @@
  */
 import type { JsonValue, ReadRequest, Source } from '../core/connector.js';
 import { ConfigError } from '../core/errors.js';
-import type { StreamState, TypedValue, Watermark } from '../core/types.js';
+import type { StreamSchema, StreamState, TypedValue, Watermark } from '../core/types.js';
 import { canonicalDate, compareCanonical, formatMicros, timestampMicros } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 
@@ -107,6 +107,25 @@ function columnsChanged(stream: StreamConfig, prior: StreamState): boolean {
   const cursorMoved = prior.cursorColumn !== undefined && stream.cursor !== undefined && prior.cursorColumn !== stream.cursor;
   const storedKey = prior.primaryKey ?? [];
   return cursorMoved || (storedKey.length > 0 && stream.primaryKey.length > 0 && storedKey.join('\u0000') !== stream.primaryKey.join('\u0000'));
+}
+
+const TIME_KINDS: ReadonlySet<string> = new Set(['timestamp', 'timestamptz', 'date']);
+
+/**
+ * `lookback` is a duration, so it needs a date or timestamp cursor. Checked against the source's schema before the
+ * first read: an integer cursor would otherwise pass the first run (no watermark yet) and fail the second.
+ */
+export function lookbackProblem(stream: StreamConfig, schema: StreamSchema, field = 'lookback'): string | undefined {
+  if (stream.lookbackMs === undefined || stream.cursor === undefined) return undefined;
+  const column = schema.columns.find((c) => c.name === stream.cursor);
+  if (column === undefined || TIME_KINDS.has(column.type.kind)) return undefined;
+  return `${field}: lookback is a duration and needs a date or timestamp cursor, but cursor ${stream.cursor} of stream ${stream.name} is ${column.type.kind}; remove lookback (an integer or text cursor cannot look back in time)`;
+}
+
+/** Throws the `lookbackProblem` as a config error of the stream's plan. */
+export function checkLookback(stream: StreamConfig, schema: StreamSchema): void {
+  const problem = lookbackProblem(stream, schema);
+  if (problem !== undefined) throw new ConfigError(problem, { context: { stream: stream.name, phase: 'plan' } });
 }
 
 /** The cursor value `lookback` before a watermark; only time-like cursors have a meaning for a duration. */

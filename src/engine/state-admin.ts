@@ -196,11 +196,11 @@ export function stateCommands(pipeline: PipelineConfig) {
     return config;
   }
 
-  async function columnKinds(stream: string): Promise<Map<string, TypedValue['type']>> {
+  async function columnKinds(stream: string): Promise<{ kinds: Map<string, TypedValue['type']>; primaryKey: readonly string[] }> {
     const source = await openSource(pipeline.source);
     try {
       const schema = await source.discover(streamConfig(stream));
-      return new Map(schema.columns.map((c) => [c.name, c.type.kind]));
+      return { kinds: new Map(schema.columns.map((c) => [c.name, c.type.kind])), primaryKey: schema.primaryKey };
     } finally {
       await source.close();
     }
@@ -268,8 +268,9 @@ export function stateCommands(pipeline: PipelineConfig) {
     async set(stream: string, cursor: string, pk: readonly string[] = []): Promise<PipelineState> {
       const config = streamConfig(stream);
       if (config.cursor === undefined) throw new UsageError(`stream ${stream} has no cursor; only incremental streams have a watermark`);
-      const kinds = await columnKinds(stream);
-      const pkColumns = config.primaryKey.length ? config.primaryKey : [];
+      const { kinds, primaryKey } = await columnKinds(stream);
+      // A stream without primary_key merges on its table's own key, as the catalog declares it.
+      const pkColumns = config.primaryKey.length ? config.primaryKey : config.sourceKey !== undefined ? primaryKey : [];
       if (pk.length !== 0 && pk.length !== pkColumns.length) {
         throw new UsageError(`stream ${stream} has a primary key of ${pkColumns.length} column(s) (${pkColumns.join(', ')}); got ${pk.length} --pk value(s)`);
       }
@@ -382,7 +383,7 @@ export function stateCommands(pipeline: PipelineConfig) {
         }
         const value = bookmark.replication_key_value;
         if (value === undefined || config.cursor === undefined) continue;
-        const kinds = await columnKinds(stream);
+        const { kinds } = await columnKinds(stream);
         imported[stream] = {
           strategy: config.strategy,
           cursorColumn: config.cursor,

@@ -84,7 +84,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
 
   cli
     .command('state')
-    .description('inspect or edit state: list | show | set | reset | history | rollback | export | import | migrate')
+    .description('inspect or edit state: list | show | set | reset | history | rollback | export | import | migrate | delete')
     .argument('<action>')
     .argument('[args...]')
     .option('--config <file>', 'pipeline YAML file')
@@ -94,6 +94,8 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--from <store>', 'migrate: destination | file:<dir> | sqlite:<file> | postgres://…[?schema=s]')
     .option('--to <store>', 'migrate: the store to copy state and history into')
     .option('--force', 'migrate: write over a target that already holds a different state')
+    .option('--store <store>', 'list | delete: this store instead of the one --config names (file:<dir> | sqlite:<file> | postgres://…[?schema=s])')
+    .option('--yes', 'delete: do not ask for confirmation')
     .addHelpText(
       'after',
       `
@@ -104,7 +106,7 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
   merged on the primary key.`,
     )
     .action(
-      act(async (action: string, args: string[], o: { config?: string; json?: boolean; cursor?: string; pk?: string[]; from?: string; to?: string; force?: boolean }) =>
+      act(async (action: string, args: string[], o: { config?: string; json?: boolean; cursor?: string; pk?: string[]; from?: string; to?: string; force?: boolean; store?: string; yes?: boolean }) =>
         (await commands.state()).stateCommand(action, args, o),
       ),
     );

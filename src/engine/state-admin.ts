@@ -2,13 +2,13 @@
  * `tidemark state …`: inspect and edit a pipeline's state. Every edit is a new version (compare-and-set, under
  * the pipeline's lease), so history keeps what was there and `rollback` can restore it.
  */
-import type { Destination, Lease, Source, StateStore } from '../core/connector.js';
+import type { Destination, Lease, LeaseProvider, Source, StateStore } from '../core/connector.js';
 import { newRunId } from '../core/ids.js';
 import { StateError, UsageError, errorMessage } from '../core/errors.js';
 import type { PipelineState, PipelineStateVersion, StreamState, TypedValue, Watermark } from '../core/types.js';
 import { ValueRejection, compareCanonical, parseTyped } from '../core/values.js';
 import type { PipelineConfig } from '../config/load.js';
-import type { StateConfig } from '../config/schema.js';
+import type { StateConfig, StateStoreConfig } from '../config/schema.js';
 import { silentLogger } from '../core/logger.js';
 import { createStateStore, leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
 import { openPipelineState, plannedState, type StateDifference } from './state-sync.js';
@@ -78,6 +78,54 @@ export interface MigrateResult {
   /** Versions written to the target (0 when it already held the same state). */
   readonly copied: number;
   readonly state: PipelineState;
+}
+
+/** One pipeline of a state store, as `tidemark state list` shows it. */
+export interface StoredPipeline {
+  readonly pipeline: string;
+  readonly version: number;
+  readonly streams: readonly string[];
+  /** The run of the newest stream commit, and when it was (absent when only edits wrote the state). */
+  readonly lastRunId: string | null;
+  readonly lastUpdate: string | null;
+}
+
+export function storedPipeline(state: PipelineState): StoredPipeline {
+  const streams = Object.entries(state.streams);
+  const newest = streams.filter(([, s]) => s.updatedAt !== undefined).sort(([, a], [, b]) => b.updatedAt!.localeCompare(a.updatedAt!))[0]?.[1];
+  const lastRun = streams.filter(([, s]) => s.lastRunId !== undefined).sort(([, a], [, b]) => b.lastRunId!.localeCompare(a.lastRunId!))[0]?.[1];
+  return { pipeline: state.pipeline, version: state.version, streams: streams.map(([name]) => name).sort(), lastRunId: lastRun?.lastRunId ?? null, lastUpdate: newest?.updatedAt ?? null };
+}
+
+/** The pipelines a separate state store holds (a state catalogue): name, streams, version, last run. */
+export async function listStoredPipelines(config: StateStoreConfig): Promise<{ readonly store: string; readonly pipelines: readonly StoredPipeline[] }> {
+  const store = await createStateStore(config);
+  try {
+    return { store: store.description, pipelines: (await store.pipelines()).map(storedPipeline) };
+  } finally {
+    await store.close();
+  }
+}
+
+/**
+ * Removes one pipeline's state and history from a separate store, under the pipeline's lease: that of `owner` (the
+ * pipeline's YAML, when known) or else the store's own. Returns the versions removed.
+ */
+export async function deleteStoredPipeline(config: StateStoreConfig, pipeline: string, owner?: PipelineConfig): Promise<{ readonly store: string; readonly removed: number }> {
+  const store = await createStateStore(config);
+  try {
+    const leases: LeaseProvider = owner !== undefined ? leaseProviderFor(owner.destination, owner.state) : store;
+    const lease = await leases.acquire(pipeline, { ttlMs: owner?.lockTtlMs ?? 60_000 });
+    try {
+      const removed = await store.remove(pipeline);
+      if (removed === 0) throw new UsageError(`${store.description} holds no state of pipeline ${pipeline}`);
+      return { store: store.description, removed };
+    } finally {
+      await lease.release();
+    }
+  } finally {
+    await store.close();
+  }
 }
 
 /** Singer's state shape, with tidemark's exact watermark kept beside the tap-visible bookmark. */

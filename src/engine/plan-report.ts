@@ -1,7 +1,7 @@
 /** `tidemark plan`: what the next run would read per stream, with the exact predicate and bound values. */
 import type { StreamState, TypedValue, Watermark } from '../core/types.js';
 import type { Source } from '../core/connector.js';
-import { withContext } from '../core/errors.js';
+import { errorMessage, withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { planPartitions, type PartitionPlan } from './partition-load.js';
@@ -164,25 +164,29 @@ function partitionReport(stream: StreamConfig, plans: readonly PartitionPlan[]):
 
 /**
  * What `tidemark validate` can only know from the source's catalog: a `lookback` on a cursor that is not a date or
- * timestamp. Only streams with a lookback are described, so other pipelines validate without connecting.
- * Returns one message per problem, each naming the file and field (`file: streams[i].lookback: …`).
+ * timestamp. Only streams with a lookback are described, so other pipelines validate without connecting; a source
+ * that cannot be reached (validate also runs where it is not) leaves the check undone, said in `unchecked`.
+ * Each problem names the file and field (`file: streams[i].lookback: …`).
  */
-export async function catalogProblems(pipeline: PipelineConfig, file: string): Promise<string[]> {
+export async function catalogProblems(pipeline: PipelineConfig, file: string): Promise<{ readonly problems: readonly string[]; readonly unchecked?: string }> {
   const indexed = pipeline.streams.map((stream, i) => ({ stream, i })).filter(({ stream }) => stream.lookbackMs !== undefined && stream.cursor !== undefined);
-  if (indexed.length === 0) return [];
-  const source = await openSource(pipeline.source).catch((error: unknown) => {
-    throw withContext(error, { pipeline: pipeline.name, phase: 'connect' }, 'source');
-  });
+  if (indexed.length === 0) return { problems: [] };
+  const unchecked = (error: unknown) => ({ problems: [], unchecked: `lookback not checked against the source's catalog (${errorMessage(error)})` });
+  let source: Source;
+  try {
+    source = await openSource(pipeline.source);
+  } catch (error) {
+    return unchecked(error);
+  }
   try {
     const problems: string[] = [];
     for (const { stream, i } of indexed) {
-      const schema = await source.discover(stream).catch((error: unknown) => {
-        throw withContext(error, { pipeline: pipeline.name, stream: stream.name, phase: 'discover' }, 'source');
-      });
-      const problem = lookbackProblem(stream, schema, `${file}: streams[${i}].lookback`);
+      const problem = lookbackProblem(stream, await source.discover(stream), `${file}: streams[${i}].lookback`);
       if (problem !== undefined) problems.push(problem);
     }
-    return problems;
+    return { problems };
+  } catch (error) {
+    return unchecked(error);
   } finally {
     await source.close();
   }

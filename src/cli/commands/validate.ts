@@ -1,11 +1,12 @@
 import { ConfigError, catalogProblems, loadPipeline, pipelineJsonSchema, type StreamConfig } from '../../index.js';
-import { print } from '../output.js';
+import { print, printError } from '../output.js';
 
 export async function validateCommand(files: readonly string[]): Promise<number> {
   for (const file of files) {
     const pipeline = await loadPipeline(file);
-    const problems = await catalogProblems(pipeline, file);
+    const { problems, unchecked } = await catalogProblems(pipeline, file);
     if (problems.length > 0) throw new ConfigError(problems.join('\n'));
+    if (unchecked !== undefined) printError(`warn: ${file}: ${unchecked}`);
     print(`${file}: pipeline ${pipeline.name} is valid (${pipeline.streams.map((s) => `${s.name}: ${s.strategy}/${writeOf(s)}`).join(', ')})`);
   }
   return 0;

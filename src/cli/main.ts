@@ -88,7 +88,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
 
   cli
     .command('state')
-    .description('inspect or edit state: list | show | set | reset | history | rollback | export | import | migrate')
+    .description('inspect or edit state: list | show | set | reset | history | rollback | export | import | migrate | delete')
     .argument('<action>')
     .argument('[args...]')
     .option('--config <file>', 'pipeline YAML file')
@@ -98,8 +98,19 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--from <store>', 'migrate: destination | file:<dir> | sqlite:<file> | postgres://…[?schema=s]')
     .option('--to <store>', 'migrate: the store to copy state and history into')
     .option('--force', 'migrate: write over a target that already holds a different state')
+    .option('--store <store>', 'list | delete: this store instead of the one --config names (file:<dir> | sqlite:<file> | postgres://…[?schema=s])')
+    .option('--yes', 'delete: do not ask for confirmation')
+    .addHelpText(
+      'after',
+      `
+reset [stream], rollback <version>, set <stream> on an append stream (write: append) never append rows twice:
+  reset, and a rollback to a watermark behind the current one, make the next run rebuild the stream: it loads
+  a new generation beside the live table and swaps it in (as run --full does); the live table stays readable
+  until then. set refuses to move an append stream's watermark back. On merge streams the rows read again are
+  merged on the primary key.`,
+    )
     .action(
-      act(async (action: string, args: string[], o: { config?: string; json?: boolean; cursor?: string; pk?: string[]; from?: string; to?: string; force?: boolean }) =>
+      act(async (action: string, args: string[], o: { config?: string; json?: boolean; cursor?: string; pk?: string[]; from?: string; to?: string; force?: boolean; store?: string; yes?: boolean }) =>
         (await commands.state()).stateCommand(action, args, o),
       ),
     );

@@ -1,11 +1,11 @@
 /** `tidemark plan`: what the next run would read per stream, with the exact predicate and bound values. */
 import type { StreamState, TypedValue, Watermark } from '../core/types.js';
 import type { Source } from '../core/connector.js';
-import { withContext } from '../core/errors.js';
+import { errorMessage, withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { planPartitions, type PartitionPlan } from './partition-load.js';
-import { planStream, settleKey, withSourceKey } from './plan.js';
+import { checkLookback, lookbackProblem, planStream, settleKey, withSourceKey } from './plan.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 
@@ -103,12 +103,17 @@ async function planStreams(
       const plan = planStream(stream, prior, { full: options.full === true, runId: 'plan' });
       const read = await source.open(plan.request).catch(inStreamContext);
       try {
+        try {
+          checkLookback(stream, read.schema);
+        } catch (error) {
+          inStreamContext(error);
+        }
         reports.push({
           stream: stream.name,
           strategy: stream.strategy,
           write: settleKey(stream, read.schema.primaryKey).write,
           mode: plan.generation !== undefined ? 'build' : 'incremental',
-          resumesBuild: prior?.build !== undefined,
+          resumesBuild: prior?.build !== undefined && !plan.freshBuild,
           watermark: prior?.watermark ?? null,
           from: plan.request.from ?? null,
           until: read.until,
@@ -155,4 +160,34 @@ function partitionReport(stream: StreamConfig, plans: readonly PartitionPlan[]):
     safeMark: null,
     warnings: ignored.map((p) => `partition ${p.partition} changed (${p.change}); on_change: ignore keeps the loaded rows`),
   };
+}
+
+/**
+ * What `tidemark validate` can only know from the source's catalog: a `lookback` on a cursor that is not a date or
+ * timestamp. Only streams with a lookback are described, so other pipelines validate without connecting; a source
+ * that cannot be reached (validate also runs where it is not) leaves the check undone, said in `unchecked`.
+ * Each problem names the file and field (`file: streams[i].lookback: …`).
+ */
+export async function catalogProblems(pipeline: PipelineConfig, file: string): Promise<{ readonly problems: readonly string[]; readonly unchecked?: string }> {
+  const indexed = pipeline.streams.map((stream, i) => ({ stream, i })).filter(({ stream }) => stream.lookbackMs !== undefined && stream.cursor !== undefined);
+  if (indexed.length === 0) return { problems: [] };
+  const unchecked = (error: unknown) => ({ problems: [], unchecked: `lookback not checked against the source's catalog (${errorMessage(error)})` });
+  let source: Source;
+  try {
+    source = await openSource(pipeline.source);
+  } catch (error) {
+    return unchecked(error);
+  }
+  try {
+    const problems: string[] = [];
+    for (const { stream, i } of indexed) {
+      const problem = lookbackProblem(stream, await source.discover(stream), `${file}: streams[${i}].lookback`);
+      if (problem !== undefined) problems.push(problem);
+    }
+    return { problems };
+  } catch (error) {
+    return unchecked(error);
+  } finally {
+    await source.close();
+  }
 }

@@ -4,7 +4,7 @@
  */
 import type { JsonValue, ReadRequest, Source } from '../core/connector.js';
 import { ConfigError } from '../core/errors.js';
-import type { StreamState, TypedValue, Watermark } from '../core/types.js';
+import type { StreamSchema, StreamState, TypedValue, Watermark } from '../core/types.js';
 import { canonicalDate, compareCanonical, formatMicros, timestampMicros } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 
@@ -38,12 +38,40 @@ export function settleKey(stream: StreamConfig, primaryKey: readonly string[]): 
   throw new ConfigError(`write merge needs a primary key and ${what} has none; set primary_key`, { context: { stream: stream.name, phase: 'discover' } });
 }
 
+/**
+ * The stored state was written for another cursor column or key than the stream has now: its watermark (and a
+ * build's position) are values of the old columns and cannot be compared with the new ones. Refused with the
+ * remedies, unless this run builds the stream anew (`--full`, `strategy: full`), which starts from no position.
+ */
+export function checkStoredColumns(stream: StreamConfig, prior: StreamState | undefined, full: boolean): void {
+  if (prior === undefined || full || stream.strategy !== 'incremental') return;
+  const positioned = prior.watermark !== undefined || prior.build?.watermark !== undefined || prior.build?.afterPk !== undefined;
+  if (!positioned) return;
+  const remedies = `run tidemark run --full to rebuild the stream from the source, or tidemark state reset ${stream.name} to start it over`;
+  if (prior.cursorColumn !== undefined && stream.cursor !== undefined && prior.cursorColumn !== stream.cursor) {
+    throw new ConfigError(`the cursor column changed from ${prior.cursorColumn} (the stored watermark's) to ${stream.cursor}; ${remedies}`, {
+      context: { stream: stream.name, phase: 'plan' },
+    });
+  }
+  const storedKey = prior.primaryKey ?? [];
+  const keyed = (prior.watermark?.pk.length ?? 0) > 0 || prior.build?.afterPk !== undefined;
+  if (keyed && storedKey.length > 0 && stream.primaryKey.length > 0 && storedKey.join('\u0000') !== stream.primaryKey.join('\u0000')) {
+    throw new ConfigError(`the primary key changed from (${storedKey.join(', ')}) (the stored watermark's) to (${stream.primaryKey.join(', ')}); ${remedies}`, {
+      context: { stream: stream.name, phase: 'plan' },
+    });
+  }
+}
+
 export function planStream(stream: StreamConfig, prior: StreamState | undefined, options: { full: boolean; runId: string }): StreamPlan {
-  const resumed = prior?.build;
+  checkStoredColumns(stream, prior, options.full);
+  // A build under way for other columns than the stream has now cannot be resumed; `--full` starts a new one.
+  const resumed = options.full && prior?.build !== undefined && columnsChanged(stream, prior) ? undefined : prior?.build;
   const building = resumed !== undefined || options.full || stream.strategy === 'full';
   const generation = resumed?.generation ?? (building ? options.runId : undefined);
   const base = { stream, nullCursor: stream.onNullCursor, batchRows: stream.batchRows } as const;
-  const buildInfo = { ...(generation !== undefined ? { generation } : {}), freshBuild: building && resumed === undefined };
+  // A build with nothing committed yet (requested by `tidemark state reset` on an append stream) starts afresh.
+  const nothingBuilt = resumed === undefined || (resumed.rows === 0 && resumed.watermark === undefined && resumed.afterPk === undefined);
+  const buildInfo = { ...(generation !== undefined ? { generation } : {}), freshBuild: building && nothingBuilt };
   // A token-resumed source (HTTP pages, Singer) continues an unfinished build from its stored position.
   const buildResume = resumed !== undefined && prior?.resume !== undefined ? { resume: prior.resume as JsonValue } : {};
   if (stream.strategy === 'full') {
@@ -73,6 +101,31 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
     ...buildInfo,
     ...(watermark ? { startWatermark: watermark } : {}),
   };
+}
+
+function columnsChanged(stream: StreamConfig, prior: StreamState): boolean {
+  const cursorMoved = prior.cursorColumn !== undefined && stream.cursor !== undefined && prior.cursorColumn !== stream.cursor;
+  const storedKey = prior.primaryKey ?? [];
+  return cursorMoved || (storedKey.length > 0 && stream.primaryKey.length > 0 && storedKey.join('\u0000') !== stream.primaryKey.join('\u0000'));
+}
+
+const TIME_KINDS: ReadonlySet<string> = new Set(['timestamp', 'timestamptz', 'date']);
+
+/**
+ * `lookback` is a duration, so it needs a date or timestamp cursor. Checked against the source's schema before the
+ * first read: an integer cursor would otherwise pass the first run (no watermark yet) and fail the second.
+ */
+export function lookbackProblem(stream: StreamConfig, schema: StreamSchema, field = 'lookback'): string | undefined {
+  if (stream.lookbackMs === undefined || stream.cursor === undefined) return undefined;
+  const column = schema.columns.find((c) => c.name === stream.cursor);
+  if (column === undefined || TIME_KINDS.has(column.type.kind)) return undefined;
+  return `${field}: lookback is a duration and needs a date or timestamp cursor, but cursor ${stream.cursor} of stream ${stream.name} is ${column.type.kind}; remove lookback (an integer or text cursor cannot look back in time)`;
+}
+
+/** Throws the `lookbackProblem` as a config error of the stream's plan. */
+export function checkLookback(stream: StreamConfig, schema: StreamSchema): void {
+  const problem = lookbackProblem(stream, schema);
+  if (problem !== undefined) throw new ConfigError(problem, { context: { stream: stream.name, phase: 'plan' } });
 }
 
 /** The cursor value `lookback` before a watermark; only time-like cursors have a meaning for a duration. */

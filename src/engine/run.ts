@@ -16,6 +16,7 @@ import { concurrentPartitionWriters, leaseProviderFor, openSource } from '../reg
 import { aboveFence } from './lease-fence.js';
 import { openPipelineDestination } from './state-sync.js';
 import { partitionLoader } from './partition-load.js';
+import { checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 
 export interface RunOptions {
@@ -150,6 +151,14 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
   // records of its neighbours as interrupted.
   if (ctx.partitionLeases === undefined) await destination.state.closeInterruptedRuns(pipeline.name);
   let state = (await destination.state.load(pipeline.name)) ?? emptyState(pipeline.name);
+  // A cursor column or key changed in the YAML stops the whole run before anything is read (a config error, exit 2).
+  for (const stream of ctx.streams) {
+    try {
+      checkStoredColumns(stream, state.streams[stream.name], ctx.options.full === true);
+    } catch (error) {
+      throw withContext(error, { pipeline: pipeline.name }, 'config');
+    }
+  }
   const results: StreamResult[] = [];
   for (const stream of ctx.streams) {
     const started = Date.now();

@@ -2,16 +2,18 @@
  * `tidemark state …`: inspect and edit a pipeline's state. Every edit is a new version (compare-and-set, under
  * the pipeline's lease), so history keeps what was there and `rollback` can restore it.
  */
-import type { Destination, Lease, StateStore } from '../core/connector.js';
+import type { Destination, Lease, LeaseProvider, Source, StateStore } from '../core/connector.js';
+import { newRunId } from '../core/ids.js';
 import { StateError, UsageError, errorMessage } from '../core/errors.js';
-import type { PipelineState, PipelineStateVersion, StreamState, TypedValue } from '../core/types.js';
-import { ValueRejection, parseTyped } from '../core/values.js';
+import type { PipelineState, PipelineStateVersion, StreamState, TypedValue, Watermark } from '../core/types.js';
+import { ValueRejection, compareCanonical, parseTyped } from '../core/values.js';
 import type { PipelineConfig } from '../config/load.js';
-import type { StateConfig } from '../config/schema.js';
+import type { StateConfig, StateStoreConfig } from '../config/schema.js';
 import { silentLogger } from '../core/logger.js';
 import { createStateStore, leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
 import { openPipelineState, plannedState, type StateDifference } from './state-sync.js';
 import { emptyState } from './run.js';
+import { withSourceKey } from './plan.js';
 
 export interface OpenedStateStore {
   readonly store: StateStore;
@@ -76,6 +78,54 @@ export interface MigrateResult {
   /** Versions written to the target (0 when it already held the same state). */
   readonly copied: number;
   readonly state: PipelineState;
+}
+
+/** One pipeline of a state store, as `tidemark state list` shows it. */
+export interface StoredPipeline {
+  readonly pipeline: string;
+  readonly version: number;
+  readonly streams: readonly string[];
+  /** The run of the newest stream commit, and when it was (absent when only edits wrote the state). */
+  readonly lastRunId: string | null;
+  readonly lastUpdate: string | null;
+}
+
+export function storedPipeline(state: PipelineState): StoredPipeline {
+  const streams = Object.entries(state.streams);
+  const newest = streams.filter(([, s]) => s.updatedAt !== undefined).sort(([, a], [, b]) => b.updatedAt!.localeCompare(a.updatedAt!))[0]?.[1];
+  const lastRun = streams.filter(([, s]) => s.lastRunId !== undefined).sort(([, a], [, b]) => b.lastRunId!.localeCompare(a.lastRunId!))[0]?.[1];
+  return { pipeline: state.pipeline, version: state.version, streams: streams.map(([name]) => name).sort(), lastRunId: lastRun?.lastRunId ?? null, lastUpdate: newest?.updatedAt ?? null };
+}
+
+/** The pipelines a separate state store holds (a state catalogue): name, streams, version, last run. */
+export async function listStoredPipelines(config: StateStoreConfig): Promise<{ readonly store: string; readonly pipelines: readonly StoredPipeline[] }> {
+  const store = await createStateStore(config);
+  try {
+    return { store: store.description, pipelines: (await store.pipelines()).map(storedPipeline) };
+  } finally {
+    await store.close();
+  }
+}
+
+/**
+ * Removes one pipeline's state and history from a separate store, under the pipeline's lease: that of `owner` (the
+ * pipeline's YAML, when known) or else the store's own. Returns the versions removed.
+ */
+export async function deleteStoredPipeline(config: StateStoreConfig, pipeline: string, owner?: PipelineConfig): Promise<{ readonly store: string; readonly removed: number }> {
+  const store = await createStateStore(config);
+  try {
+    const leases: LeaseProvider = owner !== undefined ? leaseProviderFor(owner.destination, owner.state) : store;
+    const lease = await leases.acquire(pipeline, { ttlMs: owner?.lockTtlMs ?? 60_000 });
+    try {
+      const removed = await store.remove(pipeline);
+      if (removed === 0) throw new UsageError(`${store.description} holds no state of pipeline ${pipeline}`);
+      return { store: store.description, removed };
+    } finally {
+      await lease.release();
+    }
+  } finally {
+    await store.close();
+  }
 }
 
 /** Singer's state shape, with tidemark's exact watermark kept beside the tap-visible bookmark. */
@@ -194,11 +244,11 @@ export function stateCommands(pipeline: PipelineConfig) {
     return config;
   }
 
-  async function columnKinds(stream: string): Promise<Map<string, TypedValue['type']>> {
+  async function columnKinds(stream: string): Promise<{ kinds: Map<string, TypedValue['type']>; primaryKey: readonly string[] }> {
     const source = await openSource(pipeline.source);
     try {
       const schema = await source.discover(streamConfig(stream));
-      return new Map(schema.columns.map((c) => [c.name, c.type.kind]));
+      return { kinds: new Map(schema.columns.map((c) => [c.name, c.type.kind])), primaryKey: schema.primaryKey };
     } finally {
       await source.close();
     }
@@ -211,6 +261,27 @@ export function stateCommands(pipeline: PipelineConfig) {
       if (error instanceof ValueRejection) throw new UsageError(`${what}: ${error.message}`);
       throw error;
     }
+  }
+
+  /**
+   * The named streams whose rows are appended (incremental, write append; a stream merging on its table's key only
+   * when the table has one is asked of the source's catalog).
+   */
+  async function appendStreams(streams: readonly string[]): Promise<Set<string>> {
+    const out = new Set<string>();
+    let source: Source | undefined;
+    try {
+      for (const stream of streams) {
+        const config = pipeline.streams.find((s) => s.name === stream);
+        if (config === undefined || config.strategy !== 'incremental') continue;
+        let settled = config;
+        if (config.sourceKey !== undefined) settled = await withSourceKey((source ??= await openSource(pipeline.source)), config);
+        if (settled.write === 'append') out.add(stream);
+      }
+    } finally {
+      await source?.close();
+    }
+    return out;
   }
 
   /**
@@ -245,43 +316,75 @@ export function stateCommands(pipeline: PipelineConfig) {
     async set(stream: string, cursor: string, pk: readonly string[] = []): Promise<PipelineState> {
       const config = streamConfig(stream);
       if (config.cursor === undefined) throw new UsageError(`stream ${stream} has no cursor; only incremental streams have a watermark`);
-      const kinds = await columnKinds(stream);
-      const pkColumns = config.primaryKey.length ? config.primaryKey : [];
+      const { kinds, primaryKey } = await columnKinds(stream);
+      // A stream without primary_key merges on its table's own key, as the catalog declares it.
+      const pkColumns = config.primaryKey.length ? config.primaryKey : config.sourceKey !== undefined ? primaryKey : [];
       if (pk.length !== 0 && pk.length !== pkColumns.length) {
         throw new UsageError(`stream ${stream} has a primary key of ${pkColumns.length} column(s) (${pkColumns.join(', ')}); got ${pk.length} --pk value(s)`);
       }
       const cursorValue = typed(kinds.get(config.cursor)!, cursor, `--cursor for ${config.cursor}`);
       // Without --pk the watermark sits before every row of that cursor value, so all of them are read again.
       const pkValues = pk.length ? pkColumns.map((c, i) => typed(kinds.get(c)!, pk[i]!, `--pk for ${c}`)) : [];
+      const appending = await appendStreams([stream]);
       return edit(`set ${stream}`, (current) => {
         const prior = current.streams[stream];
+        const wanted: Watermark = { cursor: cursorValue, pk: pkValues };
+        if (appending.has(stream) && prior !== undefined && hasLoaded(prior) && movesBack(wanted, prior.watermark)) {
+          throw new UsageError(
+            `stream ${stream} appends its rows: moving its watermark back to ${describePosition(wanted)} from ${describePosition(prior.watermark)} would append the rows loaded since a second time; ` +
+              `to load them again use tidemark state reset ${stream} (the next run rebuilds the stream) or tidemark run --full`,
+          );
+        }
         const next: StreamState = {
           strategy: config.strategy,
           cursorColumn: config.cursor!,
           primaryKey: pkColumns,
           ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
-          watermark: pk.length ? { cursor: cursorValue, pk: pkValues } : { cursor: cursorValue, pk: [] },
+          watermark: wanted,
           updatedAt: new Date().toISOString(),
         };
         return { ...current, streams: { ...current.streams, [stream]: next } };
       });
     },
 
-    reset(stream?: string): Promise<PipelineState> {
+    /**
+     * Forgets a stream's position (all streams without `stream`). On an append stream that has loaded rows, reading
+     * from the start again would append every row a second time, so the reset is a rebuild instead: the next run
+     * builds a new generation beside the live table and swaps it in (as `tidemark run --full` does).
+     */
+    async reset(stream?: string): Promise<PipelineState> {
       if (stream !== undefined) streamConfig(stream);
+      const appending = await appendStreams(stream !== undefined ? [stream] : pipeline.streams.map((s) => s.name));
       return edit(stream ? `reset ${stream}` : 'reset', (current) => {
-        if (stream === undefined) return { ...current, streams: {} };
-        const streams = { ...current.streams };
-        delete streams[stream];
+        const streams: Record<string, StreamState> = { ...current.streams };
+        for (const name of stream !== undefined ? [stream] : Object.keys(current.streams)) {
+          const prior = streams[name];
+          if (prior !== undefined && appending.has(name) && hasLoaded(prior)) streams[name] = rebuildOf(prior);
+          else delete streams[name];
+        }
         return { ...current, streams };
       });
     },
 
+    /**
+     * Restores the streams of an earlier version as a new version. An append stream whose restored watermark lies
+     * behind the current one is rebuilt instead (see `reset`): re-reading from the older watermark would append
+     * the rows loaded since a second time.
+     */
     async rollback(version: number): Promise<PipelineState> {
       const versions = await withStore((store) => store.history(name));
       const target = versions.find((v) => v.version === version);
       if (!target) throw new StateError(`pipeline ${name} has no state version ${version} (have ${versions.map((v) => v.version).join(', ') || 'none'})`);
-      return edit(`rollback to ${version}`, () => target.state);
+      const appending = await appendStreams(pipeline.streams.map((s) => s.name));
+      return edit(`rollback to ${version}`, (current) => {
+        const streams: Record<string, StreamState> = { ...target.state.streams };
+        for (const [stream, now] of Object.entries(current.streams)) {
+          if (!appending.has(stream) || !hasLoaded(now)) continue;
+          const restored = target.state.streams[stream];
+          if (restored === undefined || movesBack(restored.watermark, now.watermark)) streams[stream] = rebuildOf(now);
+        }
+        return { ...target.state, streams };
+      });
     },
 
     async exportSinger(): Promise<SingerState | TapState> {
@@ -328,7 +431,7 @@ export function stateCommands(pipeline: PipelineConfig) {
         }
         const value = bookmark.replication_key_value;
         if (value === undefined || config.cursor === undefined) continue;
-        const kinds = await columnKinds(stream);
+        const { kinds } = await columnKinds(stream);
         imported[stream] = {
           strategy: config.strategy,
           cursorColumn: config.cursor,
@@ -340,4 +443,37 @@ export function stateCommands(pipeline: PipelineConfig) {
       return edit('import', (current) => ({ ...current, streams: { ...current.streams, ...imported } }));
     },
   };
+}
+
+/** The stream has rows in its live table (or a build under way) that a re-read from an earlier point would repeat. */
+function hasLoaded(stream: StreamState): boolean {
+  return stream.watermark !== undefined || stream.generation !== undefined || stream.build !== undefined;
+}
+
+/** The stream as it is, with a new generation to build at the next run: the live table stays until the swap. */
+function rebuildOf(stream: StreamState): StreamState {
+  const { build: _build, resume: _resume, resumeHigh: _high, ...live } = stream;
+  return { ...live, build: { generation: newRunId(), rows: 0 }, updatedAt: new Date().toISOString() };
+}
+
+/**
+ * True when `to` lies before `from`. No watermark is before every one; a watermark without key values (`state set`
+ * without `--pk`) sits before every row of its cursor value.
+ */
+function movesBack(to: Watermark | undefined, from: Watermark | undefined): boolean {
+  if (from === undefined) return false;
+  if (to === undefined) return true;
+  const byCursor = compareCanonical(to.cursor.type, to.cursor.value, from.cursor.value);
+  if (byCursor !== 0) return byCursor < 0;
+  if (to.pk.length === 0) return from.pk.length > 0;
+  for (let i = 0; i < Math.min(to.pk.length, from.pk.length); i += 1) {
+    const c = compareCanonical(to.pk[i]!.type, to.pk[i]!.value, from.pk[i]!.value);
+    if (c !== 0) return c < 0;
+  }
+  return false;
+}
+
+function describePosition(w: Watermark | undefined): string {
+  if (w === undefined) return '(none)';
+  return `(${[w.cursor.value, ...w.pk.map((v) => v.value)].join(', ')})`;
 }

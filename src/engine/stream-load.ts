@@ -22,7 +22,7 @@ import type {
 import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { CursorGroup, ReadFloor, rowIdentity } from './boundary.js';
-import { maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
+import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 
 export interface StreamContext {
   readonly pipeline: string;
@@ -69,6 +69,7 @@ export async function loadStream(ctx: StreamContext, configured: StreamConfig, s
   for (const warning of read.warnings ?? []) ctx.onWarning?.(stream.name, warning);
   try {
     const settled = settleKey(stream, read.schema.primaryKey);
+    checkLookback(settled, read.schema);
     checkNullCursors(ctx, settled, read);
     const loader = new StreamLoader(ctx, settled, plan, read, state, started);
     return await loader.load(read);

@@ -15,6 +15,10 @@ export interface ExternalStateStore extends StateStore, LeaseProvider {
    * destination). The replaced document stays in history when it was readable.
    */
   repair(next: PipelineState, meta: SaveMeta): Promise<void>;
+  /** The current state of every pipeline the store holds, by name (`tidemark state list`); unreadable ones are left out. */
+  pipelines(): Promise<readonly PipelineState[]>;
+  /** Removes a pipeline's current state and its whole history; returns how many versions were removed (0: none). */
+  remove(pipeline: string): Promise<number>;
 }
 
 /**

@@ -66,6 +66,22 @@ export function stateStoreConformance(kind: string, makeHarness: () => Promise<S
       expect(history[1]!.state).toEqual(state('p', 1, 'a'));
     });
 
+    it('pipelines lists every pipeline\'s current state by name; remove deletes one with its history', async () => {
+      expect(await store.pipelines()).toEqual([]);
+      await store.save(state('b_pipe', 1, 'a'), undefined, { runId: 'r1', reason: 'run' });
+      await store.save(state('b_pipe', 2, 'b'), 1, { runId: 'r2', reason: 'run' });
+      await store.save(state('a_pipe', 1, 'c'), undefined, { runId: 'r3', reason: 'run' });
+      expect((await store.pipelines()).map((p) => [p.pipeline, p.version])).toEqual([['a_pipe', 1], ['b_pipe', 2]]);
+      expect(await store.remove('b_pipe')).toBe(2);
+      expect(await store.load('b_pipe')).toBeUndefined();
+      expect(await store.history('b_pipe')).toEqual([]);
+      expect((await store.pipelines()).map((p) => p.pipeline)).toEqual(['a_pipe']);
+      expect(await store.remove('b_pipe')).toBe(0);
+      // Gone for good: the name starts afresh at version 1.
+      await store.save(state('b_pipe', 1, 'd'), undefined, { runId: null, reason: 'run' });
+      expect(await store.load('b_pipe')).toEqual(state('b_pipe', 1, 'd'));
+    });
+
     it('a second handle sees the first one\'s saves (state is durable, not cached)', async () => {
       await store.save(state('p', 1, 'a'), undefined, { runId: null, reason: 'run' });
       const other = await harness.open();

@@ -84,3 +84,52 @@ describe('tidemark state', () => {
     expect(text.stdout).toMatch(/items\s+committed\s+read 30/);
   });
 });
+
+describe('keys and cursors the catalog decides', () => {
+  let dir: string;
+  let cleanup: () => Promise<void>;
+  let source: string;
+  let target: string;
+  beforeEach(async () => {
+    ({ dir, cleanup } = await tempDir());
+    source = join(dir, 'source.sqlite');
+    target = join(dir, 'w.duckdb');
+    createItems(source, itemRange(1, 1200, 3));
+  });
+  afterEach(() => cleanup());
+
+  it('state set --pk takes the key from the table when primary_key is not configured', async () => {
+    const config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: 'duckdb', path: target }, stream: { primary_key: undefined, checkpoint_rows: 100 } }));
+    expect((await cli(['run', config])).code).toBe(0);
+    const set = await cli(['state', 'set', 'items', '--cursor', '2024-01-01 00:06:00', '--pk', '1081', '--config', config]);
+    expect(set.code, set.stderr).toBe(0);
+    const state = JSON.parse((await cli(['state', 'show', '--json', '--config', config])).stdout);
+    expect(state.streams.items.primaryKey).toEqual(['id']);
+    expect(state.streams.items.watermark.pk).toEqual([{ type: 'int64', value: '1081' }]);
+    const again = await cli(['run', config, '--json']);
+    expect(again.code, again.stderr).toBe(0);
+    // Rows after (00:06:00, 1081): 1082 … 1200, merged on the table's key.
+    expect(JSON.parse(again.stdout).streams[0].rows_read).toBe(119);
+    expect((await duckdbQuery(target, 'SELECT count(*) AS n FROM items'))[0]!.n).toBe(1200n);
+  });
+
+  it('lookback on an integer cursor is refused by validate (naming the field), plan and the first run', async () => {
+    const config = await writeYaml(
+      dir,
+      'p.yaml',
+      pipelineYaml({ source, destination: { type: 'duckdb', path: target }, stream: { cursor: 'id', lookback: '5m', write: 'merge', checkpoint_rows: 100 } }),
+    );
+    const message = /lookback is a duration and needs a date or timestamp cursor, but cursor id of stream items is int64; remove lookback/;
+    const validate = await cli(['validate', config]);
+    expect(validate.code).toBe(2);
+    expect(validate.stderr).toMatch(/p\.yaml: streams\[0\]\.lookback: lookback is a duration/);
+    expect(validate.stderr).toMatch(message);
+    const plan = await cli(['plan', config]);
+    expect(plan.code).toBe(2);
+    expect(plan.stderr).toMatch(message);
+    const run = await cli(['run', config]);
+    expect(run.code).not.toBe(0);
+    expect(run.stderr).toMatch(message);
+    expect(await duckdbQuery(target, `SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 'items'`)).toEqual([{ n: 0n }]);
+  });
+});

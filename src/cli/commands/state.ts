@@ -1,12 +1,28 @@
 import { readFile } from 'node:fs/promises';
-import { UsageError, loadPipelineOrTarget, parseStateSpec, stateCommands, type PipelineState } from '../../index.js';
+import { createInterface } from 'node:readline/promises';
+import {
+  UsageError,
+  deleteStoredPipeline,
+  listStoredPipelines,
+  loadPipelineOrTarget,
+  parseStateSpec,
+  stateCommands,
+  storedPipeline,
+  type PipelineState,
+  type StoredPipeline,
+} from '../../index.js';
 import { print, printError, toJson } from '../output.js';
 import { describeWatermark } from './run.js';
 
 function showState(state: PipelineState): void {
   print(`pipeline ${state.pipeline}, state version ${state.version}`);
   for (const [name, s] of Object.entries(state.streams)) {
-    const build = s.build ? `, building generation ${s.build.generation} (${s.build.rows} rows so far)` : '';
+    const pending = s.build !== undefined && s.build.rows === 0 && s.build.watermark === undefined && s.build.afterPk === undefined;
+    const build = s.build
+      ? pending
+        ? `, rebuild pending: the next run builds generation ${s.build.generation} beside the live table and swaps it in`
+        : `, building generation ${s.build.generation} (${s.build.rows} rows so far)`
+      : '';
     print(`  ${name}: ${s.strategy}, watermark ${describeWatermark(s.watermark)}${s.generation ? `, generation ${s.generation}` : ''}${build}`);
   }
 }
@@ -19,9 +35,14 @@ export interface StateCommandOptions {
   readonly from?: string;
   readonly to?: string;
   readonly force?: boolean;
+  /** list / delete: the store to look in (`file:<dir>`, `sqlite:<file>`, `postgres://…`, …) instead of --config's. */
+  readonly store?: string;
+  /** delete: no question asked. */
+  readonly yes?: boolean;
 }
 
 export async function stateCommand(action: string, args: readonly string[], options: StateCommandOptions): Promise<number> {
+  if (action === 'list' || action === 'delete') return catalogCommand(action, args, options);
   if (!options.config) throw new UsageError(`state ${action} needs --config <pipeline.yaml>`);
   const commands = stateCommands(await loadPipelineOrTarget(options.config));
   switch (action) {
@@ -85,7 +106,7 @@ export async function stateCommand(action: string, args: readonly string[], opti
       return 0;
     }
     default:
-      throw new UsageError(`unknown state action ${action} (list, show, set, reset, history, rollback, export, import, migrate)`);
+      throw new UsageError(`unknown state action ${action} (list, show, set, reset, history, rollback, export, import, migrate, delete)`);
   }
 }
 
@@ -93,4 +114,71 @@ async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/**
+ * `state list` (the pipelines of a store: name, streams, version, last run) and `state delete <pipeline>` (its
+ * state and history, after confirmation), in the store named by --store or by the pipeline YAML's `state:`.
+ */
+async function catalogCommand(action: 'list' | 'delete', args: readonly string[], options: StateCommandOptions): Promise<number> {
+  if (options.store === undefined && options.config === undefined) throw new UsageError(`state ${action} needs --store <store> or --config <pipeline.yaml>`);
+  const pipeline = options.store === undefined ? await loadPipelineOrTarget(options.config!) : undefined;
+  const spec = options.store !== undefined ? parseStateSpec(options.store) : pipeline!.state;
+  if (action === 'list') {
+    if (spec === 'destination') {
+      // State kept in the destination: this pipeline is the only one the YAML names.
+      const shown = [storedPipeline(await stateCommands(pipeline!).show())].filter((p) => p.version > 0);
+      printCatalog('the destination', shown, options.json === true);
+      return 0;
+    }
+    const { store, pipelines } = await listStoredPipelines(spec);
+    printCatalog(store, pipelines, options.json === true);
+    return 0;
+  }
+  const name = args[0] ?? pipeline?.name;
+  if (name === undefined) throw new UsageError('usage: tidemark state delete <pipeline> --store <store> [--yes]');
+  if (spec === 'destination') {
+    throw new UsageError(
+      `pipeline ${name} keeps its state in the destination, beside the rows it describes; state delete removes state from a separate store. To start the pipeline over use tidemark state reset (append streams are rebuilt)`,
+    );
+  }
+  if (options.yes !== true && !(await confirm(`delete every state version of pipeline ${name}? [y/N] `))) {
+    throw new UsageError(`state delete ${name}: not confirmed; pass --yes to delete without a question`);
+  }
+  const owner = pipeline !== undefined && pipeline.name === name ? pipeline : undefined;
+  const { store, removed } = await deleteStoredPipeline(spec, name, owner);
+  if (options.json) print(toJson({ pipeline: name, store, removed }));
+  else {
+    print(`deleted state of pipeline ${name} from ${store} (${removed} version${removed === 1 ? '' : 's'})`);
+    // The destination keeps its own copy; the store is seeded from it at the next run.
+    if (owner !== undefined) print(`the destination still holds its state; the next run of ${name} writes it into the store again`);
+  }
+  return 0;
+}
+
+function printCatalog(store: string, pipelines: readonly StoredPipeline[], json: boolean): void {
+  if (json) {
+    print(toJson(pipelines));
+    return;
+  }
+  if (pipelines.length === 0) {
+    print(`${store} holds no pipeline state`);
+    return;
+  }
+  print(`${store}: ${pipelines.length} pipeline${pipelines.length === 1 ? '' : 's'}`);
+  for (const p of pipelines) {
+    const last = p.lastRunId !== null ? `last run ${p.lastRunId}${p.lastUpdate !== null ? ` at ${p.lastUpdate}` : ''}` : 'no run yet';
+    print(`  ${p.pipeline}\tversion ${p.version}\tstreams: ${p.streams.join(', ') || '(none)'}\t${last}`);
+  }
+}
+
+/** Asks on a terminal; anything but y/yes (and no terminal at all) is a no. */
+async function confirm(question: string): Promise<boolean> {
+  if (!process.stdin.isTTY) return false;
+  const rl = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return /^y(es)?$/i.test((await rl.question(question)).trim());
+  } finally {
+    rl.close();
+  }
 }

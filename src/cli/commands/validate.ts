@@ -1,11 +1,14 @@
-import { ConfigError, destinationProblems, loadPipeline, pipelineJsonSchema, type PipelineConfig, type StreamConfig } from '../../index.js';
-import { print } from '../output.js';
+import { ConfigError, catalogProblems, destinationProblems, loadPipeline, pipelineJsonSchema, type PipelineConfig, type StreamConfig } from '../../index.js';
+import { print, printError } from '../output.js';
 
 export async function validateCommand(files: readonly string[]): Promise<number> {
   const lakes = new Map<string, string>();
   for (const file of files) {
     const pipeline = await loadPipeline(file);
     await checkLake(pipeline, file, lakes);
+    const { problems, unchecked } = await catalogProblems(pipeline, file);
+    if (problems.length > 0) throw new ConfigError(problems.join('\n'));
+    if (unchecked !== undefined) printError(`warn: ${file}: ${unchecked}`);
     print(`${file}: pipeline ${pipeline.name} is valid (${pipeline.streams.map((s) => `${s.name}: ${s.strategy}/${writeOf(s)}`).join(', ')})`);
   }
   return 0;

@@ -151,6 +151,37 @@ export class BucketStateStore extends StateOnlyStore implements ExternalStateSto
     return [...byVersion.values()].sort((a, b) => b.version - a.version);
   }
 
+  async pipelines(): Promise<readonly PipelineState[]> {
+    const names = new Set<string>();
+    for await (const info of this.store.list('_tidemark/store/')) {
+      const m = /^_tidemark\/store\/([^/]+)\/state\.json$/.exec(info.key);
+      if (m !== null) names.add(m[1]!);
+    }
+    const out: PipelineState[] = [];
+    for (const name of [...names].sort()) {
+      try {
+        const state = await this.load(name);
+        if (state !== undefined) out.push(state);
+      } catch (error) {
+        // A damaged document is reported by `state show` of that pipeline; the catalogue lists the others.
+        if (!(error instanceof CorruptStateError) && !(error instanceof StateError)) throw error;
+      }
+    }
+    return out;
+  }
+
+  async remove(pipeline: string): Promise<number> {
+    const keys: string[] = [];
+    for await (const info of this.store.list(this.historyPrefix(pipeline))) keys.push(info.key);
+    const versions = keys.filter((k) => HISTORY_RE.test(k)).length;
+    const current = (await this.store.head(this.current(pipeline))) !== undefined ? 1 : 0;
+    // History first: a crash midway leaves the current document, still a valid state (a current document gone with
+    // history left would read as damage).
+    for (const key of keys) await this.store.delete(key);
+    if (current) await this.store.delete(this.current(pipeline));
+    return Math.max(versions, current);
+  }
+
   acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.leases.acquire(checkPipeline(pipeline), options);
   }

@@ -4,7 +4,7 @@
  * one writer can), then renames it over the current file and fsyncs the directory, so a crash leaves either the old
  * or the new document, never a torn one. A torn, empty or missing-but-once-written file is reported as corrupt.
  */
-import { link, mkdir, open, readdir, readFile, rename, unlink } from 'node:fs/promises';
+import { link, mkdir, open, readdir, readFile, rename, rm, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Lease, SaveMeta, LeaseOptions, LeaseHolder } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
@@ -148,6 +148,43 @@ export class FileStateStore extends StateOnlyStore implements ExternalStateStore
       }
     }
     return out;
+  }
+
+  async pipelines(): Promise<readonly PipelineState[]> {
+    let names: string[];
+    try {
+      names = (await readdir(this.options.path)).filter((f) => f.endsWith('.state.json')).map((f) => f.slice(0, -'.state.json'.length));
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw error;
+    }
+    const out: PipelineState[] = [];
+    for (const name of names.sort()) {
+      try {
+        const state = await this.load(name);
+        if (state !== undefined) out.push(state);
+      } catch (error) {
+        // A damaged document is reported by `state show` of that pipeline; the catalogue lists the others.
+        if (!(error instanceof CorruptStateError)) throw error;
+      }
+    }
+    return out;
+  }
+
+  async remove(pipeline: string): Promise<number> {
+    const versions = (await this.versions(pipeline)).length;
+    // History first: a crash midway leaves the current file, still a valid state (a current file gone with history
+    // left would read as damage).
+    await rm(this.historyDir(pipeline), { recursive: true, force: true });
+    let current = 0;
+    try {
+      await unlink(this.current(pipeline));
+      current = 1;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    }
+    await syncDirectory(this.options.path);
+    return Math.max(versions, current);
   }
 
   acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {

@@ -95,4 +95,29 @@ export class SqlStateTables {
     }
     return out;
   }
+
+  async pipelines(): Promise<PipelineState[]> {
+    await this.ensure();
+    const rows = await this.exec.query(`SELECT pipeline, state FROM ${this.table(STORE_TABLES.state)} ORDER BY pipeline`);
+    const out: PipelineState[] = [];
+    for (const r of rows) {
+      try {
+        out.push(parseStoredState(String(r.state), String(r.pipeline), this.where));
+      } catch {
+        // A damaged document is reported by `state show` of that pipeline; the catalogue lists the others.
+      }
+    }
+    return out;
+  }
+
+  async remove(pipeline: string): Promise<number> {
+    await this.ensure();
+    return this.exec.transaction(pipeline, async () => {
+      const counted = await this.exec.query(`SELECT count(*) AS n FROM ${this.table(STORE_TABLES.history)} WHERE pipeline = ?`, [pipeline]);
+      const current = await this.exec.query(`SELECT 1 AS hit FROM ${this.table(STORE_TABLES.state)} WHERE pipeline = ?`, [pipeline]);
+      await this.exec.query(`DELETE FROM ${this.table(STORE_TABLES.history)} WHERE pipeline = ?`, [pipeline]);
+      await this.exec.query(`DELETE FROM ${this.table(STORE_TABLES.state)} WHERE pipeline = ?`, [pipeline]);
+      return Math.max(Number(counted[0]?.n ?? 0), current.length);
+    });
+  }
 }

@@ -77,6 +77,14 @@ export class SqliteStateStore extends StateOnlyStore implements ExternalStateSto
     return this.tables.history(pipeline);
   }
 
+  pipelines(): Promise<readonly PipelineState[]> {
+    return this.tables.pipelines();
+  }
+
+  remove(pipeline: string): Promise<number> {
+    return this.tables.remove(pipeline);
+  }
+
   acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     return this.leases.acquire(pipeline, options);
   }

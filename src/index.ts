@@ -44,3 +44,4 @@ export type * from './core/types.js';
 export type * from './core/connector.js';
 export { parseTyped, canonicalDecimal, canonicalTimestamp } from './core/values.js';
 export { registerSecret, redact } from './core/logger.js';
+export { readLockHolder, type LockHolder } from './ui/lock-holder.js';

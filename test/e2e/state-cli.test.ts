@@ -82,6 +82,12 @@ describe('tidemark state', () => {
     expect(runs[0]).toMatchObject({ pipeline: 'items', stream: 'items', outcome: 'committed', rowsRead: 30, rowsLoaded: 30, rowsRejected: 0 });
     const text = await cli(['runs', '--config', config]);
     expect(text.stdout).toMatch(/items\s+committed\s+read 30/);
+    // A run with nothing new leaves no record, but the time it checked is shown.
+    const quiet = await cli(['run', config, '--json']);
+    const started = JSON.parse(quiet.stdout).started_at as string;
+    const checked = /^last checked (\S+) by /m.exec((await cli(['runs', '--config', config])).stdout)?.[1];
+    expect(checked, 'runs shows when the pipeline last ran').toBeDefined();
+    expect(Date.parse(checked!)).toBeGreaterThanOrEqual(Date.parse(started) - 1000);
   });
 });
 

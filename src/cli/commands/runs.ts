@@ -1,4 +1,4 @@
-import { UsageError, loadPipeline, openStateStore } from '../../index.js';
+import { UsageError, loadPipeline, openStateStore, readLockHolder } from '../../index.js';
 import type { RunRecord } from '../../core/types.js';
 import { formatCount, print, toJson } from '../output.js';
 
@@ -12,6 +12,9 @@ export async function runsCommand(options: { config?: string; json?: boolean; li
       print(toJson(runs));
       return 0;
     }
+    // A run that finds nothing to load commits nothing, so no record shows it; its lease does.
+    const lock = await readLockHolder(pipeline);
+    if (lock !== null) print(`last checked ${lock.acquiredAt} by ${lock.host}:${lock.pid} (lease ${lock.token}${lock.live ? ', running now' : ''}); runs that found nothing to load leave no record below`);
     for (const r of runs) {
       print(
         `${r.runId}  ${r.stream}  ${r.outcome}  read ${formatCount(r.rowsRead)}  loaded ${formatCount(r.rowsLoaded)}  rejected ${formatCount(r.rowsRejected)}` +

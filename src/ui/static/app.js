@@ -183,6 +183,7 @@
             p.stateVersion !== null ? h('span', { class: 'muted' }, `state v${p.stateVersion}`) : null,
             h('span', { class: 'spacer' }),
             lockText(p.lock) ? h('span', { class: 'badge running', dataset: { role: 'lock' } }, lockText(p.lock)) : null,
+            p.lock && !p.lock.live ? h('span', { class: 'muted', dataset: { role: 'checked' }, title: 'the newest run, also one that found nothing to load' }, `last checked ${ago(p.lock.acquiredAt)}`) : null,
           ),
           staleNote(p),
           p.streams.length ? streamsTable(p) : null,

@@ -10,7 +10,7 @@ import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../co
 import { coerceValue, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, heldBackWarning, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
-import { castFor, isNotNull, mysqlColumnType, paramValue, typeCast, type MysqlField } from './mysql-types.js';
+import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 
 const ALIAS = '`t`';
 const q = (name: string) => quoteIdent(name, 'backtick');
@@ -26,6 +26,7 @@ interface MysqlStream {
   readonly relation: string;
   /** Fractional-second digits of each column as the server declares them (`datetime` → 0, `datetime(3)` → 3). */
   readonly decimals: ReadonlyMap<string, number>;
+  readonly bits: readonly BitColumn[];
 }
 
 interface Bound {
@@ -35,9 +36,19 @@ interface Bound {
 
 type Param = string | Buffer | null;
 
+/** mysql2's running statement: one `result` event per row, then `end` (or `error`). */
+interface RowEvents {
+  on(event: 'result', listener: (row: Row) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  removeAllListeners(): unknown;
+}
+
 /** The callback-style connection under mysql2's promise wrapper: the one that streams a prepared statement. */
 interface StreamingConnection {
-  execute(options: { sql: string; values: Param[]; rowsAsArray: boolean }): { stream(options: { highWaterMark: number }): AsyncIterable<unknown> };
+  execute(options: { sql: string; values: Param[]; rowsAsArray: boolean }): RowEvents;
+  pause(): void;
+  resume(): void;
 }
 
 function streaming(conn: mysql.Connection): StreamingConnection {
@@ -71,8 +82,9 @@ export class MysqlSource implements Source {
       supportBigNumbers: true,
       bigNumberStrings: true,
       dateStrings: true,
+      // Exact strings for BIGINT/DECIMAL, DATE/DATETIME and JSON without a per-value typeCast (which costs an object
+      // and closures per value); BIT arrives as a Buffer and is decoded per batch (see bitDecoders).
       jsonStrings: true,
-      typeCast: typeCast as unknown as mysql.TypeCast,
     };
     let conn: mysql.Connection | undefined;
     try {
@@ -95,7 +107,11 @@ export class MysqlSource implements Source {
 
   private async rows(sql: string, values: readonly Param[] = []): Promise<mysql.RowDataPacket[]> {
     const conn = await this.connection();
-    const [rows] = values.length ? await conn.execute<mysql.RowDataPacket[]>(sql, values as Param[]) : await conn.query<mysql.RowDataPacket[]>(sql);
+    // Few rows: the typeCast keeps a BIT bound (MAX of a BIT cursor) an exact integer.
+    const options = { sql, typeCast: typeCast as unknown as mysql.TypeCast };
+    const [rows] = values.length
+      ? await conn.execute<mysql.RowDataPacket[]>({ ...options, values: values as Param[] })
+      : await conn.query<mysql.RowDataPacket[]>(options);
     return rows;
   }
 
@@ -119,7 +135,7 @@ export class MysqlSource implements Source {
       }
       const schema: StreamSchema = { name: stream.name, columns, primaryKey, ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}) };
       const decimals = new Map((fields as unknown as MysqlField[]).map((f) => [f.name, f.decimals]));
-      return { schema, relation: `${relation} AS ${ALIAS}`, decimals };
+      return { schema, relation: `${relation} AS ${ALIAS}`, decimals, bits: bitColumns(fields as unknown as MysqlField[]) };
     } catch (cause) {
       if (cause instanceof SourceError) throw cause;
       throw new SourceError(`cannot read the schema of ${stream.table ?? 'the query'}: ${(cause as Error).message}`, { cause, context });
@@ -254,26 +270,26 @@ export class MysqlSource implements Source {
       ...(read.safeMark !== undefined ? { safeMark: read.safeMark } : {}),
       ...(read.warnings.length ? { warnings: read.warnings } : {}),
       close,
-      batches: () => this.streamBatches(queries, request.batchRows, close),
+      batches: () => this.streamBatches(queries, described.bits, request.batchRows, close),
     };
   }
 
-  private async *streamBatches(queries: readonly [string, Param[]][], batchRows: number, close: () => Promise<void>): AsyncIterable<Batch> {
+  private async *streamBatches(
+    queries: readonly [string, Param[]][],
+    bits: readonly BitColumn[],
+    batchRows: number,
+    close: () => Promise<void>,
+  ): AsyncIterable<Batch> {
     const conn = await this.connection();
     let completed = false;
     try {
       for (const [sql, values] of queries) {
-        // A prepared statement streams with real bound parameters (binary protocol), with backpressure.
-        const stream = streaming(conn).execute({ sql, values, rowsAsArray: true }).stream({ highWaterMark: Math.min(batchRows, 10_000) });
-        let rows: Row[] = [];
-        for await (const row of stream as AsyncIterable<Row>) {
-          rows.push(row);
-          if (rows.length >= batchRows) {
-            yield { rows };
-            rows = [];
-          }
+        // A prepared statement: real bound parameters, and the binary protocol reads numbers without text parsing.
+        const connection = streaming(conn);
+        for await (const rows of rowBatches(connection.execute({ sql, values, rowsAsArray: true }), connection, batchRows)) {
+          decodeBits(rows, bits);
+          yield { rows };
         }
-        if (rows.length) yield { rows };
       }
       completed = true;
     } finally {
@@ -293,6 +309,57 @@ export class MysqlSource implements Source {
     const conn = this.conn;
     this.conn = undefined;
     await conn?.end().catch(() => undefined);
+  }
+}
+
+/**
+ * The rows of one statement in batches of `batchRows`, gathered straight from mysql2's row events (no stream object
+ * and no promise per row). The socket is paused while a full batch waits for its consumer and resumed when the
+ * consumer takes it, so at most the batch being loaded and the one being read are in memory, whatever the table's size.
+ */
+async function* rowBatches(statement: RowEvents, connection: StreamingConnection, batchRows: number): AsyncGenerator<Row[]> {
+  const ready: Row[][] = [];
+  let rows: Row[] = [];
+  let ended = false;
+  let failure: Error | undefined;
+  let wake: (() => void) | undefined;
+  const notify = (): void => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  statement.on('result', (row) => {
+    rows.push(row);
+    if (rows.length < batchRows) return;
+    ready.push(rows);
+    rows = [];
+    connection.pause();
+    notify();
+  });
+  statement.on('end', () => {
+    if (rows.length) ready.push(rows);
+    rows = [];
+    ended = true;
+    notify();
+  });
+  statement.on('error', (error) => {
+    failure = error;
+    ended = true;
+    notify();
+  });
+  try {
+    for (;;) {
+      if (failure) throw failure;
+      const batch = ready.shift();
+      if (batch) {
+        // Read the next batch while this one is loaded.
+        if (!ended) connection.resume();
+        yield batch;
+      } else if (ended) return;
+      else await new Promise<void>((resolve) => (wake = resolve));
+    }
+  } finally {
+    statement.removeAllListeners();
   }
 }
 

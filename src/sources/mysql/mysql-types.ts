@@ -123,9 +123,37 @@ export function typeCast(field: CastField, next: () => unknown): unknown {
   if (field.type === 'BIT') {
     const bytes = field.buffer();
     if (bytes === null) return null;
-    let n = 0n;
-    for (const b of bytes) n = (n << 8n) | BigInt(b);
+    const n = bitValue(bytes);
     return field.length === 1 ? n === 1n : n;
   }
   return next();
+}
+
+/** A BIT column's place in a row: BIT(1) is a boolean, wider ones an unsigned integer (see mysqlColumnType). */
+export interface BitColumn {
+  readonly index: number;
+  readonly boolean: boolean;
+}
+
+export function bitColumns(fields: readonly MysqlField[]): BitColumn[] {
+  return fields.flatMap((f, index) => (f.columnType === 16 ? [{ index, boolean: f.columnLength === 1 }] : []));
+}
+
+/** BIT values arrive as big-endian bytes (no typeCast on the row path): exact booleans and bigints in place. */
+export function decodeBits(rows: unknown[][], bits: readonly BitColumn[]): void {
+  if (!bits.length) return;
+  for (const row of rows) {
+    for (const { index, boolean } of bits) {
+      const bytes = row[index];
+      if (bytes === null || bytes === undefined) continue;
+      const n = bitValue(bytes as Buffer);
+      row[index] = boolean ? n === 1n : n;
+    }
+  }
+}
+
+function bitValue(bytes: Buffer): bigint {
+  let n = 0n;
+  for (const b of bytes) n = (n << 8n) | BigInt(b);
+  return n;
 }

@@ -135,3 +135,54 @@ describe('mysql config', () => {
     }
   });
 });
+
+describe('mysql row path across many batches', () => {
+  it('keeps BIT, JSON, DECIMAL(65,30), BIGINT UNSIGNED and DATETIME(6) exact in every batch', async () => {
+    const db = await createMysqlDb();
+    const { dir, cleanup } = await tempDir();
+    try {
+      await db.sql(`CREATE TABLE wide (id int PRIMARY KEY, b1 bit(1), b64 bit(64), bu bigint unsigned, de decimal(65,30), js json, dt6 datetime(6)) ENGINE=InnoDB`);
+      // 5,000 rows: five source batches of 1,000 and three DuckDB chunks of 2,048.
+      const top = '18446744073709551615';
+      await db.sql(
+        `INSERT INTO wide SELECT g, g % 2, CAST(${top} - g AS UNSIGNED), CAST(${top} - g AS UNSIGNED), ` +
+          `CONCAT('12345678901234567890123456789012345.', LPAD(g, 30, '0')), JSON_OBJECT('big', 9007199254740992 + g), ` +
+          `TIMESTAMP('2024-01-01') + INTERVAL g MICROSECOND FROM (` +
+          `SELECT a.d + b.d * 10 + c.d * 100 + e.d * 1000 + 1 AS g FROM ${digits('a')}, ${digits('b')}, ${digits('c')}, ${digits('e')}) s WHERE g <= 5000`,
+      );
+      await db.sql(`INSERT INTO wide VALUES (0, NULL, NULL, NULL, NULL, NULL, NULL)`);
+      const target = join(dir, 'w.duckdb');
+      const config = await writeYaml(
+        dir,
+        'p.yaml',
+        serverPipelineYaml({ source: { type: 'mysql', url: db.url }, streams: [{ table: 'wide', batch_rows: 1000 }], destination: { type: 'duckdb', path: target } }),
+      );
+      const out = await cli(['run', config, '--json']);
+      expect(out.code, out.stderr).toBe(0);
+      expect(JSON.parse(out.stdout).streams[0]).toMatchObject({ rows_loaded: 5001, rows_rejected: 0 });
+      const cols = ['b1', 'b64', 'bu', 'de', 'js', 'dt6'];
+      const got = await destinationQuery('duckdb', target, `SELECT id, ${cols.map((c) => `CAST(${c} AS VARCHAR) AS ${c}`).join(', ')} FROM wide ORDER BY id`);
+      expect(got).toHaveLength(5001);
+      expect(got[0]).toMatchObject({ b1: null, b64: null, bu: null, de: null, js: null, dt6: null });
+      // DuckDB prints DECIMAL text (kept as VARCHAR beyond its 38 digits) and timestamps without trailing zeros.
+      const trim = (s: string) => s.replace(/0+$/, '');
+      const wrong = got.slice(1).filter((r) => {
+        const g = Number(r.id);
+        const rest = (BigInt(top) - BigInt(g)).toString();
+        const expected = {
+          b1: g % 2 === 1 ? 'true' : 'false',
+          b64: rest,
+          bu: rest,
+          de: trim(`12345678901234567890123456789012345.${String(g).padStart(30, '0')}`),
+          js: `{"big": ${(9007199254740992n + BigInt(g)).toString()}}`,
+          dt6: trim(`2024-01-01 00:00:00.${String(g).padStart(6, '0')}`),
+        };
+        return cols.some((c) => r[c] !== expected[c as keyof typeof expected]);
+      });
+      expect(wrong.slice(0, 3)).toEqual([]);
+    } finally {
+      await db.drop();
+      await cleanup();
+    }
+  });
+});

@@ -85,9 +85,10 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
   const watermark = prior?.watermark;
   const resume = prior?.resume !== undefined ? { resume: prior.resume as JsonValue } : {};
   const safe = prior?.safeMark;
-  if (watermark && safe && stream.write === 'merge' && compareCanonical(safe.type, safe.value, watermark.cursor.value) < 0) {
+  if (watermark && safe && stream.write === 'merge' && compareCanonical(safe.type, safe.value, watermark.cursor.value) <= 0) {
     // Rows of transactions still open at the last run may carry cursors below its high mark: re-read from the
-    // safe mark; merge makes the re-read exact, and the stored high mark never moves back.
+    // safe mark; merge makes the re-read exact, and the stored high mark never moves back. A mark equal to the high
+    // mark (a date cursor on its own day) is re-read too: its unit may still fill, with keys below the mark's.
     return { request: { ...base, ...resume, incremental: true, after: { cursor: safe, pk: [] } }, ...buildInfo, startWatermark: watermark };
   }
   if (watermark && stream.lookbackMs !== undefined) {

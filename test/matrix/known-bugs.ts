@@ -20,6 +20,21 @@ export const KNOWN_BUGS: readonly KnownBug[] = [
     what: 'a file read that fails after the first chunk is committed as if the file ended (not into DuckDB, which runs the scan itself)',
     matches: (c) => isFiles(c) && c.fault.kind === 'bad' && c.destination !== 'duckdb',
   },
+  {
+    item: 2,
+    what: 'a Singer tap that re-sends its bookmark\'s records (>=) gets them loaded again by every later run (append: duplicates; merge: rows_loaded > 0 on a run with nothing new)',
+    matches: (c) => c.source.startsWith('singer') && c.write !== 'full' && ['rerun', 'bad', 'change', 'kill'].includes(c.fault.kind),
+  },
+  {
+    item: 3,
+    what: 'run --full on a Singer stream drops the tap\'s bookmark: the next normal run extracts everything again',
+    matches: (c) => c.source.startsWith('singer') && c.fault.kind === 'full-then-run',
+  },
+  {
+    item: 4,
+    what: 'unordered HTTP streams store no watermark when the final page itself reaches checkpoint_rows (1,500 rows, pages of 250, checkpoints of 500)',
+    matches: (c) => c.source.startsWith('http-') && c.source.includes('-unordered-'),
+  },
 ];
 
 export function knownBug(cell: CellSpec): KnownBug | undefined {

@@ -12,7 +12,9 @@ export type Fault =
   | { readonly kind: 'rerun' }
   | { readonly kind: 'kill'; readonly point: Failpoint }
   | { readonly kind: 'bad' }
-  | { readonly kind: 'change' };
+  | { readonly kind: 'change' }
+  /** `run --full`, then a normal run: the full run must keep the source's position (nothing read again). */
+  | { readonly kind: 'full-then-run' };
 
 export function faultName(f: Fault): string {
   return f.kind === 'kill' ? `kill@${f.point}` : f.kind;
@@ -79,6 +81,8 @@ export interface DestinationInstance {
   rows(pipeline: string, table: string): Promise<Canonical[]>;
   /** The destination's own invariants (lake: every object named by the committed manifest once, no orphans). */
   check(pipeline: string, table: string, afterNextRun: boolean): Promise<void>;
+  /** Called before every run (the lake notes what the committed manifest names: a replaced generation stays one run). */
+  beforeRun?(pipeline: string): Promise<void>;
   readonly env?: Record<string, string>;
   cleanup(): Promise<void>;
 }

@@ -39,17 +39,26 @@ async function lakeRows(lake: LakeAccess, pipeline: string, table: string): Prom
   }
 }
 
-async function lakeCheck(lake: LakeAccess, pipeline: string, table: string, afterNextRun: boolean): Promise<void> {
+async function namedObjects(lake: LakeAccess, pipeline: string): Promise<string[]> {
+  const c = await committed(lake, pipeline).catch(() => undefined);
+  return c ? [...Object.values(c.manifest.tables), ...Object.values(c.manifest.builds ?? {})].flatMap((t) => t.files.map((f) => f.key)) : [];
+}
+
+/**
+ * `replacedLastRun`: objects the manifest named when the final run started. A `replace` leaves the generation it
+ * swapped out readable until the next run collects it, so those may remain; anything else unnamed is an orphan.
+ */
+async function lakeCheck(lake: LakeAccess, pipeline: string, table: string, afterNextRun: boolean, replacedLastRun: ReadonlySet<string>): Promise<void> {
   const c = await committed(lake, pipeline);
   if (!c) return;
   const keys = new Set(await lake.keys());
-  const named = [...Object.values(c.manifest.tables), ...Object.values(c.manifest.builds ?? {})].flatMap((t) => t.files.map((f) => f.key));
+  const named = await namedObjects(lake, pipeline);
   const twice = named.filter((k, i) => named.indexOf(k) !== i);
   if (twice.length > 0) throw new Error(`the committed manifest names ${twice[0]} more than once`);
   const absent = named.filter((k) => !keys.has(k));
   if (absent.length > 0) throw new Error(`the committed manifest names objects that do not exist: ${absent.slice(0, 3).join(', ')}`);
   if (afterNextRun) {
-    const left = await orphans(lake, pipeline);
+    const left = (await orphans(lake, pipeline)).filter((k) => !replacedLastRun.has(k));
     if (left.length > 0) throw new Error(`objects no committed manifest names after the next run (${table}): ${left.slice(0, 5).join(', ')}`);
   }
 }
@@ -58,10 +67,14 @@ const validate = (c: CellSpec): Verdict =>
   c.write === 'merge' ? { refuse: /the files destination cannot merge/, why: 'objects in a directory or bucket are never updated in place' } : undefined;
 
 function instance(yaml: string, lake: LakeAccess, extra: Partial<DestinationInstance> = {}): DestinationInstance {
+  let namedBeforeRun = new Set<string>();
   return {
     yaml,
     rows: (pipeline, table) => lakeRows(lake, pipeline, table),
-    check: (pipeline, table, after) => lakeCheck(lake, pipeline, table, after),
+    check: (pipeline, table, after) => lakeCheck(lake, pipeline, table, after, namedBeforeRun),
+    async beforeRun(pipeline) {
+      namedBeforeRun = new Set(await namedObjects(lake, pipeline));
+    },
     cleanup: async () => undefined,
     ...extra,
   };

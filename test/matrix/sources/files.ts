@@ -14,8 +14,12 @@ export type FileFormat = 'csv' | 'jsonl' | 'parquet';
 
 /** Rows per file: more than 3 × 2,048. */
 export const FILE_ROWS = 7_000;
-/** The bad line: past the third chunk of the second partition's file. */
-export const BAD_LINE = 6_500;
+/**
+ * The bad partition's file: longer than the 20,480 rows DuckDB samples to detect a CSV's dialect and a JSON file's
+ * columns (an error inside the sample fails before any chunk), with the bad line past it and past ten chunks.
+ */
+export const BAD_FILE_ROWS = 24_000;
+export const BAD_LINE = 23_000;
 
 /** Where the files live: a directory, or a bucket the files are uploaded to (`publish`). */
 export interface FileStore {
@@ -68,8 +72,8 @@ async function writeFileOf(format: FileFormat, path: string, rows: readonly Fixt
 async function damage(format: FileFormat, path: string, rows: readonly FixtureRow[]): Promise<void> {
   if (format === 'parquet') {
     const bytes = await readFile(path);
-    // Row group 7 of 7 starts near 6/7 of the data; overwrite part of its pages, leave the footer intact.
-    const at = Math.floor(bytes.length * (BAD_LINE / FILE_ROWS) * 0.97);
+    // One of the last row groups (1,000 rows each): overwrite part of its pages, leave the footer intact.
+    const at = Math.floor(bytes.length * (BAD_LINE / BAD_FILE_ROWS) * 0.97);
     for (let i = 0; i < 64; i += 1) bytes[at + i] = 0xff ^ (bytes[at + i] ?? 0);
     await writeFile(path, bytes);
     return;
@@ -138,15 +142,18 @@ async function filesInstance(format: FileFormat, store: FileStore, ctx: CellCont
       await put('2', [...parts.get('2')!, ...inserts]);
     },
     async breakDeep(): Promise<BadOutcome> {
-      broken = '2';
-      await damage(format, join(local, name('2')), parts.get('2')!);
-      await store.publish(local, name('2'));
-      return { kind: 'fail', message: new RegExp(`part-2\\.${format}`) };
+      // A third partition, damaged deep inside; the first two load, this one must fail and commit nothing.
+      broken = '3';
+      const rows = fixtureRows(all().length + 1, BAD_FILE_ROWS, { group: nextGroup(all()), label: 'p3' });
+      await put('3', rows);
+      await damage(format, join(local, name('3')), rows);
+      await store.publish(local, name('3'));
+      return { kind: 'fail', message: new RegExp(`part-3\\.${format}`) };
     },
     expectedAfterBad: () => expected(),
     async repair() {
       broken = undefined;
-      await put('2', parts.get('2')!);
+      await put('3', parts.get('3')!);
     },
     async grow() {
       await put(String(parts.size + 1), fixtureRows(all().length + 1, 2_500, { group: nextGroup(all()), label: 'g' }));

@@ -23,9 +23,12 @@ export function coverageTable(entries: readonly CoverageEntry[], seed: number, m
     if (e.notFired) notFired.set(path, (notFired.get(path) ?? new Set()).add(e.notFired));
   }
   const header = ['path', 'run', 'passed', 'refused', 'failed', 'known-bug', 'skipped', 'not-sampled', 'failpoints that never fired'];
-  const lines = [...paths].sort(([a], [b]) => a.localeCompare(b)).map(([path, r]) => [path, r.run, r.passed, r.refused, r.failed, r['known-bug'], r.skipped, r['not-sampled'], [...(notFired.get(path) ?? [])].join(' ')]);
+  // A sample touches few paths: the ones it did not run are counted in one line rather than listed.
+  const idle = [...paths].filter(([, r]) => r.run === 0).length;
+  const lines = [...paths].filter(([, r]) => r.run > 0).sort(([a], [b]) => a.localeCompare(b)).map(([path, r]) => [path, r.run, r.passed, r.refused, r.failed, r['known-bug'], r.skipped, r['not-sampled'], [...(notFired.get(path) ?? [])].join(' ')]);
   const total = entries.reduce((t, e) => ({ ...t, [e.status]: (t[e.status] ?? 0) + 1 }), {} as Record<string, number>);
   const run = (total.passed ?? 0) + (total.refused ?? 0) + (total.failed ?? 0) + (total['known-bug'] ?? 0);
+  if (idle > 0) lines.push([`(${idle} paths not run)`, 0, 0, 0, 0, 0, '', '', '']);
   lines.push(['total', run, total.passed ?? 0, total.refused ?? 0, total.failed ?? 0, total['known-bug'] ?? 0, total.skipped ?? 0, total['not-sampled'] ?? 0, '']);
   const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => String(l[i]).length)));
   const fmt = (cells: readonly unknown[]) => cells.map((c, i) => String(c).padEnd(widths[i]!)).join(' | ');

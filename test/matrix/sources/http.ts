@@ -34,6 +34,11 @@ function recordJson(r: FixtureRow, bad: boolean): string {
   return `{"id":${r.id},"updated_at":"${instant(r)}","big":${r.big},"amount":${r.amount},"note":${JSON.stringify(r.note)}}`;
 }
 
+/** The text whose order is the serving order. */
+function sortKey(r: FixtureRow, ordered: boolean): string {
+  return ordered ? `${r.updated_at}|${String(r.id).padStart(12, '0')}` : String((Number(r.id) * 7919) % 10007).padStart(6, '0');
+}
+
 /** Ordered: by `(cursor, id)`; unordered: a stable order unrelated to the cursor (a hash of the id), as many APIs return. */
 function serveOrder(rows: FixtureRow[], ordered: boolean): FixtureRow[] {
   return ordered
@@ -66,14 +71,19 @@ async function startApi(pagination: Pagination, ordered: boolean, inclusive: boo
     let start = 0;
     if (pagination === 'page') start = (Number(url.searchParams.get('page') ?? 1) - 1) * PAGE_SIZE;
     else if (pagination === 'offset') start = Number(url.searchParams.get('offset') ?? 0);
-    else if (pagination === 'cursor') start = Number(url.searchParams.get('cursor') ?? 0);
+    else if (pagination === 'cursor') {
+      // A keyset token (the sort key of the last record served), as cursor APIs hand out: changes never shift it.
+      const token = url.searchParams.get('cursor');
+      start = token === null ? 0 : all.findIndex((r) => sortKey(r, ordered) > token);
+      if (start < 0) start = all.length;
+    }
     else start = (Number(url.searchParams.get('p') ?? 1) - 1) * PAGE_SIZE;
     const page = all.slice(start, start + PAGE_SIZE);
     const more = start + PAGE_SIZE < all.length;
     const records = page.map((r) => recordJson(r, r.id === api.badId)).join(',');
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     let extra = '';
-    if (pagination === 'cursor') extra = `,"meta":{"next_cursor":${more ? JSON.stringify(String(start + PAGE_SIZE)) : 'null'}}`;
+    if (pagination === 'cursor') extra = `,"meta":{"next_cursor":${more ? JSON.stringify(sortKey(page.at(-1)!, ordered)) : 'null'}}`;
     if (pagination === 'link' || pagination === 'next_url') {
       const next = new URL(url);
       next.searchParams.set('p', String(start / PAGE_SIZE + 2));
@@ -148,10 +158,16 @@ function httpAdapter(pagination: Pagination, ordered: boolean, inclusive: boolea
           ].join('\n'),
         expected,
         async change() {
-          // Applied by the API while the next run reads its window: after two pages were served.
+          // The next window holds four new pages; when its third page is asked for, rows it served on its first page
+          // are updated (they move to the end of a cursor-ordered listing) and new rows join the newest cursor group.
+          const maxId = all().reduce((m, r) => (r.id > m ? r.id : m), 0n);
+          const fresh = fixtureRows(Number(maxId) + 1, 4 * PAGE_SIZE, { group: nextGroup(all()), wideDecimals: true, label: 'w' });
+          write(fresh);
           api.onThirdPage = () => {
+            const firstPage = serveOrder([...fresh], ordered).slice(0, PAGE_SIZE);
             const { updates, inserts } = changedRows(all(), true);
-            write([...updates, ...inserts]);
+            const moved = updates.map((u, i) => ({ ...u, id: firstPage[i + 3]!.id, big: firstPage[i + 3]!.big }));
+            write([...moved, ...inserts]);
           };
         },
         async breakDeep() {

@@ -1,0 +1,224 @@
+/**
+ * Runs one cell of the matrix through the real CLI: a pipeline file in the cell's directory, the fault applied,
+ * every run's result and state checked as it happens, and the oracle after the final run.
+ */
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { cli, type CliResult } from '../helpers/cli.js';
+import { STREAM, type Canonical } from './fixture.js';
+import {
+  checkLedger,
+  checkNeverBack,
+  checkNotAhead,
+  checkRows,
+  checkRunJson,
+  checkRunRecords,
+  checkWatermark,
+  OracleError,
+  watermarkOf,
+  type RunJson,
+  type RunRecordJson,
+  type Watermark,
+} from './oracle.js';
+import type { CellContext, CellSpec, DestinationAdapter, DestinationInstance, Failpoint, SourceAdapter, SourceInstance } from './types.js';
+
+export interface CellOutcome {
+  readonly status: 'passed' | 'refused';
+  /** A failpoint armed for this cell that never fired on its path. */
+  readonly notFired?: Failpoint;
+  readonly runs: number;
+}
+
+interface Run extends CliResult {
+  readonly json: RunJson | undefined;
+}
+
+class Cell {
+  private readonly history: (Watermark | undefined)[] = [];
+  runs = 0;
+  constructor(
+    private readonly spec: CellSpec,
+    private readonly pipeline: string,
+    private readonly config: string,
+    private readonly source: SourceInstance,
+    private readonly destination: DestinationInstance,
+  ) {}
+
+  private env(extra: Record<string, string> = {}): Record<string, string> {
+    return { TIDEMARK_CONFIG_CACHE: 'off', ...this.source.env, ...this.destination.env, ...extra };
+  }
+
+  async tm(args: readonly string[]): Promise<CliResult> {
+    return cli(args, { env: this.env() });
+  }
+
+  /** One `run --json`; the run's own result and the state it left are checked at once. */
+  async run(failpoints?: string, extra: readonly string[] = []): Promise<Run> {
+    this.runs += 1;
+    await this.destination.beforeRun?.(this.pipeline);
+    const out = await cli(['run', this.config, '--json', ...extra], { env: this.env(failpoints ? { TIDEMARK_FAILPOINTS: failpoints } : {}) });
+    let json: RunJson | undefined;
+    try {
+      json = out.stdout.trim() ? (JSON.parse(out.stdout) as RunJson) : undefined;
+    } catch {
+      json = undefined;
+    }
+    if (out.signal !== 'SIGKILL') checkRunJson(out.code, json);
+    // A finished run reports the watermark it left; a killed one is asked for its state.
+    const reported = json?.streams.find((s) => s.stream === STREAM);
+    const tuple = this.source.watermark(this.spec.write) === 'tuple';
+    this.history.push(!tuple ? undefined : reported && out.code === 0 ? watermarkOf({ streams: { [STREAM]: reported } }, STREAM) : await this.watermark());
+    checkNeverBack(this.history);
+    return { ...out, json };
+  }
+
+  async ok(failpoints?: string, extra: readonly string[] = []): Promise<Run> {
+    const r = await this.run(failpoints, extra);
+    if (r.code !== 0) throw new OracleError(`run ${this.runs} exit ${r.code} ${r.signal ?? ''}: ${r.stderr.trim().split('\n').slice(-4).join(' | ')}`);
+    return r;
+  }
+
+  async state(): Promise<unknown> {
+    const out = await this.tm(['state', 'show', '--json', '--config', this.config]);
+    if (out.code !== 0) return undefined;
+    try {
+      return JSON.parse(out.stdout);
+    } catch {
+      return undefined;
+    }
+  }
+
+  async watermark(): Promise<Watermark | undefined> {
+    return this.source.watermark(this.spec.write) === 'tuple' ? watermarkOf(await this.state(), STREAM) : undefined;
+  }
+
+  async rows(): Promise<Canonical[]> {
+    return this.destination.rows(this.pipeline, STREAM);
+  }
+
+  /** The whole oracle, after the cell's final run. */
+  async oracle(): Promise<void> {
+    const expected = this.source.expected(this.spec.write);
+    checkRows(await this.rows(), expected, this.spec.write === 'append' ? 'version' : 'id');
+    const rule = this.source.watermark(this.spec.write);
+    // The final run reported the watermark it committed (or, killed, the state was read): no extra CLI call.
+    if (rule === 'tuple') checkWatermark(this.history.at(-1), this.source.expected('merge'));
+    if (rule === 'ledger') {
+      const out = await this.tm(['ledger', 'list', '--json', '--config', this.config]);
+      if (out.code !== 0) throw new OracleError(`ledger list failed: ${out.stderr}`);
+      const entries = (JSON.parse(out.stdout) as { partition: string; rows: number | string }[]).map((e) => ({ partition: e.partition, rows: Number(e.rows) }));
+      checkLedger(entries, this.source.partitions!());
+    }
+    const records = await this.tm(['runs', '--json', '--limit', '1000', '--config', this.config]);
+    if (records.code === 0) checkRunRecords(JSON.parse(records.stdout) as RunRecordJson[]);
+    await this.destination.check(this.pipeline, STREAM, true);
+  }
+
+  /**
+   * A run with nothing new loads nothing and changes nothing (a source may re-send its bookmark's records, as a
+   * `>=` API or tap does: the engine drops them). A full stream reads and rebuilds everything every run.
+   */
+  async quietRun(): Promise<void> {
+    const before = await this.rows();
+    const r = await this.ok();
+    const loaded = r.json?.streams.reduce((n, s) => n + s.rows_loaded, 0);
+    const read = r.json?.streams.reduce((n, s) => n + s.rows_read, 0);
+    if (this.spec.write !== 'full' && loaded !== 0) throw new OracleError(`a run with nothing new loaded ${loaded} rows (read ${read})`);
+    checkRows(await this.rows(), before, this.spec.write === 'append' ? 'version' : 'id');
+  }
+}
+
+export async function runCell(spec: CellSpec, sourceAdapter: SourceAdapter, destinationAdapter: DestinationAdapter, ctx: CellContext): Promise<CellOutcome> {
+  const verdict = sourceAdapter.validate(spec) ?? destinationAdapter.validate(spec);
+  if (verdict && 'skip' in verdict) throw new Error(`cell ${spec.source}/${spec.destination} is not valid: ${verdict.skip}`);
+  const source = await sourceAdapter.setup(ctx);
+  const destination = await destinationAdapter.setup(ctx).catch(async (e: unknown) => {
+    await source.cleanup();
+    throw e;
+  });
+  try {
+    const name = `p_${spec.source.replace(/[^a-z0-9]/gi, '_')}`;
+    const config = join(ctx.dir, 'pipeline.yaml');
+    await writeFile(config, `name: ${name}\n${source.yaml(spec.write)}\n${destination.yaml}\n`);
+    const cell = new Cell(spec, name, config, source, destination);
+    if (verdict && 'refuse' in verdict) {
+      const r = await cell.run();
+      if (r.code === 0) throw new OracleError(`expected a refusal (${verdict.why}), got exit 0`);
+      if (!verdict.refuse.test(r.stderr)) throw new OracleError(`refusal message ${JSON.stringify(r.stderr.trim())} does not match ${verdict.refuse}`);
+      const rows = await cell.rows();
+      if (rows.length > 0) throw new OracleError(`a refused pipeline loaded ${rows.length} rows`);
+      return { status: 'refused', runs: cell.runs };
+    }
+    const notFired = await applyFault(spec, cell, source);
+    await cell.oracle();
+    return { status: 'passed', runs: cell.runs, ...(notFired ? { notFired } : {}) };
+  } finally {
+    await destination.cleanup().catch(() => undefined);
+    await source.cleanup().catch(() => undefined);
+  }
+}
+
+/** The cell's runs under its fault; returns the failpoint when it never fired on this path. */
+async function applyFault(spec: CellSpec, cell: Cell, source: SourceInstance): Promise<Failpoint | undefined> {
+  const fault = spec.fault;
+  switch (fault.kind) {
+    case 'none':
+      await cell.ok();
+      return undefined;
+    case 'rerun':
+      await cell.ok();
+      await cell.quietRun();
+      await cell.quietRun();
+      return undefined;
+    case 'full-then-run':
+      await cell.ok();
+      await cell.ok(undefined, ['--full']);
+      await cell.quietRun();
+      return undefined;
+    case 'change':
+      await cell.ok();
+      await source.change();
+      await cell.ok();
+      await cell.quietRun();
+      return undefined;
+    case 'bad': {
+      const outcome = await source.breakDeep();
+      const r = await cell.run();
+      if (outcome.kind === 'fail') {
+        if (r.code === 0) throw new OracleError(`a bad value deep in the stream ended in exit 0 (${r.json?.streams.map((s) => `${s.rows_read} read, ${s.rows_loaded} loaded`).join('; ')})`);
+        if (!outcome.message.test(r.stderr)) throw new OracleError(`error ${JSON.stringify(r.stderr.trim().slice(-400))} does not match ${outcome.message}`);
+      } else {
+        if (r.code !== 0) throw new OracleError(`a rejected row failed the run: ${r.stderr.trim().slice(-300)}`);
+        const rejected = r.json?.streams.reduce((n, s) => n + s.rows_rejected, 0);
+        if (rejected !== outcome.rows) throw new OracleError(`rows_rejected ${rejected}, expected ${outcome.rows}`);
+      }
+      checkRows(await cell.rows(), source.expectedAfterBad(spec.write), spec.write === 'append' ? 'version' : 'id');
+      await source.repair();
+      await cell.ok();
+      return undefined;
+    }
+    case 'kill': {
+      // The 2nd hit lands after a first commit (a resume), the 1st where a point fires once per run.
+      const firstHit = fault.point === 'lock.after_acquire' ? 1 : 2;
+      let fired = await killedRun(cell, source, `${fault.point}=${firstHit}:kill`);
+      if (!fired) {
+        await source.grow();
+        fired = await killedRun(cell, source, `${fault.point}=1:kill`);
+      }
+      if (fired) await cell.ok();
+      await cell.quietRun();
+      return fired ? undefined : fault.point;
+    }
+  }
+}
+
+/** A run killed at a failpoint; after it, state must not be ahead of the data. False when the point never fired. */
+async function killedRun(cell: Cell, source: SourceInstance, failpoints: string): Promise<boolean> {
+  const r = await cell.run(failpoints);
+  if (r.signal !== 'SIGKILL') {
+    if (r.code !== 0) throw new OracleError(`run with ${failpoints} exit ${r.code}: ${r.stderr.trim().slice(-300)}`);
+    return false;
+  }
+  checkNotAhead(await cell.watermark(), source.expected('append'), await cell.rows());
+  return true;
+}

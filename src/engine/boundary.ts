@@ -94,11 +94,14 @@ export class CursorGroup {
   private cursor: string | null = null;
   private keys: string[] = [];
   private readonly keyed = new Set<string>();
+  /** False while the group is the start watermark's and its committed rows are not all known (state written before). */
+  private complete = true;
 
   constructor(start: Watermark | undefined) {
-    if (start?.groupKeys === undefined) return;
+    if (start === undefined) return;
     this.cursor = start.cursor.value;
-    for (const key of start.groupKeys) this.add(start.cursor.value, key);
+    if (start.groupKeys === undefined) this.complete = false;
+    for (const key of start.groupKeys ?? []) this.add(start.cursor.value, key);
   }
 
   add(cursor: string, identity: string): void {
@@ -106,6 +109,7 @@ export class CursorGroup {
       this.cursor = cursor;
       this.keys = [];
       this.keyed.clear();
+      this.complete = true;
     }
     // A key counts once (a merge re-read may send it again); content identities repeat as often as the rows do.
     if (!identity.startsWith('#')) {
@@ -118,6 +122,6 @@ export class CursorGroup {
   /** The watermark with the identities of its group attached (none when the group is not the watermark's). */
   attach(watermark: Watermark): Watermark {
     const plain: Watermark = { cursor: watermark.cursor, pk: watermark.pk };
-    return watermark.cursor.value === this.cursor ? { ...plain, groupKeys: [...this.keys] } : plain;
+    return watermark.cursor.value === this.cursor && this.complete ? { ...plain, groupKeys: [...this.keys] } : plain;
   }
 }

@@ -140,10 +140,12 @@ class StreamLoader {
     this.position = { group: null, ...(this.watermark ? { watermark: this.watermark } : {}) };
     this.resume = state.streams[stream.name]?.resume;
     this.floor = ReadFloor.of(plan.request, this.pkIndexes.length > 0);
-    // Token-resumed reads commit where the source's tokens fall, which may be inside a group of equal cursors.
-    this.group = read.resumable === true && !this.unordered && stream.strategy === 'incremental' ? new CursorGroup(this.watermark) : undefined;
     // A resumed unordered read saw part of its window in an earlier run; its high point counts too.
     if (this.unordered && plan.request.resume !== undefined) this.highest = state.streams[stream.name]?.resumeHigh;
+    // Token-resumed reads commit where the source's tokens fall, which may be inside a group of equal cursors; an
+    // unordered window ends at its highest cursor, whose group a record changed meanwhile may still join.
+    const tracked = stream.strategy === 'incremental' && (read.resumable === true || this.unordered);
+    this.group = tracked ? new CursorGroup(this.highest ?? this.watermark) : undefined;
   }
 
   /**
@@ -179,7 +181,9 @@ class StreamLoader {
             await this.commit(false);
           }
           this.accept(raw, next);
-          if (this.group !== undefined && own !== undefined) this.group.add(own.cursor.value, this.identityOf(raw, own));
+          if (this.group !== undefined && own !== undefined && (!this.unordered || own.cursor.value === this.highest?.cursor.value)) {
+            this.group.add(own.cursor.value, this.identityOf(raw, own));
+          }
         }
         if (batch.resume !== undefined) this.resume = batch.resume;
         await this.flush();
@@ -402,7 +406,7 @@ class StreamLoader {
         ...(this.watermark ? { watermark: this.watermark } : {}),
         ...(safeMark ? { safeMark } : {}),
         ...(resume !== undefined && resume !== null ? { resume } : {}),
-        ...(this.unordered && !final && resume !== undefined && resume !== null && this.highest ? { resumeHigh: this.highest } : {}),
+        ...(this.unordered && !final && resume !== undefined && resume !== null && this.highest ? { resumeHigh: this.withGroup(this.highest)! } : {}),
       };
     } else {
       this.watermark = this.withGroup(reached ?? this.watermark);

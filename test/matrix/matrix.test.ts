@@ -35,7 +35,9 @@ const DESTINATIONS: readonly DestinationAdapter[] = [duckdbDestination, sqliteDe
 const FAULTS: readonly Fault[] = [{ kind: 'none' }, { kind: 'rerun' }, { kind: 'bad' }, { kind: 'change' }, { kind: 'full-then-run' }, ...FAILPOINTS.map((point) => ({ kind: 'kill' as const, point }))];
 
 const ALL = process.env.TIDEMARK_MATRIX === 'all';
-const SEED = Number(process.env.TIDEMARK_MATRIX_SEED ?? Math.floor(Math.random() * 1_000_000));
+// A fixed default, so that `npm test` runs the same sample on every machine; `random` explores.
+const SEED_TEXT = process.env.TIDEMARK_MATRIX_SEED ?? '2';
+const SEED = SEED_TEXT === 'random' ? Math.floor(Math.random() * 1_000_000) : Number(SEED_TEXT);
 /** Cost units of the CI sample: about 3 minutes on the quiet 2-core CI machine, two cells at a time. */
 const SAMPLE_BUDGET = Number(process.env.TIDEMARK_MATRIX_CELLS ?? 20);
 const ONLY = process.env.TIDEMARK_MATRIX_ONLY;

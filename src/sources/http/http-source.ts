@@ -163,7 +163,8 @@ export class HttpSource implements Source {
     const advanceTo = (page: PageState, records: readonly ExactJson[]): string | undefined => {
       if (!keyset) return undefined;
       const last = lastCursor(records);
-      const since = 'since' in page ? page.since : undefined;
+      // The window's first page is asked from the window's own lower bound.
+      const since = 'since' in page && page.since !== undefined ? page.since : window.since;
       if (last === undefined || (since !== undefined && compareCanonical(cursorType!.kind, last, since) <= 0)) return undefined;
       return last;
     };
@@ -456,6 +457,8 @@ export function nextLink(header: string | null): string | undefined {
 function isAfter(kind: ColumnKind, cursor: string, pkRaw: readonly unknown[], columns: readonly Column[], pkIndexes: readonly number[], after: Watermark): boolean {
   const byCursor = compareCanonical(kind, cursor, after.cursor.value);
   if (byCursor !== 0) return byCursor > 0;
+  // The committed records of the watermark's cursor value are known by key: the engine tells them from new ones.
+  if (after.groupKeys !== undefined) return true;
   // Without a key a record cannot be told from one already loaded: the watermark is the cursor of the last loaded
   // record (reads end before `until`, where records of that value were settled), so one equal to it was loaded.
   if (pkIndexes.length === 0) return false;

@@ -72,9 +72,11 @@ async function writeFileOf(format: FileFormat, path: string, rows: readonly Fixt
 async function damage(format: FileFormat, path: string, rows: readonly FixtureRow[]): Promise<void> {
   if (format === 'parquet') {
     const bytes = await readFile(path);
-    // One of the last row groups (1,000 rows each): overwrite part of its pages, leave the footer intact.
+    // One of the last row groups (1,000 rows each): overwrite part of its pages (a span wide enough to break their
+    // compressed framing: a few flipped bytes inside a page's values decode into other values, which no reader can
+    // tell), leave the footer intact.
     const at = Math.floor(bytes.length * (BAD_LINE / BAD_FILE_ROWS) * 0.97);
-    for (let i = 0; i < 64; i += 1) bytes[at + i] = 0xff ^ (bytes[at + i] ?? 0);
+    for (let i = 0; i < 4096; i += 1) bytes[at + i] = 0xff ^ (bytes[at + i] ?? 0);
     await writeFile(path, bytes);
     return;
   }

@@ -60,7 +60,7 @@ async function startApi(pagination: Pagination, ordered: boolean, inclusive: boo
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? '/', api.base);
     if (req.headers.authorization !== `Bearer ${TOKEN}`) return void res.writeHead(401).end('{"error":"unauthorized"}');
-    const first = !['page', 'offset', 'cursor', 'p'].some((k) => url.searchParams.has(k)) || ['1', '0'].includes(url.searchParams.get('page') ?? url.searchParams.get('offset') ?? url.searchParams.get('p') ?? '');
+    const first = !['page', 'offset', 'cursor', 'after'].some((k) => url.searchParams.has(k)) || ['1', '0'].includes(url.searchParams.get('page') ?? url.searchParams.get('offset') ?? '');
     served = first ? 1 : served + 1;
     if (served === 3 && api.onThirdPage) {
       const change = api.onThirdPage;
@@ -71,13 +71,13 @@ async function startApi(pagination: Pagination, ordered: boolean, inclusive: boo
     let start = 0;
     if (pagination === 'page') start = (Number(url.searchParams.get('page') ?? 1) - 1) * PAGE_SIZE;
     else if (pagination === 'offset') start = Number(url.searchParams.get('offset') ?? 0);
-    else if (pagination === 'cursor') {
-      // A keyset token (the sort key of the last record served), as cursor APIs hand out: changes never shift it.
-      const token = url.searchParams.get('cursor');
+    else {
+      // A keyset token (the sort key of the last record served), as cursor APIs hand out, in a body field (cursor)
+      // or inside the next link (link, next_url): changes never shift it.
+      const token = url.searchParams.get(pagination === 'cursor' ? 'cursor' : 'after');
       start = token === null ? 0 : all.findIndex((r) => sortKey(r, ordered) > token);
       if (start < 0) start = all.length;
     }
-    else start = (Number(url.searchParams.get('p') ?? 1) - 1) * PAGE_SIZE;
     const page = all.slice(start, start + PAGE_SIZE);
     const more = start + PAGE_SIZE < all.length;
     const records = page.map((r) => recordJson(r, r.id === api.badId)).join(',');
@@ -86,7 +86,7 @@ async function startApi(pagination: Pagination, ordered: boolean, inclusive: boo
     if (pagination === 'cursor') extra = `,"meta":{"next_cursor":${more ? JSON.stringify(sortKey(page.at(-1)!, ordered)) : 'null'}}`;
     if (pagination === 'link' || pagination === 'next_url') {
       const next = new URL(url);
-      next.searchParams.set('p', String(start / PAGE_SIZE + 2));
+      if (page.length > 0) next.searchParams.set('after', sortKey(page.at(-1)!, ordered));
       if (pagination === 'link' && more) headers.link = `<${next.toString()}>; rel="next"`;
       if (pagination === 'next_url') extra = `,"links":{"next":${more ? JSON.stringify(`${next.pathname}${next.search}`) : 'null'}}`;
     }
@@ -116,6 +116,13 @@ function httpAdapter(pagination: Pagination, ordered: boolean, inclusive: boolea
     name,
     validate(c: CellSpec): Verdict {
       if (c.write === 'full') return { skip: 'http: a full refresh re-reads the API like any SQL full load; covered by the database sources' };
+      const positional = pagination === 'page' || pagination === 'offset';
+      if (positional && !ordered) {
+        return { refuse: /pagination counts records.*ordered: true with a \{\{since\}\} parameter/, why: 'an unsorted page/offset window shifts when records change (validate and run refuse it)' };
+      }
+      if (positional && !inclusive) {
+        return { refuse: /must include the value itself \(>=\)/, why: 'a sorted page/offset read asks each page from the last cursor read, which an API answering > would skip the rest of' };
+      }
       return undefined;
     },
     async setup(): Promise<SourceInstance> {

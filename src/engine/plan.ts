@@ -85,10 +85,9 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
   const watermark = prior?.watermark;
   const resume = prior?.resume !== undefined ? { resume: prior.resume as JsonValue } : {};
   const safe = prior?.safeMark;
-  if (watermark && safe && stream.write === 'merge' && compareCanonical(safe.type, safe.value, watermark.cursor.value) <= 0) {
+  if (watermark && safe && stream.write === 'merge' && safeBelow(safe, watermark.cursor)) {
     // Rows of transactions still open at the last run may carry cursors below its high mark: re-read from the
-    // safe mark; merge makes the re-read exact, and the stored high mark never moves back. A mark equal to the high
-    // mark (a date cursor on its own day) is re-read too: its unit may still fill, with keys below the mark's.
+    // safe mark; merge makes the re-read exact, and the stored high mark never moves back.
     return { request: { ...base, ...resume, incremental: true, after: { cursor: safe, pk: [] } }, ...buildInfo, startWatermark: watermark };
   }
   if (watermark && stream.lookbackMs !== undefined) {
@@ -127,6 +126,15 @@ export function lookbackProblem(stream: StreamConfig, schema: StreamSchema, fiel
 export function checkLookback(stream: StreamConfig, schema: StreamSchema): void {
   const problem = lookbackProblem(stream, schema);
   if (problem !== undefined) throw new ConfigError(problem, { context: { stream: stream.name, phase: 'plan' } });
+}
+
+/**
+ * Whether the safe mark leaves part of the watermark's range open. A date mark equal to the watermark's day counts:
+ * that day may still fill, with keys below the watermark's.
+ */
+function safeBelow(safe: TypedValue, high: TypedValue): boolean {
+  const c = compareCanonical(safe.type, safe.value, high.value);
+  return c < 0 || (c === 0 && safe.type === 'date');
 }
 
 /** The cursor value `lookback` before a watermark; only time-like cursors have a meaning for a duration. */

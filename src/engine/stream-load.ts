@@ -139,7 +139,7 @@ class StreamLoader {
     this.watermark = this.building ? state.streams[stream.name]?.build?.watermark : plan.startWatermark;
     this.position = { group: null, ...(this.watermark ? { watermark: this.watermark } : {}) };
     this.resume = state.streams[stream.name]?.resume;
-    this.floor = ReadFloor.of(plan.request, this.pkIndexes.length > 0);
+    this.floor = stream.strategy === 'incremental' ? ReadFloor.of(plan.request, this.pkIndexes.length > 0) : undefined;
     // A resumed unordered read saw part of its window in an earlier run; its high point counts too.
     if (this.unordered && plan.request.resume !== undefined) this.highest = state.streams[stream.name]?.resumeHigh;
     // Token-resumed reads commit where the source's tokens fall, which may be inside a group of equal cursors; an
@@ -173,8 +173,9 @@ class StreamLoader {
         await failpoint('extract.after_batch');
         this.ctx.signal?.throwIfAborted();
         for (const raw of batch.rows) {
-          const next = this.positionOf(raw) ?? this.position;
-          const own = next.inherited === true || next === this.position ? undefined : next.watermark;
+          const mine = this.positionOf(raw);
+          const next = mine ?? this.position;
+          const own = mine?.inherited === true ? undefined : mine?.watermark;
           if (own !== undefined && this.isCommitted(raw, own)) continue;
           if (this.canCheckpointAt(read) && this.txnRowsRead >= this.stream.checkpointRows && next.group !== this.position.group) {
             await this.flush();
@@ -283,7 +284,7 @@ class StreamLoader {
 
   /** A row at or below the committed edge of the read: the source sent it again, so it is dropped, not counted. */
   private isCommitted(raw: Row, position: Watermark): boolean {
-    if (this.floor === undefined || this.stream.strategy !== 'incremental') return false;
+    if (this.floor === undefined) return false;
     if (this.floor.verdict(position, () => this.identityOf(raw, position)) === 'admit') return false;
     this.rowsResent += 1;
     return true;

@@ -161,7 +161,7 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
   cli
     .command('validate')
     .description('check pipeline files without connecting anywhere (a lake destination is read for who owns its streams)')
-    .argument('<pipeline...>')
+    .argument('<pipeline...>', 'pipeline YAML files or directories of them')
     .action(act(async (files: string[]) => (await commands.validate()).validateCommand(files)));
 
   cli.command('schema').description('print the JSON Schema of pipeline files').action(act(async () => (await commands.validate()).schemaCommand()));

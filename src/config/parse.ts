@@ -5,9 +5,10 @@
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
+import { formatIssue } from './config-issues.js';
 import { ConfigError } from '../core/errors.js';
 import { redact, registerSecret } from '../core/logger.js';
-import { interpolate, resolvePipeline, resolveStateStore, type PipelineConfig } from './load.js';
+import { ENV_RE, interpolate, resolvePipeline, resolveStateStore, type PipelineConfig } from './load.js';
 import { pipelineSchema, stateSchema, targetPipelineSchema, type PipelineDocument, type StateConfig } from './schema.js';
 
 /** Whether a pipeline file names a source (a file without one is a `tidemark target` file). */
@@ -29,10 +30,41 @@ export function validateText(text: string, options: { where: string; env: NodeJS
   } catch (cause) {
     throw new ConfigError(`${where}: invalid YAML: ${(cause as Error).message}`, { cause });
   }
+  const schema = options.target ? targetPipelineSchema : pipelineSchema;
   const interpolated = interpolate(raw, options.env, where, '');
-  const parsed = (options.target ? targetPipelineSchema : pipelineSchema).safeParse(interpolated);
-  if (!parsed.success) throw new ConfigError(`${where}: ${formatIssue(parsed.error.issues[0]!)}`, { context: { at: where } });
+  const parsed = parseCoercingPlaceholders(schema, raw, interpolated);
+  if (!parsed.success) throw new ConfigError(`${where}: ${formatIssue(parsed.error.issues[0]!, schema, interpolated)}`);
   return parsed.data;
+}
+
+/**
+ * `port: "${env:PGPORT}"`: a placeholder is text, but where the schema expects a number or a boolean the text it
+ * became is read as one. Only there: a placeholder in a string field stays a string, whatever it holds.
+ */
+function parseCoercingPlaceholders<T extends z.ZodType>(schema: T, raw: unknown, interpolated: unknown): ReturnType<T['safeParse']> {
+  for (;;) {
+    const parsed = schema.safeParse(interpolated) as ReturnType<T['safeParse']>;
+    if (parsed.success) return parsed;
+    const coerced = parsed.error.issues.filter((issue) => issue.code === 'invalid_type' && coercePlaceholder(raw, interpolated, issue.path, issue.expected));
+    if (coerced.length === 0) return parsed;
+  }
+}
+
+function coercePlaceholder(raw: unknown, doc: unknown, path: readonly PropertyKey[], expected: string): boolean {
+  const written = at(raw, path);
+  if (typeof written !== 'string' || !new RegExp(ENV_RE.source).test(written) || path.length === 0) return false;
+  const parent = at(doc, path.slice(0, -1)) as Record<PropertyKey, unknown>;
+  const key = path[path.length - 1]!;
+  const text = parent[key];
+  if (typeof text !== 'string') return false;
+  const value = expected === 'number' && /^[+-]?\d+(\.\d+)?$/.test(text.trim()) ? Number(text) : expected === 'boolean' && /^(true|false)$/i.test(text.trim()) ? text.trim().toLowerCase() === 'true' : undefined;
+  if (value === undefined) return false;
+  parent[key] = value;
+  return true;
+}
+
+function at(value: unknown, path: readonly PropertyKey[]): unknown {
+  return path.reduce<unknown>((v, part) => (v !== null && typeof v === 'object' ? (v as Record<PropertyKey, unknown>)[part] : undefined), value);
 }
 
 /** Parses pipeline text that did not come from a file (tests, library users); never cached. */
@@ -43,14 +75,6 @@ export function parsePipeline(text: string, options: { file?: string; env?: Node
   return resolvePipeline(doc, where, baseDir, options.file);
 }
 
-
-export function formatIssue(issue: z.core.$ZodIssue): string {
-  const path = issue.path.reduce<string>(
-    (acc, part) => (typeof part === 'number' ? `${acc}[${part}]` : acc ? `${acc}.${String(part)}` : String(part)),
-    '',
-  );
-  return `${path || '(document)'}: ${issue.message}`;
-}
 
 /**
  * A state store named on the command line (`tidemark state migrate --from … --to …`): `destination`,
@@ -81,6 +105,6 @@ export function parseStateSpec(spec: string, baseDir: string = process.cwd()): S
     raw = m[1] === 'bucket' ? { type: 'bucket', location: m[2] } : { type: m[1], path: m[2] };
   }
   const parsed = stateSchema.safeParse(raw);
-  if (!parsed.success) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: ${formatIssue(parsed.error.issues[0]!)}`);
+  if (!parsed.success) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: ${formatIssue(parsed.error.issues[0]!, stateSchema, raw)}`);
   return parsed.data === 'destination' ? parsed.data : resolveStateStore(parsed.data, baseDir);
 }

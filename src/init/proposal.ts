@@ -40,13 +40,17 @@ export function proposeStream(table: CatalogTable): StreamProposal {
   return { ...base, strategy: 'full', why: `no update timestamp or increasing key: read in full every run and swapped in atomically${table.primaryKey.length > 0 ? keyText : ''}` };
 }
 
-/** One proposal per table; a stream name two schemas share is made unique as `<schema>_<table>`. */
+/**
+ * One proposal per table. A table name two schemas share keeps its plain stream name in `public` (the default
+ * schema) and becomes `<schema>_<table>` elsewhere.
+ */
 export function proposeStreams(tables: readonly CatalogTable[]): StreamProposal[] {
   const count = new Map<string, number>();
   for (const t of tables) count.set(t.name, (count.get(t.name) ?? 0) + 1);
   return tables.map((t) => {
     const proposal = proposeStream(t);
-    return (count.get(t.name) ?? 0) > 1 && t.schema !== undefined ? { ...proposal, name: usableName(`${t.schema}_${t.name}`) } : proposal;
+    const shared = (count.get(t.name) ?? 0) > 1 && t.schema !== undefined && t.schema !== 'public';
+    return shared ? { ...proposal, name: usableName(`${t.schema}_${t.name}`) } : proposal;
   });
 }
 

@@ -20,10 +20,15 @@ export function snakeCase(key: string): string {
 
 function snakeKeys(value: unknown, keepNames = false): unknown {
   if (Array.isArray(value)) return value.map((v) => snakeKeys(v));
-  if (value === null || typeof value !== 'object' || value.constructor !== Object) return value;
+  if (value === null || typeof value !== 'object' || !isPlainObject(value)) return value;
   return Object.fromEntries(
     Object.entries(value).map(([key, v]) => [keepNames ? key : snakeCase(key), OPAQUE_KEYS.has(key) ? v : snakeKeys(v, !keepNames && NAME_KEYED.has(key))]),
   );
+}
+
+function isPlainObject(value: object): boolean {
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  return prototype === Object.prototype || prototype === null;
 }
 
 export function print(line: string): void {

@@ -69,7 +69,7 @@ function resolveAt(schema: Schema, path: readonly PropertyKey[], input: unknown)
     node = node && branchFor(unwrap(node), value);
     if (node === undefined) return undefined;
     const d = def(node);
-    if (d.type === 'object') node = (d.shape as Record<string, Schema>)[String(part)];
+    if (d.type === 'object') node = Object.hasOwn(d.shape as object, String(part)) ? (d.shape as Record<string, Schema>)[String(part)] : undefined;
     else if (d.type === 'array') node = d.element as Schema;
     else if (d.type === 'record') node = d.valueType as Schema;
     else return undefined;
@@ -101,7 +101,7 @@ function branchFor(schema: Schema, value: unknown): Schema | undefined {
 
 function fieldOf(schema: Schema, key: string): Schema | undefined {
   const d = def(schema);
-  const field = d.type === 'object' ? (d.shape as Record<string, Schema>)[key] : undefined;
+  const field = d.type === 'object' && Object.hasOwn(d.shape as object, key) ? (d.shape as Record<string, Schema>)[key] : undefined;
   return field && unwrap(field);
 }
 

@@ -37,3 +37,17 @@ describe('init proposals', () => {
     expect(['true', '5', 'a: b', '#x', 'plain_name', './x.db'].map(scalar)).toEqual(['"true"', '"5"', '"a: b"', '"#x"', 'plain_name', './x.db']);
   });
 });
+
+describe('init sources', () => {
+  it('never writes a password into the file: the URL reads it from the variable its client uses', async () => {
+    const { initSource, initDestination } = await import('../../src/init/init-sources.js');
+    const pg = initSource('postgres://reader:s3cr%2Ft@db.internal:5432/shop', '/work/p/shop.yaml');
+    expect(pg).toMatchObject({ defaultName: 'shop', passwordVariable: 'PGPASSWORD', described: 'postgres://reader@db.internal:5432/shop', catalog: { url: 'postgres://reader:s3cr%2Ft@db.internal:5432/shop' } });
+    expect(pg.yaml).toEqual(['  type: postgres', '  url: "postgres://reader:${env:PGPASSWORD}@db.internal:5432/shop"']);
+    const maria = initSource('mariadb://root@127.0.0.1:3306/app', '/work/p/shop.yaml');
+    expect(maria.yaml).toEqual(['  type: mariadb', '  url: mysql://root@127.0.0.1:3306/app']);
+    expect(maria.passwordVariable).toBeUndefined();
+    expect(initDestination('sqlite:/work/out/w.db', '/work/p/shop.yaml').yaml[1]).toBe('  path: ../out/w.db   # relative to this file');
+    expect(initDestination('postgres://w:pw@h/dw?schema=raw', '/work/p/shop.yaml').yaml).toEqual(['  type: postgres', '  url: "postgres://w:${env:PGPASSWORD}@h/dw"', '  schema: raw']);
+  });
+});

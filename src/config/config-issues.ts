@@ -43,10 +43,23 @@ export function formatIssue(issue: Issue, schema?: Schema, input?: unknown): str
     case 'invalid_type':
       text = value === undefined ? `missing; expected ${node ? expected(node) : issue.expected}` : `expected ${node ? expected(node) : issue.expected}, got ${shown(value)}`;
       break;
+    case 'too_small':
+    case 'too_big':
+      text = boundText(issue, value);
+      break;
     default:
       text = issue.message.replace(/^Invalid input: /, '');
   }
   return `${dotPath(path) || '(document)'}: ${text}`;
+}
+
+function boundText(issue: Extract<Issue, { code: 'too_small' | 'too_big' }>, value: unknown): string {
+  const small = issue.code === 'too_small';
+  const limit = Number(small ? (issue as { minimum: number | bigint }).minimum : (issue as { maximum: number | bigint }).maximum);
+  const inclusive = issue.inclusive !== false;
+  if (issue.origin === 'array') return small ? `needs at least ${limit} ${limit === 1 ? 'entry' : 'entries'}` : `takes at most ${limit} entries`;
+  if (issue.origin === 'string') return small && limit === 1 ? 'must not be empty' : `expected ${small ? 'at least' : 'at most'} ${limit} characters, got ${shown(value)}`;
+  return `expected a number ${small ? (inclusive ? '>=' : '>') : inclusive ? '<=' : '<'} ${limit}, got ${shown(value)}`;
 }
 
 /** A union: the branch the value was meant for when one is (an object for an object branch), else every branch. */

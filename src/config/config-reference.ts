@@ -108,10 +108,14 @@ function typeText(node: Node): string {
     return [...new Set(members.map(typeText))].join(' or ');
   }
   if (node.allOf !== undefined) return 'object';
-  if (node.type === 'array') return `list of ${isObject(node.items) ? typeText(node.items) : 'values'}`;
+  if (node.type === 'array') return `list of ${isObject(node.items) ? plural(typeText(node.items)) : 'values'}`;
   if (node.type === 'object') return node.properties !== undefined ? 'object' : 'map';
   if (node.pattern === '^\\d+(ms|s|m|h|d)$') return 'duration';
   return typeof node.type === 'string' ? node.type : 'any';
+}
+
+function plural(type: string): string {
+  return /^[a-z]+$/.test(type) ? `${type}s` : type;
 }
 
 function isPlaceholder(node: Node): boolean {

@@ -56,6 +56,11 @@ const SOURCES: Record<'postgres' | 'mariadb' | 'sqlite', (dir: string) => Promis
     await db.sql('CREATE SCHEMA audit');
     await db.sql('CREATE TABLE audit.orders (id bigint PRIMARY KEY, modified_at timestamp NOT NULL)');
     await db.sql(`INSERT INTO audit.orders SELECT g, '2024-01-01'::timestamp + g * interval '1 second' FROM generate_series(1, 50) g`);
+    // A partitioned table is one stream; its partitions are not streams of their own.
+    await db.sql('CREATE TABLE readings (id bigint, at date, updated_at timestamptz NOT NULL, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)');
+    await db.sql(`CREATE TABLE readings_2024 PARTITION OF readings FOR VALUES FROM ('2024-01-01') TO ('2025-01-01')`);
+    await db.sql(`CREATE TABLE readings_2025 PARTITION OF readings FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')`);
+    await db.sql(`INSERT INTO readings SELECT g, DATE '2024-06-01' + g * 10, now() - interval '1 day' FROM generate_series(1, 30) g`);
     return { url: db.url, table: (name) => `public.${name}`, sql: (text) => db.sql(text), drop: () => db.drop() };
   },
   async mariadb() {
@@ -108,7 +113,11 @@ describe.each(Object.keys(SOURCES) as (keyof typeof SOURCES)[])('tidemark init f
     expect(byTable[source.table('events')]).toEqual({ primary_key: ['id'], cursor: 'id' });
     expect(byTable[source.table('tags')]).toEqual({ primary_key: ['code'], strategy: 'full' });
     expect(byTable[source.table('order_lines')]).toEqual({ primary_key: ['order_id', 'line_no'], cursor: 'last_modified' });
-    if (kind === 'postgres') expect(byTable['audit.orders']).toEqual({ name: 'audit_orders', primary_key: ['id'], cursor: 'modified_at' });
+    if (kind === 'postgres') {
+      expect(byTable['audit.orders']).toEqual({ name: 'audit_orders', primary_key: ['id'], cursor: 'modified_at' });
+      expect(byTable['public.readings']).toEqual({ primary_key: ['id', 'at'], cursor: 'updated_at' });
+      expect(Object.keys(byTable).filter((t) => t.includes('readings_'))).toEqual([]);
+    }
     expect(text).toMatch(/# no update timestamp; id is an increasing key, so new rows are read but updates to old ones are not\n  - table: \S*events/);
     expect(doc).toMatchObject({ destination: { type: 'duckdb', path: './warehouse.duckdb' } });
   });
@@ -126,7 +135,7 @@ describe.each(Object.keys(SOURCES) as (keyof typeof SOURCES)[])('tidemark init f
     const first = await cli(['run', file, '--json']);
     expect(first.code, first.stderr).toBe(0);
     const loaded = (out: string) => Object.fromEntries((JSON.parse(out) as { streams: { stream: string; rows_loaded: number }[] }).streams.map((s) => [s.stream, s.rows_loaded]));
-    expect(loaded(first.stdout)).toEqual({ orders: ORDERS, events: EVENTS, tags: TAGS, order_lines: LINES, ...(kind === 'postgres' ? { audit_orders: 50 } : {}) });
+    expect(loaded(first.stdout)).toEqual({ orders: ORDERS, events: EVENTS, tags: TAGS, order_lines: LINES, ...(kind === 'postgres' ? { audit_orders: 50, readings: 30 } : {}) });
     await source.sql(`INSERT INTO events (payload) VALUES ('late 1'), ('late 2')`);
     const second = await cli(['run', file, '--json']);
     expect(second.code, second.stderr).toBe(0);

@@ -1,4 +1,4 @@
-/** The tables of a Postgres database for `tidemark init`: every base table outside the system schemas. */
+/** The tables of a Postgres database for `tidemark init`: every base table outside the system schemas, partitions left out. */
 import type { CatalogTable, CursorKind } from '../../init/catalog.js';
 import { groupColumns, tableId } from '../../init/catalog.js';
 import { SourceError } from '../../core/errors.js';
@@ -10,6 +10,9 @@ const COLUMNS = `
   FROM information_schema.columns c
   JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
   WHERE t.table_type = 'BASE TABLE' AND c.table_schema NOT IN ('information_schema', 'tidemark') AND c.table_schema NOT LIKE 'pg\\_%'
+    -- A partition's rows are read through its parent table; a stream per partition would load them twice.
+    AND NOT EXISTS (SELECT 1 FROM pg_class p JOIN pg_namespace pn ON pn.oid = p.relnamespace
+                    WHERE pn.nspname = c.table_schema AND p.relname = c.table_name AND p.relispartition)
   ORDER BY c.table_schema, c.table_name, c.ordinal_position`;
 
 const KEYS = `

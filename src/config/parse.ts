@@ -8,7 +8,7 @@ import type { z } from 'zod';
 import { formatIssue } from './config-issues.js';
 import { ConfigError } from '../core/errors.js';
 import { redact, registerSecret } from '../core/logger.js';
-import { ENV_RE, interpolate, resolvePipeline, resolveStateStore, type PipelineConfig } from './load.js';
+import { ENV_RE, applyCoercions, interpolate, resolvePipeline, resolveStateStore, type Coercion, type PipelineConfig } from './load.js';
 import { pipelineSchema, stateSchema, targetPipelineSchema, type PipelineDocument, type StateConfig } from './schema.js';
 
 /** Whether a pipeline file names a source (a file without one is a `tidemark target` file). */
@@ -16,7 +16,8 @@ export function hasSource(text: string): boolean {
   return parseDocument(text).get('source') !== undefined;
 }
 
-export function validateText(text: string, options: { where: string; env: NodeJS.ProcessEnv; target: boolean }): PipelineDocument {
+/** The checked document, and where a `${env:…}` placeholder was read as a number or boolean. */
+export function validateText(text: string, options: { where: string; env: NodeJS.ProcessEnv; target: boolean }): { doc: PipelineDocument; coercions: Coercion[] } {
   const { where } = options;
   const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   if (doc.errors.length > 0) {
@@ -32,35 +33,33 @@ export function validateText(text: string, options: { where: string; env: NodeJS
   }
   const schema = options.target ? targetPipelineSchema : pipelineSchema;
   const interpolated = interpolate(raw, options.env, where, '');
-  const parsed = parseCoercingPlaceholders(schema, raw, interpolated);
+  const { parsed, coercions } = parseCoercingPlaceholders(schema, raw, interpolated);
   if (!parsed.success) throw new ConfigError(`${where}: ${formatIssue(parsed.error.issues[0]!, schema, interpolated)}`);
-  return parsed.data;
+  return { doc: parsed.data, coercions };
 }
 
 /**
  * `port: "${env:PGPORT}"`: a placeholder is text, but where the schema expects a number or a boolean the text it
  * became is read as one. Only there: a placeholder in a string field stays a string, whatever it holds.
  */
-function parseCoercingPlaceholders<T extends z.ZodType>(schema: T, raw: unknown, interpolated: unknown): ReturnType<T['safeParse']> {
+function parseCoercingPlaceholders<T extends z.ZodType>(schema: T, raw: unknown, interpolated: unknown): { parsed: ReturnType<T['safeParse']>; coercions: Coercion[] } {
+  const coercions: Coercion[] = [];
+  let doc = interpolated;
   for (;;) {
-    const parsed = schema.safeParse(interpolated) as ReturnType<T['safeParse']>;
-    if (parsed.success) return parsed;
-    const coerced = parsed.error.issues.filter((issue) => issue.code === 'invalid_type' && coercePlaceholder(raw, interpolated, issue.path, issue.expected));
-    if (coerced.length === 0) return parsed;
+    const parsed = schema.safeParse(doc) as ReturnType<T['safeParse']>;
+    if (parsed.success) return { parsed, coercions };
+    const found = parsed.error.issues.flatMap((issue): Coercion[] => {
+      if (issue.code !== 'invalid_type' || (issue.expected !== 'number' && issue.expected !== 'boolean')) return [];
+      const written = at(raw, issue.path);
+      const path = issue.path as (string | number)[];
+      return typeof written === 'string' && new RegExp(ENV_RE.source).test(written) && typeof at(doc, path) === 'string' ? [{ path, to: issue.expected === 'number' ? 'number' : 'boolean' }] : [];
+    });
+    const next = applyCoercions(doc, found);
+    // Nothing converted (the text is not a number): the error stands.
+    if (JSON.stringify(next) === JSON.stringify(doc)) return { parsed, coercions };
+    coercions.push(...found);
+    doc = next;
   }
-}
-
-function coercePlaceholder(raw: unknown, doc: unknown, path: readonly PropertyKey[], expected: string): boolean {
-  const written = at(raw, path);
-  if (typeof written !== 'string' || !new RegExp(ENV_RE.source).test(written) || path.length === 0) return false;
-  const parent = at(doc, path.slice(0, -1)) as Record<PropertyKey, unknown>;
-  const key = path[path.length - 1]!;
-  const text = parent[key];
-  if (typeof text !== 'string') return false;
-  const value = expected === 'number' && /^[+-]?\d+(\.\d+)?$/.test(text.trim()) ? Number(text) : expected === 'boolean' && /^(true|false)$/i.test(text.trim()) ? text.trim().toLowerCase() === 'true' : undefined;
-  if (value === undefined) return false;
-  parent[key] = value;
-  return true;
 }
 
 function at(value: unknown, path: readonly PropertyKey[]): unknown {
@@ -70,7 +69,7 @@ function at(value: unknown, path: readonly PropertyKey[]): unknown {
 /** Parses pipeline text that did not come from a file (tests, library users); never cached. */
 export function parsePipeline(text: string, options: { file?: string; env?: NodeJS.ProcessEnv; baseDir?: string; target?: boolean } = {}): PipelineConfig {
   const where = options.file ?? '<inline>';
-  const doc = validateText(text, { where, env: options.env ?? process.env, target: options.target === true });
+  const { doc } = validateText(text, { where, env: options.env ?? process.env, target: options.target === true });
   const baseDir = options.baseDir ?? (options.file ? dirname(resolve(options.file)) : process.cwd());
   return resolvePipeline(doc, where, baseDir, options.file);
 }

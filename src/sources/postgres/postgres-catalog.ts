@@ -2,7 +2,7 @@
 import type { CatalogTable, CursorKind } from '../../init/catalog.js';
 import { groupColumns, tableId } from '../../init/catalog.js';
 import { SourceError } from '../../core/errors.js';
-import { connectPostgres, describeUrl } from '../../shared/postgres-client.js';
+import { connectPostgres } from '../../shared/postgres-client.js';
 
 const COLUMNS = `
   SELECT c.table_schema AS schema, c.table_name AS table, c.column_name AS name, c.data_type AS type,
@@ -36,7 +36,7 @@ export async function postgresTables(url: string): Promise<CatalogTable[]> {
   try {
     client = await connectPostgres(url, 'tidemark init');
   } catch (cause) {
-    throw new SourceError(`cannot connect to ${describeUrl(url)}: ${(cause as Error).message}`, { cause, context: { phase: 'connect' } });
+    throw new SourceError((cause as Error).message, { cause, context: { phase: 'connect' } });
   }
   try {
     const columns = (await client.query<{ schema: string; table: string; name: string; type: string; increasing: boolean | null }>(COLUMNS)).rows;

@@ -14,7 +14,7 @@ type Node = Record<string, unknown>;
 const ENV_PLACEHOLDER: Node = { type: 'string', pattern: '^\\$\\{env:[A-Za-z_][A-Za-z0-9_]*\\}$', description: 'A `${env:NAME}` placeholder, read from the environment when the pipeline loads.' };
 
 export function pipelineJsonSchema(): Node {
-  const generated = z.toJSONSchema(pipelineSchema, { io: 'input' }) as Node;
+  const generated = z.toJSONSchema(pipelineSchema, { io: 'input', target: 'draft-7' }) as Node;
   const { $schema, ...body } = generated;
   return { $schema, $id: PIPELINE_SCHEMA_ID, title: 'tidemark pipeline', ...(shape(body) as Node) };
 }

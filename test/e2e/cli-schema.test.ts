@@ -57,8 +57,8 @@ describe('tidemark schema', () => {
   });
   afterAll(() => cleanup());
 
-  it('has an $id, a title and a description for every key', () => {
-    expect(schema).toMatchObject({ $schema: 'https://json-schema.org/draft/2020-12/schema', $id: 'urn:tidemark:pipeline', title: 'tidemark pipeline' });
+  it('is draft-07 (what editors read), with an $id, a title and a description for every key', () => {
+    expect(schema).toMatchObject({ $schema: 'http://json-schema.org/draft-07/schema#', $id: 'urn:tidemark:pipeline', title: 'tidemark pipeline' });
     expect(undescribed(schema)).toEqual([]);
   });
 

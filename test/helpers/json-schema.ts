@@ -1,5 +1,6 @@
 /**
- * A real JSON Schema (2020-12) validator for tests: ajv when it is installed, else Python's `jsonschema` package.
+ * A real JSON Schema validator for tests, of the draft the schema names: ajv when it is installed, else Python's
+ * `jsonschema` package.
  * Neither is a dependency of tidemark; a test that needs one skips when neither is there.
  */
 import { execFileSync } from 'node:child_process';
@@ -15,18 +16,23 @@ export type Validate = (schema: object, documents: readonly unknown[]) => Schema
 
 const PYTHON = `
 import json, sys
-from jsonschema import Draft202012Validator
+from jsonschema import validators
 schema, docs = json.load(sys.stdin)
-v = Draft202012Validator(schema)
+cls = validators.validator_for(schema)
+cls.check_schema(schema)
+v = cls(schema)
 print(json.dumps([[{"at": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message} for e in v.iter_errors(d)] for d in docs]))
 `;
 
 function ajv(): Validate | undefined {
   try {
     const require = createRequire(import.meta.url);
-    const Ajv2020 = (require('ajv/dist/2020') as { default: new (o: object) => { compile: (s: object) => { (d: unknown): boolean; errors?: { instancePath: string; message?: string }[] | null } } }).default;
+    type Ajv = new (o: object) => { compile: (s: object) => { (d: unknown): boolean; errors?: { instancePath: string; message?: string }[] | null } };
+    const draft7 = (require('ajv') as { default: Ajv }).default;
+    const draft2020 = (require('ajv/dist/2020') as { default: Ajv }).default;
     return (schema, documents) => {
-      const check = new Ajv2020({ allErrors: true, strict: false, validateFormats: false }).compile(schema);
+      const Ajv = String((schema as { $schema?: string }).$schema).includes('2020-12') ? draft2020 : draft7;
+      const check = new Ajv({ allErrors: true, strict: false, validateFormats: false }).compile(schema);
       return documents.map((d) => (check(d) ? [] : (check.errors ?? []).map((e) => ({ at: e.instancePath || '/', message: e.message ?? '' }))));
     };
   } catch {

@@ -11,7 +11,7 @@ type Def = z.core.$ZodTypeDef & Record<string, unknown>;
 const def = (schema: Schema): Def => schema._zod.def as Def;
 
 /** `streams[0].cursor`: the path as a user would write it to find the key. */
-export function dotPath(path: readonly PropertyKey[]): string {
+function dotPath(path: readonly PropertyKey[]): string {
   return path.reduce<string>((acc, part) => (typeof part === 'number' ? `${acc}[${part}]` : acc ? `${acc}.${String(part)}` : String(part)), '');
 }
 
@@ -188,7 +188,7 @@ export function closest(word: string, candidates: readonly string[]): string | u
   return bestDistance <= Math.max(word.length >= 4 ? 2 : 1, Math.floor(word.length / 3)) ? best : undefined;
 }
 
-export function levenshtein(a: string, b: string): number {
+function levenshtein(a: string, b: string): number {
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i += 1) {
     const current = [i];

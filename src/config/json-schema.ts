@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { pipelineSchema } from './schema.js';
 
 /** The schema's identifier; editors key their cache on it. */
-export const PIPELINE_SCHEMA_ID = 'urn:tidemark:pipeline';
+const PIPELINE_SCHEMA_ID = 'urn:tidemark:pipeline';
 
 type Node = Record<string, unknown>;
 

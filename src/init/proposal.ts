@@ -22,12 +22,12 @@ const UPDATE_NAMES = ['updatedat', 'modifiedat', 'lastmodified', 'lastmodifiedat
 const normalized = (name: string): string => name.toLowerCase().replace(/[_\-\s]/g, '');
 
 /** The column whose growth marks changed rows: an update timestamp by its name, else none. */
-export function updateTimestamp(columns: readonly CatalogColumn[]): CatalogColumn | undefined {
+function updateTimestamp(columns: readonly CatalogColumn[]): CatalogColumn | undefined {
   const candidates = columns.filter((c) => c.kind === 'timestamp' && UPDATE_NAMES.includes(normalized(c.name)));
   return candidates.sort((a, b) => UPDATE_NAMES.indexOf(normalized(a.name)) - UPDATE_NAMES.indexOf(normalized(b.name)))[0];
 }
 
-export function proposeStream(table: CatalogTable): StreamProposal {
+function proposeStream(table: CatalogTable): StreamProposal {
   const qualified = table.schema !== undefined ? `${table.schema}.${table.name}` : table.name;
   const base = { table: qualified, primaryKey: table.primaryKey };
   const keyText = table.primaryKey.length > 0 ? `, key (${table.primaryKey.join(', ')}) from the catalog` : ', no primary key: rows are appended';

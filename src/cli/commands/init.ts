@@ -26,7 +26,7 @@ export interface InitCommandOptions {
 }
 
 /** The schema file the `# yaml-language-server` line names, written beside the pipeline when missing. */
-export const SCHEMA_FILE = 'tidemark.schema.json';
+const SCHEMA_FILE = 'tidemark.schema.json';
 
 export async function initCommand(options: InitCommandOptions): Promise<number> {
   const file = resolve(options.output ?? 'pipeline.yaml');

@@ -2,7 +2,7 @@
 export { loadPipeline } from './config/load.js';
 export { parsePipeline, parseStateSpec } from './config/parse.js';
 export type { PipelineConfig, StreamConfig } from './config/load.js';
-export { pipelineJsonSchema } from './config/schema.js';
+export { pipelineJsonSchema } from './config/json-schema.js';
 export { loadPipelineOrTarget, loadTargetPipeline } from './config/load.js';
 export { runTarget } from './engine/singer-target.js';
 export type { TargetOptions, TargetResult } from './engine/singer-target.js';

@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import type { Command } from 'commander';
 import { errorMessage } from '../core/errors.js';
 import type { EnqueueCommandOptions } from './commands/enqueue.js';
+import type { InitCommandOptions } from './commands/init.js';
 import type { ScheduleCommandOptions } from './commands/schedule.js';
 import type { WorkerCommandOptions } from './commands/worker.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
@@ -27,6 +28,7 @@ const commands = {
   rejects: () => import('./commands/rejects.js'),
   target: () => import('./commands/target.js'),
   validate: () => import('./commands/validate.js'),
+  init: () => import('./commands/init.js'),
   demo: () => import('./commands/demo.js'),
   ui: () => import('./commands/ui.js'),
   schedule: () => import('./commands/schedule.js'),
@@ -161,8 +163,19 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
   cli
     .command('validate')
     .description('check pipeline files without connecting anywhere (a lake destination is read for who owns its streams)')
-    .argument('<pipeline...>')
+    .argument('<pipeline...>', 'pipeline YAML files or directories of them')
     .action(act(async (files: string[]) => (await commands.validate()).validateCommand(files)));
+
+  cli
+    .command('init')
+    .description('write a pipeline YAML for the tables of a Postgres, MySQL/MariaDB or SQLite database, with a cursor and key proposed for each')
+    .option('--source <url>', 'postgres://…, mysql://…, mariadb://…, sqlite:<file> or a SQLite file (asked when not given)')
+    .option('--destination <spec>', 'duckdb[:<file>] (default duckdb:./warehouse.duckdb), sqlite:<file> or postgres://…[?schema=s]')
+    .option('--name <name>', 'the pipeline name (default: the database name)')
+    .option('-o, --output <file>', 'the file to write', 'pipeline.yaml')
+    .option('--yes', 'do not ask: write what is proposed')
+    .option('--force', 'with --yes: replace an existing file')
+    .action(act(async (o: InitCommandOptions) => (await commands.init()).initCommand(o)));
 
   cli.command('schema').description('print the JSON Schema of pipeline files').action(act(async () => (await commands.validate()).schemaCommand()));
 

@@ -2,8 +2,33 @@
 import { redact } from '../core/logger.js';
 import { writeOut } from '../core/stdio.js';
 
+/**
+ * Every `--json` output: bigints exact, and keys in snake_case whatever the library's field names (`runId` →
+ * `run_id`), so all commands speak one style. Names that are data stay as written: the stream names keying a state
+ * document's `streams`, and a connector's opaque `resume` position.
+ */
 export function toJson(value: unknown): string {
-  return JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+  return JSON.stringify(snakeKeys(value), (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+}
+
+const OPAQUE_KEYS: ReadonlySet<string> = new Set(['resume']);
+const NAME_KEYED: ReadonlySet<string> = new Set(['streams']);
+
+function snakeCase(key: string): string {
+  return key.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
+}
+
+function snakeKeys(value: unknown, keepNames = false): unknown {
+  if (Array.isArray(value)) return value.map((v) => snakeKeys(v));
+  if (value === null || typeof value !== 'object' || !isPlainObject(value)) return value;
+  return Object.fromEntries(
+    Object.entries(value).map(([key, v]) => [keepNames ? key : snakeCase(key), OPAQUE_KEYS.has(key) ? v : snakeKeys(v, !keepNames && NAME_KEYED.has(key))]),
+  );
+}
+
+function isPlainObject(value: object): boolean {
+  const prototype = Object.getPrototypeOf(value) as unknown;
+  return prototype === Object.prototype || prototype === null;
 }
 
 export function print(line: string): void {

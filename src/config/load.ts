@@ -101,10 +101,10 @@ export async function loadPipelineOrTarget(file: string, env: NodeJS.ProcessEnv 
 async function loadText(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): Promise<PipelineConfig> {
   const baseDir = dirname(resolve(file));
   const cached = await configCache.read(text, file, env, target);
-  if (cached !== undefined) return resolvePipeline(interpolate(cached, env, file, '') as PipelineDocument, file, baseDir, file);
+  if (cached !== undefined) return resolvePipeline(applyCoercions(interpolate(cached.document, env, file, ''), cached.coercions) as PipelineDocument, file, baseDir, file);
   const { validateText } = await import('./parse.js');
-  const doc = validateText(text, { where: file, env, target });
-  await configCache.write(text, file, env, target, doc);
+  const { doc, coercions } = validateText(text, { where: file, env, target });
+  await configCache.write(text, file, env, target, doc, coercions);
   return resolvePipeline(doc, file, baseDir, file);
 }
 
@@ -127,26 +127,27 @@ const configCache = {
     return { path: join(this.directory(), `${fnv1a64(source + environment)}.json`), source, environment, vars };
   },
 
-  async read(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): Promise<unknown> {
+  async read(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): Promise<{ document: unknown; coercions: readonly Coercion[] } | undefined> {
     if (process.env.TIDEMARK_CONFIG_CACHE === 'off') return undefined;
     const key = this.key(text, file, env, target);
     try {
       const entry = JSON.parse(await readFile(key.path, 'utf8')) as Partial<CacheEntry>;
-      return entry.source === key.source && entry.environment === key.environment ? entry.document : undefined;
+      return entry.source === key.source && entry.environment === key.environment ? { document: entry.document, coercions: entry.coercions ?? [] } : undefined;
     } catch {
       return undefined;
     }
   },
 
-  async write(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean, doc: PipelineDocument): Promise<void> {
+  async write(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean, doc: PipelineDocument, coercions: readonly Coercion[]): Promise<void> {
     if (process.env.TIDEMARK_CONFIG_CACHE === 'off') return;
     const { path, source, environment, vars } = this.key(text, file, env, target);
-    const placeholders = withPlaceholders(doc, vars);
+    // A coerced value goes back to the text it was read from, so its placeholder can take its place.
+    const placeholders = withPlaceholders(applyCoercions(doc, coercions.map(({ path: at }) => ({ path: at, to: 'string' }))), vars);
     const json = JSON.stringify(placeholders);
     // Only cache what provably turns back into the same document and carries no value of the environment.
     if (vars.some(([, v]) => v !== undefined && v.length > 0 && json.includes(JSON.stringify(v).slice(1, -1)))) return;
-    if (JSON.stringify(interpolate(placeholders, Object.fromEntries(vars), file, '')) !== JSON.stringify(doc)) return;
-    const entry: CacheEntry = { source, environment, document: placeholders };
+    if (JSON.stringify(applyCoercions(interpolate(placeholders, Object.fromEntries(vars), file, ''), coercions)) !== JSON.stringify(doc)) return;
+    const entry: CacheEntry = { source, environment, document: placeholders, coercions };
     try {
       await mkdir(dirname(path), { recursive: true, mode: 0o700 });
       const tmp = `${path}.${process.pid}.tmp`;
@@ -158,7 +159,7 @@ const configCache = {
   },
 };
 
-const CACHE_VERSION = 2;
+const CACHE_VERSION = 3;
 
 interface CacheKey {
   readonly path: string;
@@ -173,6 +174,40 @@ interface CacheEntry {
   readonly source: string;
   readonly environment: string;
   readonly document: unknown;
+  /** Where a placeholder filled a number or boolean (read again after interpolation). */
+  readonly coercions?: readonly Coercion[];
+}
+
+/**
+ * `port: "${env:PGPORT}"`: the text a placeholder became is read as what the schema expects at that path. Found
+ * while validating (parse.ts), kept in the cache so a cached document is read the same way.
+ */
+export interface Coercion {
+  readonly path: readonly (string | number)[];
+  readonly to: 'number' | 'boolean' | 'string';
+}
+
+/** A copy of `doc` with the values at the coercions' paths converted; values that do not convert stay. */
+export function applyCoercions(doc: unknown, coercions: readonly Coercion[]): unknown {
+  if (coercions.length === 0) return doc;
+  const copy = structuredClone(doc);
+  for (const { path, to } of coercions) {
+    const parent = path.slice(0, -1).reduce<unknown>((v, part) => (v !== null && typeof v === 'object' ? (v as Record<string | number, unknown>)[part] : undefined), copy);
+    if (parent === null || typeof parent !== 'object') continue;
+    const key = path[path.length - 1]!;
+    const value = (parent as Record<string | number, unknown>)[key];
+    const converted = coerced(value, to);
+    if (converted !== undefined) (parent as Record<string | number, unknown>)[key] = converted;
+  }
+  return copy;
+}
+
+function coerced(value: unknown, to: Coercion['to']): unknown {
+  if (to === 'string') return typeof value === 'number' || typeof value === 'boolean' ? String(value) : undefined;
+  if (typeof value !== 'string') return undefined;
+  const text = value.trim();
+  if (to === 'number') return /^[+-]?\d+(\.\d+)?$/.test(text) ? Number(text) : undefined;
+  return /^(true|false)$/i.test(text) ? text.toLowerCase() === 'true' : undefined;
 }
 
 function sha256Hex(text: string): string {

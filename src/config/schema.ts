@@ -1,6 +1,7 @@
 /**
- * The pipeline document as users write it (DESIGN.md §6), validated with zod. Connector sections are unions of
- * each connector's own schema, so `tidemark schema` prints one JSON Schema of everything accepted.
+ * The pipeline document as users write it, validated with zod. Connector sections are unions of each connector's
+ * own schema keyed by `type`, so `tidemark schema` prints one JSON Schema of everything accepted. Every key carries
+ * a `.describe()` text: it is the hover help of an editor and the text of docs/config-reference.md.
  */
 import { z } from 'zod';
 import { NAME_RE } from './names.js';
@@ -11,274 +12,331 @@ const name = z
   .regex(NAME_RE, 'letters, digits, "_", "-" and "." only, not starting with "." or "-"')
   .refine((s) => !s.includes('..'), 'must not contain ".."');
 
-export const sqliteSourceSchema = z.object({ type: z.literal('sqlite'), path: z.string().min(1) }).strict();
+const path = (what: string) => z.string().min(1).describe(`${what}, relative to the pipeline file.`);
+
+export const sqliteSourceSchema = z
+  .object({ type: z.literal('sqlite').describe('A SQLite database file.'), path: path('The database file') })
+  .strict()
+  .describe('Reads tables of a SQLite database (use WAL mode so reads never block writers).');
 
 const durationText = z.string().regex(/^\d+(ms|s|m|h|d)$/, 'a duration with units such as 500ms, 30s, 5m, 2h or 3d');
 
 /** Connection fields shared by the Postgres and MySQL sources: a `url`, or the parts of one. */
 const serverSourceFields = {
-  url: z.string().min(1).optional(),
-  host: z.string().min(1).optional(),
-  port: z.number().int().positive().max(65535).optional(),
-  user: z.string().min(1).optional(),
-  password: z.string().optional(),
-  database: z.string().min(1).optional(),
-  /** The source clock may be this far behind the writers' clocks: the safe mark stays this far below now(). */
-  max_skew: durationText.optional(),
+  url: z.string().min(1).optional().describe('A connection URL (`postgres://user:${env:PGPASSWORD}@host:5432/db`, `mysql://…`), instead of host, port, user, password and database.'),
+  host: z.string().min(1).optional().describe('The server host (default localhost).'),
+  port: z.number().int().positive().max(65535).optional().describe('The server port (default 5432 for Postgres, 3306 for MySQL/MariaDB).'),
+  user: z.string().min(1).optional().describe('The user to connect as.'),
+  password: z.string().optional().describe('The password; write it as `${env:NAME}` so it is treated as a secret.'),
+  database: z.string().min(1).optional().describe('The database to read.'),
+  max_skew: durationText.optional().describe("How far writers' clocks may run ahead of the source's clock; the safe mark stays this far below it (default 0s)."),
 };
 
 const needsUrlOrDatabase = (s: { url?: string | undefined; database?: string | undefined }): boolean => s.url !== undefined || s.database !== undefined;
 const URL_OR_DATABASE = { message: 'give url, or database (with host, port, user, password as needed)', path: ['url'] };
 
 export const postgresSourceSchema = z
-  .object({ type: z.literal('postgres'), ...serverSourceFields })
+  .object({ type: z.literal('postgres').describe('A PostgreSQL database.'), ...serverSourceFields })
   .strict()
-  .refine(needsUrlOrDatabase, URL_OR_DATABASE);
+  .refine(needsUrlOrDatabase, URL_OR_DATABASE)
+  .describe('Reads tables and queries of a PostgreSQL database in one snapshot per stream.');
 
 export const mysqlSourceSchema = z
-  .object({ type: z.enum(['mysql', 'mariadb']), ...serverSourceFields })
+  .object({ type: z.enum(['mysql', 'mariadb']).describe('A MySQL or MariaDB database.'), ...serverSourceFields })
   .strict()
-  .refine(needsUrlOrDatabase, URL_OR_DATABASE);
+  .refine(needsUrlOrDatabase, URL_OR_DATABASE)
+  .describe('Reads tables and queries of a MySQL or MariaDB database in one snapshot per stream.');
 
-/** A local directory or an S3-compatible bucket (`s3://bucket/prefix`); credentials come from `${env:…}`. */
+const credentialsSchema = z
+  .object({
+    access_key_id: z.string().min(1).describe('The access key id; write it as `${env:NAME}`.'),
+    secret_access_key: z.string().min(1).describe('The secret access key; write it as `${env:NAME}`.'),
+    session_token: z.string().min(1).optional().describe('A session token of temporary credentials.'),
+  })
+  .strict()
+  .optional()
+  .describe('Bucket credentials (default: the AWS SDK credential chain).');
+
+const bucketAccessFields = {
+  endpoint: z.string().url().optional().describe('An S3-compatible endpoint URL (MinIO, R2, …); absent: AWS S3.'),
+  region: z.string().min(1).optional().describe('The bucket region.'),
+  credentials: credentialsSchema,
+  force_path_style: z.boolean().optional().describe('Path-style addressing (`endpoint/bucket/key`), which most S3-compatible servers need; default true with an endpoint.'),
+};
+
 export const filesSourceSchema = z
   .object({
-    type: z.literal('files'),
-    location: z.string().min(1),
-    endpoint: z.string().url().optional(),
-    region: z.string().min(1).optional(),
-    credentials: z
-      .object({
-        access_key_id: z.string().min(1),
-        secret_access_key: z.string().min(1),
-        session_token: z.string().min(1).optional(),
-      })
-      .strict()
-      .optional(),
-    /** Path-style addressing (`endpoint/bucket/key`), which most S3-compatible servers need; default true with an endpoint. */
-    force_path_style: z.boolean().optional(),
+    type: z.literal('files').describe('Parquet, CSV or JSONL files in a directory or bucket.'),
+    location: z.string().min(1).describe('A local directory (relative to the pipeline file) or `s3://bucket/prefix`.'),
+    ...bucketAccessFields,
   })
-  .strict();
+  .strict()
+  .describe('Loads file drops partition by partition, tracked in a ledger.');
 
 export const csvOptionsSchema = z
   .object({
-    header: z.boolean().optional(),
-    delimiter: z.string().min(1).max(4).optional(),
-    quote: z.string().max(1).optional(),
-    escape: z.string().max(1).optional(),
-    encoding: z.enum(['utf-8', 'utf-16', 'latin-1']).optional(),
+    header: z.boolean().optional().describe('The first line names the columns (default true).'),
+    delimiter: z.string().min(1).max(4).optional().describe('The field delimiter (default `,`; a tab for .tsv).'),
+    quote: z.string().max(1).optional().describe('The quote character (default `"`).'),
+    escape: z.string().max(1).optional().describe('The character that escapes a quote inside a quoted field (default: the quote).'),
+    encoding: z.enum(['utf-8', 'utf-16', 'latin-1']).optional().describe('The text encoding (default utf-8).'),
   })
-  .strict();
+  .strict()
+  .describe('CSV files: how they are written.');
 
 export const duckdbDestinationSchema = z
   .object({
-    type: z.literal('duckdb'),
-    path: z.string().min(1).default('./tidemark.duckdb'),
-    schema: z.string().min(1).optional(),
+    type: z.literal('duckdb').describe('An embedded DuckDB database file.'),
+    path: z.string().min(1).default('./tidemark.duckdb').describe('The database file, relative to the pipeline file.'),
+    schema: z.string().min(1).optional().describe('Tables go into this schema, created when missing (default main).'),
   })
-  .strict();
+  .strict()
+  .describe('Loads into a DuckDB file; data, state and run records commit in one transaction.');
 
-export const sqliteDestinationSchema = z.object({ type: z.literal('sqlite'), path: z.string().min(1) }).strict();
+export const sqliteDestinationSchema = z
+  .object({ type: z.literal('sqlite').describe('A SQLite database file.'), path: path('The database file') })
+  .strict()
+  .describe('Loads into a SQLite file; data, state and run records commit in one transaction.');
 
 export const postgresDestinationSchema = z
   .object({
-    type: z.literal('postgres'),
-    /** A connection URL; write the password as `${env:…}` so it is registered as a secret. */
-    url: z.string().min(1),
-    /** Tables go into this schema, created when missing. */
-    schema: z.string().min(1).default('public'),
+    type: z.literal('postgres').describe('A PostgreSQL database.'),
+    url: z.string().min(1).describe('A connection URL; write the password as `${env:NAME}` so it is treated as a secret.'),
+    schema: z.string().min(1).default('public').describe('Tables go into this schema, created when missing.'),
   })
-  .strict();
+  .strict()
+  .describe('Loads into PostgreSQL; data, state and run records commit in one transaction.');
 
-const httpAuthSchema = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('bearer'), token: z.string().min(1) }).strict(),
-  z.object({ type: z.literal('basic'), username: z.string(), password: z.string() }).strict(),
-  z.object({ type: z.literal('header'), name: z.string().min(1), value: z.string().min(1) }).strict(),
-  z.object({ type: z.literal('query'), name: z.string().min(1), value: z.string().min(1) }).strict(),
-]);
+const httpAuthSchema = z
+  .discriminatedUnion('type', [
+    z.object({ type: z.literal('bearer').describe('`Authorization: Bearer <token>`.'), token: z.string().min(1).describe('The token; write it as `${env:NAME}`.') }).strict(),
+    z
+      .object({
+        type: z.literal('basic').describe('HTTP basic authentication.'),
+        username: z.string().describe('The user name.'),
+        password: z.string().describe('The password; write it as `${env:NAME}`.'),
+      })
+      .strict(),
+    z
+      .object({
+        type: z.literal('header').describe('A header of your choice carries the key.'),
+        name: z.string().min(1).describe('The header name.'),
+        value: z.string().min(1).describe('The header value; write it as `${env:NAME}`.'),
+      })
+      .strict(),
+    z
+      .object({
+        type: z.literal('query').describe('A query parameter carries the key.'),
+        name: z.string().min(1).describe('The parameter name.'),
+        value: z.string().min(1).describe('The parameter value; write it as `${env:NAME}`.'),
+      })
+      .strict(),
+  ])
+  .describe('How requests authenticate; the secret is never logged.');
 const paramValue = z.union([z.string(), z.number(), z.boolean()]);
 
 export const httpSourceSchema = z
   .object({
-    type: z.literal('http'),
-    base_url: z.string().regex(/^https?:\/\/[^/\s]+/i, 'an http:// or https:// URL'),
-    headers: z.record(z.string(), z.string()).optional(),
-    params: z.record(z.string(), paramValue).optional(),
+    type: z.literal('http').describe('A JSON HTTP API.'),
+    base_url: z.string().regex(/^https?:\/\/[^/\s]+/i, 'an http:// or https:// URL').describe('The API root; stream paths are below it.'),
+    headers: z.record(z.string(), z.string()).optional().describe('Headers sent with every request.'),
+    params: z.record(z.string(), paramValue).optional().describe('Query parameters sent with every request; `{{since}}` and `{{until}}` are the window.'),
     auth: httpAuthSchema.optional(),
-    /** Retries of one request on 429, 5xx, timeouts and network errors. */
-    max_retries: z.number().int().min(0).max(30).optional(),
-    backoff: durationText.optional(),
-    max_backoff: durationText.optional(),
-    timeout: durationText.optional(),
-    /** Time cursors: the window ends this far before now, for servers whose writes become visible late. */
-    lag: durationText.optional(),
+    max_retries: z.number().int().min(0).max(30).optional().describe('Retries of one request on 429, 5xx, timeouts and network errors.'),
+    backoff: durationText.optional().describe('The first wait before a retry, doubled each time (Retry-After wins).'),
+    max_backoff: durationText.optional().describe('The longest wait between retries.'),
+    timeout: durationText.optional().describe('How long one request may take.'),
+    lag: durationText.optional().describe('Time cursors: the window ends this far before now, for servers whose writes become visible late (default 1s).'),
   })
-  .strict();
+  .strict()
+  .describe('Reads records from a JSON API, page by page.');
 
 export const singerSourceSchema = z
   .object({
-    type: z.literal('singer'),
-    /** The tap executable and its arguments; optional only in files used by `tidemark target`. */
-    command: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]).optional(),
-    /** A tap config file, or an inline map written to a private temp file for each run. */
-    config: z.union([z.string().min(1), z.record(z.string(), z.unknown())]).optional(),
-    catalog: z.union([z.string().min(1), z.record(z.string(), z.unknown())]).optional(),
-    env: z.record(z.string(), z.string()).optional(),
+    type: z.literal('singer').describe('A Singer tap.'),
+    command: z
+      .union([z.string().min(1), z.array(z.string().min(1)).min(1)])
+      .optional()
+      .describe('The tap executable and its arguments; optional only in files used by `tidemark target`.'),
+    config: z.union([z.string().min(1), z.record(z.string(), z.unknown())]).optional().describe('A tap config file, or an inline map written to a private temp file for each run.'),
+    catalog: z.union([z.string().min(1), z.record(z.string(), z.unknown())]).optional().describe('A catalog file, or an inline catalog.'),
+    env: z.record(z.string(), z.string()).optional().describe('Environment variables for the tap.'),
   })
-  .strict();
+  .strict()
+  .describe('Runs a Singer tap and loads its records; its STATE messages become the bookmarks.');
 
-export const sourceSchema = z.discriminatedUnion('type', [
-  sqliteSourceSchema,
-  postgresSourceSchema,
-  mysqlSourceSchema,
-  filesSourceSchema,
-  httpSourceSchema,
-  singerSourceSchema,
+export const sourceSchema = z
+  .discriminatedUnion('type', [sqliteSourceSchema, postgresSourceSchema, mysqlSourceSchema, filesSourceSchema, httpSourceSchema, singerSourceSchema])
+  .describe('Where the data comes from; `type` selects the connector.');
+
+export const paginationSchema = z
+  .discriminatedUnion('type', [
+    z.object({ type: z.literal('none').describe('One request returns everything.') }).strict(),
+    z
+      .object({
+        type: z.literal('page').describe('Numbered pages.'),
+        param: z.string().min(1).default('page').describe('The page-number parameter.'),
+        start: z.number().int().min(0).default(1).describe('The first page number.'),
+        size_param: z.string().min(1).optional().describe('The page-size parameter.'),
+        size: z.number().int().positive().optional().describe('The page size sent as `size_param`.'),
+      })
+      .strict(),
+    z
+      .object({
+        type: z.literal('offset').describe('Offset and limit.'),
+        param: z.string().min(1).default('offset').describe('The offset parameter.'),
+        limit_param: z.string().min(1).default('limit').describe('The limit parameter.'),
+        limit: z.number().int().positive().default(100).describe('Records per request.'),
+      })
+      .strict(),
+    z
+      .object({
+        type: z.literal('cursor').describe('A next-page token in the body, sent back as a parameter.'),
+        param: z.string().min(1).default('cursor').describe('The parameter that carries the token.'),
+        token: z.string().min(1).describe('The JSON path of the token in the body.'),
+      })
+      .strict(),
+    z.object({ type: z.literal('link').describe('RFC 8288 `Link: <…>; rel="next"` headers.') }).strict(),
+    z
+      .object({
+        type: z.literal('next_url').describe("The next page's full URL in the body."),
+        url: z.string().min(1).describe('The JSON path of the URL in the body.'),
+      })
+      .strict(),
+  ])
+  .describe('How the endpoint pages (default none).');
+
+const selectedColumn = z.union([
+  z.string().min(1),
+  z.object({ name: z.string().min(1).describe('The column in the files.'), as: z.string().min(1).optional().describe('Its name in the destination.') }).strict(),
+]);
+const columnDeclaration = z.union([
+  z.string().min(1),
+  z
+    .object({ type: z.string().min(1).describe('The column type (int64, text, timestamptz, decimal(p,s), …).'), path: z.string().min(1).optional().describe('The JSON path of the value in a record (default: the column name).') })
+    .strict(),
 ]);
 
-export const paginationSchema = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('none') }).strict(),
-  z
-    .object({
-      type: z.literal('page'),
-      param: z.string().min(1).default('page'),
-      start: z.number().int().min(0).default(1),
-      size_param: z.string().min(1).optional(),
-      size: z.number().int().positive().optional(),
-    })
-    .strict(),
-  z
-    .object({
-      type: z.literal('offset'),
-      param: z.string().min(1).default('offset'),
-      limit_param: z.string().min(1).default('limit'),
-      limit: z.number().int().positive().default(100),
-    })
-    .strict(),
-  /** A next-page token in the body (`token`: its JSON path), sent back as `param`. */
-  z.object({ type: z.literal('cursor'), param: z.string().min(1).default('cursor'), token: z.string().min(1) }).strict(),
-  /** RFC 8288 `Link: <…>; rel="next"` headers. */
-  z.object({ type: z.literal('link') }).strict(),
-  /** The next page's full URL in the body (`url`: its JSON path). */
-  z.object({ type: z.literal('next_url'), url: z.string().min(1) }).strict(),
-]);
-
-const selectedColumn = z.union([z.string().min(1), z.object({ name: z.string().min(1), as: z.string().min(1).optional() }).strict()]);
-const columnDeclaration = z.union([z.string().min(1), z.object({ type: z.string().min(1), path: z.string().min(1).optional() }).strict()]);
-
-/** `state: {type: file}`: one JSON file per pipeline in the directory `path`, with its previous versions. */
-export const fileStateSchema = z.object({ type: z.literal('file'), path: z.string().min(1) }).strict();
-export const sqliteStateSchema = z.object({ type: z.literal('sqlite'), path: z.string().min(1) }).strict();
+const storePath = z.string().min(1);
+export const fileStateSchema = z
+  .object({ type: z.literal('file').describe('JSON files in a directory.'), path: storePath.describe('The directory, relative to the pipeline file.') })
+  .strict()
+  .describe('One JSON file per pipeline, with its previous versions.');
+export const sqliteStateSchema = z
+  .object({ type: z.literal('sqlite').describe('A SQLite database file.'), path: storePath.describe('The database file, relative to the pipeline file.') })
+  .strict()
+  .describe('State in a SQLite file.');
 export const postgresStateSchema = z
-  .object({ type: z.literal('postgres'), url: z.string().min(1), schema: z.string().min(1).default('tidemark') })
-  .strict();
-/** Where a pipeline's lease lives when its bucket cannot hold one (a server that ignores conditional writes). */
-export const lockStoreSchema = z.discriminatedUnion('type', [fileStateSchema, sqliteStateSchema, postgresStateSchema]);
+  .object({
+    type: z.literal('postgres').describe('A PostgreSQL database.'),
+    url: z.string().min(1).describe('A connection URL; write the password as `${env:NAME}`.'),
+    schema: z.string().min(1).default('tidemark').describe('The schema of the state tables, created when missing.'),
+  })
+  .strict()
+  .describe('State in PostgreSQL tables.');
+export const lockStoreSchema = z
+  .discriminatedUnion('type', [fileStateSchema, sqliteStateSchema, postgresStateSchema])
+  .describe('Keep the pipeline lock in this store instead (required on servers that ignore conditional writes).');
 
-/** Bucket access shared by the lake destination and the bucket state store; credentials come from `${env:…}`. */
-const bucketFields = {
-  endpoint: z.string().url().optional(),
-  region: z.string().min(1).optional(),
-  credentials: z
-    .object({
-      access_key_id: z.string().min(1),
-      secret_access_key: z.string().min(1),
-      session_token: z.string().min(1).optional(),
-    })
-    .strict()
-    .optional(),
-  force_path_style: z.boolean().optional(),
-  /** Keep the pipeline lock in this store instead (required on servers that ignore conditional writes). */
-  lock: lockStoreSchema.optional(),
-};
+const bucketFields = { ...bucketAccessFields, lock: lockStoreSchema.optional() };
 
-/** `type: files`: Parquet / JSONL / CSV objects in a local directory or `s3://bucket/prefix`, with a manifest per commit. */
 export const filesDestinationSchema = z
   .object({
-    type: z.literal('files'),
-    location: z.string().min(1),
-    format: z.enum(['parquet', 'jsonl', 'csv']).default('parquet'),
-    /** Default zstd for Parquet, none for JSONL and CSV; snappy is Parquet only. */
-    compression: z.enum(['zstd', 'snappy', 'gzip', 'none']).optional(),
-    /** Split each load into one object per value of this column (`<stream>/<column>=<value>/part-….parquet`). */
-    partition_by: z.string().min(1).optional(),
-    /** `tidemark lake compact` rewrites small part files into files of about this size (`128MB`, or bytes). */
-    compact_target_size: z.union([z.number().int().positive(), z.string().min(1)]).optional(),
-    /** Committed manifests kept per pipeline; older ones are pruned (default 500). */
-    keep_manifests: z.number().int().positive().optional(),
+    type: z.literal('files').describe('A lake of Parquet, JSONL or CSV objects.'),
+    location: z.string().min(1).describe('A local directory (relative to the pipeline file) or `s3://bucket/prefix`.'),
+    format: z.enum(['parquet', 'jsonl', 'csv']).default('parquet').describe('The format of the data objects.'),
+    compression: z.enum(['zstd', 'snappy', 'gzip', 'none']).optional().describe('Default zstd for Parquet, none for JSONL and CSV; snappy is Parquet only.'),
+    partition_by: z.string().min(1).optional().describe('Split each load into one object per value of this column (`<stream>/<column>=<value>/part-….parquet`).'),
+    compact_target_size: z
+      .union([z.number().int().positive(), z.string().min(1)])
+      .optional()
+      .describe('`tidemark lake compact` rewrites small part files into files of about this size (`128MB`, or bytes).'),
+    keep_manifests: z.number().int().positive().optional().describe('Committed manifests kept per pipeline; older ones are pruned (default 500).'),
     ...bucketFields,
   })
-  .strict();
+  .strict()
+  .describe('Writes data objects first and a manifest per commit last, with a conditional write.');
 
-export const destinationSchema = z.discriminatedUnion('type', [duckdbDestinationSchema, sqliteDestinationSchema, postgresDestinationSchema, filesDestinationSchema]);
+export const destinationSchema = z
+  .discriminatedUnion('type', [duckdbDestinationSchema, sqliteDestinationSchema, postgresDestinationSchema, filesDestinationSchema])
+  .describe('Where the data goes (default: DuckDB at ./tidemark.duckdb); `type` selects the connector.');
 
-/** `state: {type: bucket}`: state objects in a local directory or `s3://bucket/prefix`, any machine continues from them. */
 export const bucketStateSchema = z
-  .object({ type: z.literal('bucket'), location: z.string().min(1), ...bucketFields })
-  .strict();
+  .object({
+    type: z.literal('bucket').describe('Objects in a directory or bucket.'),
+    location: z.string().min(1).describe('A local directory (relative to the pipeline file) or `s3://bucket/prefix`.'),
+    ...bucketFields,
+  })
+  .strict()
+  .describe('State objects any machine can continue from.');
 
 /** A state store outside the destination; a new kind is one more member here and one case in the registry. */
 export const stateStoreSchema = z.discriminatedUnion('type', [fileStateSchema, sqliteStateSchema, postgresStateSchema, bucketStateSchema]);
-export const stateSchema = z.union([z.literal('destination'), stateStoreSchema]);
+export const stateSchema = z
+  .union([z.literal('destination'), stateStoreSchema])
+  .describe('Where state lives: `destination` (the default, committed with the data) or a separate store, reconciled with the destination at every run.');
 
+const columnName = z.string().min(1);
 export const streamSchema = z
   .object({
-    name: name.optional(),
-    table: z.string().min(1).optional(),
-    query: z.string().min(1).optional(),
-    primary_key: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]).optional(),
-    cursor: z.string().min(1).optional(),
-    strategy: z.enum(['incremental', 'full', 'partitioned']).optional(),
-    write: z.enum(['append', 'merge', 'replace']).optional(),
-    lookback: z.string().optional(),
-    on_null_cursor: z.enum(['error', 'include', 'exclude']).optional(),
-    on_reject: z.enum(['fail', 'warn', 'continue']).optional(),
-    checkpoint_rows: z.number().int().positive().optional(),
-    batch_rows: z.number().int().positive().optional(),
-    /** Files sources: a glob relative to `location` whose `{name}` captures define the partition. */
-    pattern: z.string().min(1).optional(),
-    format: z.enum(['parquet', 'csv', 'jsonl']).optional(),
-    partition_column: z.string().min(1).optional(),
-    on_change: z.enum(['reload', 'ignore', 'error']).optional(),
-    /** Files sources: `stat` (size, mtime, ctime, inode; ETag in a bucket) or `hash` (every local file, every run). */
-    change_detection: z.enum(['stat', 'hash']).optional(),
+    name: name.optional().describe('The stream and destination table name (default: the table name, the last segment of an HTTP path, the tap stream).'),
+    table: z.string().min(1).optional().describe('Database sources: the table to read (`schema.table` allowed).'),
+    query: z.string().min(1).optional().describe('Database sources: a SELECT to read instead of a table; needs `name`.'),
+    primary_key: z
+      .union([columnName, z.array(columnName).min(1)])
+      .optional()
+      .describe("A column or list of columns (default for a table: the table's own key from the catalog)."),
+    cursor: columnName.optional().describe('The column whose growth marks new or changed rows; the watermark is (cursor, primary key).'),
+    strategy: z
+      .enum(['incremental', 'full', 'partitioned'])
+      .optional()
+      .describe('incremental reads after the watermark, full reads everything and replaces, partitioned loads files by partition (default: incremental with a cursor, partitioned for files, else full).'),
+    write: z
+      .enum(['append', 'merge', 'replace'])
+      .optional()
+      .describe('append inserts, merge upserts on the primary key, replace swaps in a new generation (default: merge with a key, else append; replace for full).'),
+    lookback: z.string().optional().describe('Re-read this tail of the window each run (`5m`, `3d`); needs write: merge and a date or timestamp cursor.'),
+    on_null_cursor: z.enum(['error', 'include', 'exclude']).optional().describe('Rows whose cursor is NULL: stop the stream, load them every run (needs merge), or skip them (default error).'),
+    on_reject: z.enum(['fail', 'warn', 'continue']).optional().describe('Rows the destination cannot hold exactly: stop the stream, or load the rest with (warn) or without (continue) a warning; rejects are kept (default warn).'),
+    checkpoint_rows: z.number().int().positive().optional().describe('Commit about every N rows, never inside a group of equal cursor values (default 100000).'),
+    batch_rows: z.number().int().positive().optional().describe('Rows per batch between source and destination (default 10000).'),
+    pattern: z.string().min(1).optional().describe('Files sources: a glob relative to `location` whose `{name}` captures define the partition.'),
+    format: z.enum(['parquet', 'csv', 'jsonl']).optional().describe('Files sources: the file format (default: from the extension).'),
+    partition_column: z.string().min(1).optional().describe('Files sources: the column that carries the partition id (default _tidemark_partition).'),
+    on_change: z.enum(['reload', 'ignore', 'error']).optional().describe("Files sources: a loaded partition's files changed: reload it, ignore it, or stop (default reload)."),
+    change_detection: z.enum(['stat', 'hash']).optional().describe('Files sources: `stat` (size, mtime, ctime, inode; ETag in a bucket) or `hash` (every local file, every run) (default stat).'),
     csv: csvOptionsSchema.optional(),
-    /** HTTP: the endpoint path below `base_url`, its query parameters and headers. */
-    path: z.string().min(1).optional(),
-    params: z.record(z.string(), paramValue).optional(),
-    headers: z.record(z.string(), z.string()).optional(),
-    /** HTTP: JSON path of the record array in a response body (`$` or absent: the body is the array). */
-    records: z.string().min(1).optional(),
+    path: z.string().min(1).optional().describe('HTTP: the endpoint path below `base_url`.'),
+    params: z.record(z.string(), paramValue).optional().describe('HTTP: query parameters of this endpoint; `{{since}}` and `{{until}}` are the window.'),
+    headers: z.record(z.string(), z.string()).optional().describe('HTTP: headers of this endpoint.'),
+    records: z.string().min(1).optional().describe('HTTP: the JSON path of the record array in a response body (`$` or absent: the body is the array).'),
     pagination: paginationSchema.optional(),
-    /** HTTP: the API returns records sorted by the cursor, so the watermark may advance at every checkpoint. */
-    ordered: z.boolean().optional(),
-    /** HTTP / Singer: declared columns and their types (otherwise inferred / taken from the tap's SCHEMA). */
-    /** Files: the columns to read, in order, each a name or {name, as}; unused columns are never decoded. */
-    columns: z.union([z.record(z.string(), columnDeclaration), z.array(selectedColumn).min(1)]).optional(),
-    /** Files: read every column but these. */
-    exclude: z.array(z.string().min(1)).min(1).optional(),
-    /** Singer: the tap's stream id (default: the stream name). */
-    tap_stream: z.string().min(1).optional(),
+    ordered: z.boolean().optional().describe('HTTP: the API returns records sorted by the cursor, so the watermark may advance at every checkpoint.'),
+    columns: z
+      .union([z.record(z.string(), columnDeclaration), z.array(selectedColumn).min(1)])
+      .optional()
+      .describe('HTTP / Singer: a map of column → type (or {type, path}); files: the columns to read, each a name or {name, as}.'),
+    exclude: z.array(columnName).min(1).optional().describe('Files: read every column but these.'),
+    tap_stream: z.string().min(1).optional().describe("Singer: the tap's stream id (default: the stream name)."),
   })
-  .strict();
+  .strict()
+  .describe('One table, query, endpoint, file set or tap stream, loaded into one destination table.');
 
 export const pipelineSchema = z
   .object({
-    name,
+    name: name.describe('The pipeline name: letters, digits, `_`, `-`, `.`; names its lock and state.'),
     source: sourceSchema,
-    streams: z.array(streamSchema).min(1),
+    streams: z.array(streamSchema).min(1).describe('What to copy: one entry per table, query, endpoint, file set or tap stream.'),
     destination: destinationSchema.default({ type: 'duckdb', path: './tidemark.duckdb' }),
     state: stateSchema.default('destination'),
-    lock_ttl: z.string().optional(),
-    schedule: z.string().optional(),
-    /** IANA time zone the schedule is read in (default: the scheduler's local zone). */
-    timezone: z.string().min(1).optional(),
-    /** A tick that comes while the pipeline's previous run is still going: skip it (logged) or run once after. */
-    overlap: z.enum(['skip', 'queue']).optional(),
-    /** Ticks missed while the scheduler was down: ignore them, or run once for the latest. */
-    catch_up: z.enum(['none', 'latest']).optional(),
+    lock_ttl: z.string().optional().describe('The lease of a run, renewed while it runs; a dead run frees it after this long (default 2m).'),
+    schedule: z.string().optional().describe('A cron pattern for `tidemark schedule` (`*/15 * * * *`).'),
+    timezone: z.string().min(1).optional().describe("The IANA time zone the schedule is read in (default: the scheduler's local zone)."),
+    overlap: z.enum(['skip', 'queue']).optional().describe("A tick that comes while the pipeline's previous run is still going: skip it (logged) or run once after (default skip)."),
+    catch_up: z.enum(['none', 'latest']).optional().describe('Ticks missed while the scheduler was down: ignore them, or run once for the latest (default latest).'),
   })
-  .strict();
+  .strict()
+  .describe('A tidemark pipeline: one source, one destination, its streams and where its state lives.');
 
 /** `tidemark target` files: a destination and optional stream settings; the records come from stdin. */
 export const targetPipelineSchema = pipelineSchema.extend({
@@ -299,7 +357,3 @@ export type FilesDestinationConfig = z.infer<typeof filesDestinationSchema>;
 export type BucketStateConfig = z.infer<typeof bucketStateSchema>;
 /** Where a pipeline keeps its state: inside the destination (the default) or in a separate store. */
 export type StateConfig = z.infer<typeof stateSchema>;
-
-export function pipelineJsonSchema(): unknown {
-  return z.toJSONSchema(pipelineSchema, { io: 'input' });
-}

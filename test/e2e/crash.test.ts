@@ -137,9 +137,9 @@ describe('SIGTERM', () => {
     const committed = await destinationQuery('sqlite', target, 'SELECT count(*) AS n FROM items');
     expect(committed[0]!.n).toBe(10n);
     // Recorded as stopped at once (not left 'running' until the next run), with the counts of what did commit.
-    const runs = JSON.parse((await cli(['runs', '--json', '--config', config])).stdout) as { outcome: string; rowsLoaded: number; commits: number; error: string }[];
+    const runs = JSON.parse((await cli(['runs', '--json', '--config', config])).stdout) as { outcome: string; rows_loaded: number; commits: number; error: string }[];
     expect(runs).toHaveLength(1);
-    expect(runs[0]).toMatchObject({ outcome: 'stopped', rowsLoaded: 10, commits: 1 });
+    expect(runs[0]).toMatchObject({ outcome: 'stopped', rows_loaded: 10, commits: 1 });
     expect(runs[0]!.error).toMatch(/stopped \(interrupted by SIGTERM\): the uncommitted part was rolled back/);
     const text = (await cli(['runs', '--config', config])).stdout;
     expect(text).toMatch(/items {2}stopped {2}read 10 {2}loaded 10 .* started \d{4}-\d\d-\d\dT\S+Z {2}took \d+\.\d\ds {2}cursor 2024-01-01 00:00:00\.000000 \.\. 2024-01-01 00:00:09\.000000 /);

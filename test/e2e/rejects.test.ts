@@ -56,9 +56,9 @@ describe.each(['duckdb', 'sqlite'] as const)('rejected rows into %s', (kind) => 
     for (const line of lines) expect(line).toMatch(/ items {2}run \S+ {2}column qty: .*many.* {2}row \{/);
     const json = await cli(['rejects', file, '--json']);
     expect(json.code, json.stderr).toBe(0);
-    const records = JSON.parse(json.stdout) as { stream: string; column: string; row: string; rejectedAt: string }[];
+    const records = JSON.parse(json.stdout) as { stream: string; column: string; row: string; rejected_at: string }[];
     expect(records.map((r) => Number(JSON.parse(r.row).id)).sort((a, b) => a - b)).toEqual(BAD);
-    expect(records.every((r) => r.stream === 'items' && r.column === 'qty' && !Number.isNaN(Date.parse(r.rejectedAt)))).toBe(true);
+    expect(records.every((r) => r.stream === 'items' && r.column === 'qty' && !Number.isNaN(Date.parse(r.rejected_at)))).toBe(true);
     expect((await cli(['rejects', file, '--stream', 'nope'])).code).toBe(2);
   });
 

@@ -79,7 +79,7 @@ describe('tidemark state', () => {
 
   it('runs lists run history with counts', async () => {
     const runs = JSON.parse((await cli(['runs', '--json', '--config', config])).stdout);
-    expect(runs[0]).toMatchObject({ pipeline: 'items', stream: 'items', outcome: 'committed', rowsRead: 30, rowsLoaded: 30, rowsRejected: 0 });
+    expect(runs[0]).toMatchObject({ pipeline: 'items', stream: 'items', outcome: 'committed', rows_read: 30, rows_loaded: 30, rows_rejected: 0 });
     const text = await cli(['runs', '--config', config]);
     expect(text.stdout).toMatch(/items\s+committed\s+read 30/);
     // A run with nothing new leaves no record, but the time it checked is shown.
@@ -110,7 +110,7 @@ describe('keys and cursors the catalog decides', () => {
     const set = await cli(['state', 'set', 'items', '--cursor', '2024-01-01 00:06:00', '--pk', '1081', '--config', config]);
     expect(set.code, set.stderr).toBe(0);
     const state = JSON.parse((await cli(['state', 'show', '--json', '--config', config])).stdout);
-    expect(state.streams.items.primaryKey).toEqual(['id']);
+    expect(state.streams.items.primary_key).toEqual(['id']);
     expect(state.streams.items.watermark.pk).toEqual([{ type: 'int64', value: '1081' }]);
     const again = await cli(['run', config, '--json']);
     expect(again.code, again.stderr).toBe(0);

@@ -20,12 +20,12 @@ export interface RunJson {
   readonly streams: readonly StreamJson[];
 }
 export interface RunRecordJson {
-  readonly runId: string;
+  readonly run_id: string;
   readonly stream: string;
   readonly outcome: string;
-  readonly rowsRead: number;
-  readonly rowsLoaded: number;
-  readonly rowsRejected: number;
+  readonly rows_read: number;
+  readonly rows_loaded: number;
+  readonly rows_rejected: number;
 }
 export interface Watermark {
   readonly cursor: string;
@@ -79,7 +79,7 @@ export function checkRunJson(code: number | null, json: RunJson | undefined): vo
 
 export function checkRunRecords(records: readonly RunRecordJson[]): void {
   for (const r of records) {
-    if (r.rowsRead !== r.rowsLoaded + r.rowsRejected) fail('rows unaccounted in _tidemark_runs', `run ${r.runId} ${r.stream} (${r.outcome}): read ${r.rowsRead} ≠ loaded ${r.rowsLoaded} + rejected ${r.rowsRejected}`);
+    if (r.rows_read !== r.rows_loaded + r.rows_rejected) fail('rows unaccounted in _tidemark_runs', `run ${r.run_id} ${r.stream} (${r.outcome}): read ${r.rows_read} ≠ loaded ${r.rows_loaded} + rejected ${r.rows_rejected}`);
   }
 }
 

@@ -76,7 +76,8 @@ export async function runCommand(files: readonly string[], options: RunCommandOp
 async function runAll(files: readonly string[], options: RunCommandOptions, signal: AbortSignal): Promise<number> {
   let code: number = EXIT.ok;
   for (const file of files) {
-    const pipeline = await loadPipeline(file);
+    const started = new Date().toISOString();
+    const pipeline = await loadPipeline(file).catch(jsonOnError(options, file, null, started));
     // Asked at the first progress report, not before: `process.stderr` builds a stream (~2 ms of a no-op run).
     let shown: boolean | undefined;
     const onProgress = (stream: string, rows: number) => {
@@ -90,11 +91,26 @@ async function runAll(files: readonly string[], options: RunCommandOptions, sign
       logger: stderrLogger(),
       signal,
       ...(options.json ? {} : { onProgress }),
-    });
+    }).catch(jsonOnError(options, file, pipeline.name, started));
     if (shown === true) writeOut(2, '\r\x1b[K');
     if (options.json) print(toJson(result));
     else for (const s of result.streams) print(summary(pipeline.name, s));
     if (!result.ok) code = EXIT.failed;
   }
   return code;
+}
+
+/**
+ * `run --json` when no run result exists (a config error, another run holding the lease): an object of the same
+ * shape with no streams and with the error, so a script reads one object per pipeline file whatever
+ * happened. The error is rethrown for the one place that maps it to the exit code.
+ */
+function jsonOnError(options: RunCommandOptions, file: string, pipeline: string | null, started: string): (error: unknown) => never {
+  return (error) => {
+    if (options.json) {
+      const finished = new Date().toISOString();
+      print(toJson({ pipeline, file, run_id: null, started_at: started, finished_at: finished, ok: false, error: errorMessage(error), streams: [] }));
+    }
+    throw error;
+  };
 }

@@ -1,5 +1,6 @@
 /** `tidemark schedule`: run (or enqueue) pipelines on their cron schedules until SIGTERM/SIGINT, or once with --once. */
-import { readdir, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
+import { pipelineFiles as filesOf } from '../../config/pipeline-files.js';
 import { dirname, join } from 'node:path';
 import {
   InProcessDispatcher,
@@ -76,19 +77,7 @@ export function durationOption(flag: string, text: string): number {
 /** Files as given; a directory contributes its *.yaml / *.yml files (not recursive). */
 export async function pipelineFiles(inputs: readonly string[]): Promise<string[]> {
   if (inputs.length === 0) throw new UsageError('schedule needs a directory of pipeline files or the files themselves');
-  const files: string[] = [];
-  for (const input of inputs) {
-    const info = await stat(input).catch(() => undefined);
-    if (info === undefined) throw new UsageError(`no such file or directory: ${input}`);
-    if (!info.isDirectory()) {
-      files.push(input);
-      continue;
-    }
-    const found = (await readdir(input)).filter((f) => /\.ya?ml$/i.test(f) && !f.startsWith('.')).sort();
-    files.push(...found.map((f) => join(input, f)));
-  }
-  if (files.length === 0) throw new UsageError(`no pipeline files (*.yaml) in ${inputs.join(', ')}`);
-  return files;
+  return filesOf(inputs);
 }
 
 async function defaultTickFile(inputs: readonly string[]): Promise<string> {

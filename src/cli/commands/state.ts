@@ -1,5 +1,4 @@
 import { readFile } from 'node:fs/promises';
-import { createInterface } from 'node:readline/promises';
 import {
   UsageError,
   deleteStoredPipeline,
@@ -12,6 +11,7 @@ import {
   type StoredPipeline,
 } from '../../index.js';
 import { print, printError, toJson } from '../output.js';
+import { confirm } from '../prompt.js';
 import { describeWatermark } from './run.js';
 
 function showState(state: PipelineState): void {
@@ -169,16 +169,5 @@ function printCatalog(store: string, pipelines: readonly StoredPipeline[], json:
   for (const p of pipelines) {
     const last = p.lastRunId !== null ? `last run ${p.lastRunId}${p.lastUpdate !== null ? ` at ${p.lastUpdate}` : ''}` : 'no run yet';
     print(`  ${p.pipeline}\tversion ${p.version}\tstreams: ${p.streams.join(', ') || '(none)'}\t${last}`);
-  }
-}
-
-/** Asks on a terminal; anything but y/yes (and no terminal at all) is a no. */
-async function confirm(question: string): Promise<boolean> {
-  if (!process.stdin.isTTY) return false;
-  const rl = createInterface({ input: process.stdin, output: process.stderr });
-  try {
-    return /^y(es)?$/i.test((await rl.question(question)).trim());
-  } finally {
-    rl.close();
   }
 }

@@ -1,17 +1,32 @@
+import { pipelineFiles } from '../../config/pipeline-files.js';
+import { errorMessage } from '../../core/errors.js';
 import { ConfigError, catalogProblems, destinationProblems, loadPipeline, pipelineJsonSchema, type PipelineConfig, type StreamConfig } from '../../index.js';
+import { EXIT } from '../exit-codes.js';
 import { print, printError } from '../output.js';
 
-export async function validateCommand(files: readonly string[]): Promise<number> {
+/** Checks every file (a directory: each pipeline in it); a config error in one is printed and the rest still checked. */
+export async function validateCommand(inputs: readonly string[]): Promise<number> {
   const lakes = new Map<string, string>();
-  for (const file of files) {
-    const pipeline = await loadPipeline(file);
-    await checkLake(pipeline, file, lakes);
-    const { problems, unchecked } = await catalogProblems(pipeline, file);
-    if (problems.length > 0) throw new ConfigError(problems.join('\n'));
-    if (unchecked !== undefined) printError(`warn: ${file}: ${unchecked}`);
-    print(`${file}: pipeline ${pipeline.name} is valid (${pipeline.streams.map((s) => `${s.name}: ${s.strategy}/${writeOf(s)}`).join(', ')})`);
+  let code: number = EXIT.ok;
+  for (const file of await pipelineFiles(inputs)) {
+    try {
+      await validateFile(file, lakes);
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error;
+      printError(`error: ${errorMessage(error)}`);
+      code = EXIT.usage;
+    }
   }
-  return 0;
+  return code;
+}
+
+async function validateFile(file: string, lakes: Map<string, string>): Promise<void> {
+  const pipeline = await loadPipeline(file);
+  await checkLake(pipeline, file, lakes);
+  const { problems, unchecked } = await catalogProblems(pipeline, file);
+  if (problems.length > 0) throw new ConfigError(problems.join('\n'));
+  if (unchecked !== undefined) printError(`warn: ${file}: ${unchecked}`);
+  print(`${file}: pipeline ${pipeline.name} is valid (${pipeline.streams.map((s) => `${s.name}: ${s.strategy}/${writeOf(s)}`).join(', ')})`);
 }
 
 /**

@@ -51,7 +51,7 @@ destination:
     return Object.fromEntries(rows.map((r) => [String(r.month), Number(r.n)]));
   }
 
-  async function ledger(): Promise<{ partition: string; rows: number; runId: string; files: { path: string; hash: string }[] }[]> {
+  async function ledger(): Promise<{ partition: string; rows: number; run_id: string; files: { path: string; hash: string }[] }[]> {
     const out = await cli(['ledger', 'list', '--json', '--config', config]);
     expect(out.code, out.stderr).toBe(0);
     return JSON.parse(out.stdout);
@@ -112,7 +112,7 @@ destination:
     expect(await fingerprint('2024-01')).toBe(janBefore);
     expect(await fingerprint('2024-02')).toBe(febBefore);
     const reloadedJan = (await ledger()).find((e) => e.partition === '2024-01')!;
-    expect(reloadedJan.runId).not.toBe(firstJan.runId);
+    expect(reloadedJan.run_id).not.toBe(firstJan.run_id);
 
     // A corrected Jan file: `plan` names it (reload) without loading anything, then only Jan is replaced.
     await writeTaxiMonth(monthFile('2024-01'), { year: 2024, month: 1, rows: JAN - 100, seed: 7 });
@@ -146,8 +146,8 @@ destination:
     const verify = await cli(['ledger', 'verify', '--json', '--config', config]);
     expect(verify.code, verify.stderr).toBe(0);
     expect(JSON.parse(verify.stdout)).toEqual([
-      { stream: 'trips', partition: '2024-01', ledgerRows: JAN - 100, tableRows: JAN - 100, ok: true },
-      { stream: 'trips', partition: '2024-02', ledgerRows: FEB, tableRows: FEB, ok: true },
+      { stream: 'trips', partition: '2024-01', ledger_rows: JAN - 100, table_rows: JAN - 100, ok: true },
+      { stream: 'trips', partition: '2024-02', ledger_rows: FEB, table_rows: FEB, ok: true },
     ]);
   });
 
@@ -177,7 +177,7 @@ destination:
     expect(forget.code, forget.stderr).toBe(0);
     const verify = await cli(['ledger', 'verify', '--json', '--config', config]);
     expect(verify.code).toBe(1);
-    expect(JSON.parse(verify.stdout)).toContainEqual({ stream: 'trips', partition: '2024-02', ledgerRows: null, tableRows: FEB, ok: false });
+    expect(JSON.parse(verify.stdout)).toContainEqual({ stream: 'trips', partition: '2024-02', ledger_rows: null, table_rows: FEB, ok: false });
     expect(await runJson()).toMatchObject({ partitions_loaded: ['2024-02'], rows_loaded: FEB });
     expect(await byMonth()).toEqual({ '2024-01': JAN, '2024-02': FEB });
     expect((await cli(['ledger', 'verify', '--config', config])).code).toBe(0);

@@ -80,7 +80,7 @@ describe.each(['dir', 's3'] as const)('lake compact (%s)', { timeout: 120_000 },
     const out = await cli(['lake', 'compact', config, '--stream', 'items', '--json'], { env });
     expect(out.code, out.stderr).toBe(0);
     const [result] = JSON.parse(out.stdout);
-    expect(result).toMatchObject({ stream: 'items', filesAfter: 1 });
+    expect(result).toMatchObject({ stream: 'items', files_after: 1 });
     expect(await fileCount(lake)).toBe(1);
     expect(await tableRows(lake, 'items', 'items')).toEqual(before);
     expect((await lake.keys()).filter((k) => k.startsWith('_tidemark/manifests/items/'))).toHaveLength(3);

@@ -63,13 +63,13 @@ state: ${storeYaml()}
   it('list shows every pipeline of the store; delete removes one after confirmation', async () => {
     const listed = await cli(['state', 'list', '--store', spec(), '--json']);
     expect(listed.code, listed.stderr).toBe(0);
-    const pipelines = JSON.parse(listed.stdout) as { pipeline: string; version: number; streams: string[]; lastRunId: string | null; lastUpdate: string | null }[];
+    const pipelines = JSON.parse(listed.stdout) as { pipeline: string; version: number; streams: string[]; last_run_id: string | null; last_update: string | null }[];
     expect(pipelines.map((p) => p.pipeline)).toEqual(['billing', 'orders']);
     for (const p of pipelines) {
       expect(p.streams).toEqual(['items']);
       expect(p.version).toBeGreaterThan(5);
-      expect(p.lastRunId).toMatch(/\S/);
-      expect(p.lastUpdate).toMatch(/^\d{4}-\d\d-\d\dT/);
+      expect(p.last_run_id).toMatch(/\S/);
+      expect(p.last_update).toMatch(/^\d{4}-\d\d-\d\dT/);
     }
     const text = await cli(['state', 'list', '--config', configs.orders!]);
     expect(text.code, text.stderr).toBe(0);

@@ -171,9 +171,9 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     const moved = await writeYaml(dir, 'moved.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(fresh)}}`, state: storeYaml() }));
     const plan = await cli(['plan', moved, '--json']);
     expect(plan.code, plan.stderr).toBe(0);
-    const [items] = JSON.parse(plan.stdout) as { watermark: unknown; stateDiffers?: string }[];
+    const [items] = JSON.parse(plan.stdout) as { watermark: unknown; state_differs?: string }[];
     expect(items!.watermark).toBeNull();
-    expect(items!.stateDiffers).toMatch(/the store holds watermark \(.*, 200\), the destination no state/);
+    expect(items!.state_differs).toMatch(/the store holds watermark \(.*, 200\), the destination no state/);
     const written = sqliteQuery(fresh, `SELECT name FROM sqlite_master WHERE name = '_tidemark_state'`);
     expect(written).toEqual([]);
     const next = await cli(['run', moved, '--json']);

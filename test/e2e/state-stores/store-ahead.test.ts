@@ -103,9 +103,9 @@ state: ${storeYaml()}
 
     const plan = await cli(['plan', config, '--json']);
     expect(plan.code, plan.stderr).toBe(0);
-    const [items] = JSON.parse(plan.stdout) as { watermark: unknown; stateDiffers?: string }[];
+    const [items] = JSON.parse(plan.stdout) as { watermark: unknown; state_differs?: string }[];
     expect(items!.watermark).toBeNull();
-    expect(items!.stateDiffers).toMatch(/the store holds watermark \(2024-01-01 00:05:33\.000000, 1000\), the destination no state; the run uses the destination's/);
+    expect(items!.state_differs).toMatch(/the store holds watermark \(2024-01-01 00:05:33\.000000, 1000\), the destination no state; the run uses the destination's/);
     const shown = await cli(['state', 'show', '--config', config]);
     expect(shown.code, shown.stderr).toBe(0);
     expect(shown.stdout).not.toContain('items: incremental');

@@ -287,8 +287,8 @@ destination: { type: duckdb, path: ${JSON.stringify(join(dir, 'warehouse.duckdb'
     expect(afterUi.streams.orders).toBeUndefined();
     const history = async (d: string) => {
       const out = await cli(['state', 'history', '--json', '--config', join(d, 'pipeline.yaml')]);
-      const [latest] = JSON.parse(out.stdout) as { version: number; reason: string; runId: string | null; state: unknown }[];
-      return { version: latest!.version, reason: latest!.reason, runId: latest!.runId, state: latest!.state };
+      const [latest] = JSON.parse(out.stdout) as { version: number; reason: string; run_id: string | null; state: unknown }[];
+      return { version: latest!.version, reason: latest!.reason, runId: latest!.run_id, state: latest!.state };
     };
     expect(await history(viaUi)).toEqual(await history(viaCli));
 

@@ -168,7 +168,7 @@ describe('http source', () => {
     expect(rows().map((r) => Number(r.id))).toEqual(Array.from({ length: 40 }, (_, i) => i + 1));
     const done = await state(config);
     expect(done.resume).toBeUndefined();
-    expect(done.resumeHigh).toBeUndefined();
+    expect(done.resume_high).toBeUndefined();
     expect(done.watermark.cursor.value).toBe('2024-01-01T00:00:40.000000Z');
   });
 

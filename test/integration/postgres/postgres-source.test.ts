@@ -189,7 +189,7 @@ describe('postgres plan and config', () => {
       expect(report.bindings).toEqual(['2024-01-01T00:00:00.000000Z', '1', '2024-01-01T00:00:00.000000Z']);
       expect(report.until.value).toBe('2024-01-01T00:00:00.000000Z');
       // max_skew keeps the safe mark 30 s below the source clock.
-      const skew = Date.now() - Date.parse(report.safeMark.value);
+      const skew = Date.now() - Date.parse(report.safe_mark.value);
       expect(skew).toBeGreaterThan(29_000);
       expect(skew).toBeLessThan(120_000);
     } finally {
@@ -240,7 +240,7 @@ describe('postgres plan and config', () => {
       expect(out.code, out.stderr).toBe(0);
       expect(out.stderr.match(/cannot see other sessions/g)).toHaveLength(1);
       const state = JSON.parse((await cli(['state', 'show', '--json', '--config', config])).stdout);
-      expect(state.streams.items.safeMark).toBeUndefined();
+      expect(state.streams.items.safe_mark).toBeUndefined();
     } finally {
       await db.drop();
       await dropRole(role);

@@ -56,9 +56,9 @@ interface RunRow {
   readonly stream: string;
   readonly outcome: string;
   readonly worker: string;
-  readonly startedAt: string;
-  readonly finishedAt: string;
-  readonly rowsLoaded: number;
+  readonly started_at: string;
+  readonly finished_at: string;
+  readonly rows_loaded: number;
 }
 
 async function runsOf(config: string): Promise<RunRow[]> {
@@ -95,15 +95,15 @@ describe('partition jobs of one pipeline in parallel on BullMQ into Postgres', (
       expect(verify.code, verify.stderr).toBe(0);
       expect((JSON.parse(verify.stdout) as { ok: boolean }[]).every((c) => c.ok)).toBe(true);
 
-      const committed = (await runsOf(config)).filter((r) => r.outcome === 'committed' && r.rowsLoaded > 0);
+      const committed = (await runsOf(config)).filter((r) => r.outcome === 'committed' && r.rows_loaded > 0);
       expect(committed).toHaveLength(12);
       for (const r of committed) expect(r.worker).toMatch(/^w[123]#taxi\/trips\/2024-\d\d@/);
       // Proof of parallelism: two different workers' partition runs overlap in time.
-      const span = (r: RunRow) => [Date.parse(r.startedAt), Date.parse(r.finishedAt)] as const;
+      const span = (r: RunRow) => [Date.parse(r.started_at), Date.parse(r.finished_at)] as const;
       const overlapping = committed.some((a) =>
         committed.some((b) => a.worker.split('#')[0] !== b.worker.split('#')[0] && span(a)[0] < span(b)[1] && span(b)[0] < span(a)[1]),
       );
-      expect(overlapping, JSON.stringify(committed.map((r) => [r.worker.split('#')[0], r.startedAt, r.finishedAt]))).toBe(true);
+      expect(overlapping, JSON.stringify(committed.map((r) => [r.worker.split('#')[0], r.started_at, r.finished_at]))).toBe(true);
       // The pipeline state document was not touched by partition commits: no version conflicts to lose.
       expect(Number((await db.query(`SELECT count(*) AS n FROM _tidemark_state_history`))[0]!.n)).toBe(0);
     } finally {
@@ -125,14 +125,14 @@ describe('partition jobs of one pipeline in parallel on BullMQ into Postgres', (
       expect(first.duplicate).toBe(false);
       expect(second.duplicate).toBe(true);
       // A copy that deduplication cannot see (as after a stall or a purge of the dedup key) races the first one.
-      const job = await queue.getJob(first.jobId as string);
-      await queue.add('run', job!.data, { jobId: `${first.jobId as string}-copy`, attempts: 3 });
+      const job = await queue.getJob(first.job_id as string);
+      await queue.add('run', job!.data, { jobId: `${first.job_id as string}-copy`, attempts: 3 });
       workers.push(startWorker(name, 'w1'), startWorker(name, 'w2'));
       await waitFor('both jobs to complete', async () => (await queue.getJobCounts('completed')).completed === 2, 60_000);
       expect(await perMonth(db)).toEqual({ '2024-01': ROWS });
       expect(await loadCommits(db)).toBe(1);
       const committed = (await runsOf(config)).filter((r) => r.outcome === 'committed');
-      expect(committed.filter((r) => r.rowsLoaded > 0)).toHaveLength(1);
+      expect(committed.filter((r) => r.rows_loaded > 0)).toHaveLength(1);
     } finally {
       await stopAll(workers);
       await close();

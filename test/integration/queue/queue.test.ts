@@ -51,7 +51,7 @@ describe('tidemark worker / enqueue on BullMQ', () => {
       expect(JSON.parse(first.stdout)[0].duplicate).toBe(false);
       const again = JSON.parse(second.stdout)[0];
       expect(again.duplicate).toBe(true);
-      expect(again.jobId).toBe(JSON.parse(first.stdout)[0].jobId);
+      expect(again.job_id).toBe(JSON.parse(first.stdout)[0].job_id);
       expect((await queue.getJobCounts('waiting')).waiting).toBe(1);
       workers.push(startWorker(name, 'w1'));
       await waitFor('the job to complete', async () => (await queue.getJobCounts('completed')).completed === 1);

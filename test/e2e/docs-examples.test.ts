@@ -1,0 +1,126 @@
+/**
+ * Every example in README.md and docs/ is checked here, so the documentation cannot promise what the CLI does not do:
+ * - every ```yaml block is a pipeline file that `tidemark validate` accepts;
+ * - every ```sh block runs (`set -euo pipefail`, `tidemark` on PATH) and every ```ts block runs against the built
+ *   library, in a workspace where `tidemark demo --dir demo` ran and the page's named yaml files were written
+ *   (a yaml block whose first line is `# path/file.yaml` is that file);
+ * - a block that cannot run offline says so, with the reason, in `<!-- not run: reason -->` on the line above it;
+ * - every fence names its language (output is ```text), and relative links point at files that exist.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { BIN, cli } from '../helpers/cli.js';
+import { tempDir } from '../helpers/fs.js';
+import { codeBlocks, docPages, readPage, ROOT, type CodeBlock } from '../helpers/markdown.js';
+
+const RUNNABLE = new Set(['sh', 'ts']);
+const KNOWN_LANGS = new Set(['yaml', 'sh', 'ts', 'text', 'json']);
+/** Pages other work writes; linked before they land. */
+const PENDING_PAGES = new Set(['docs/config-reference.md']);
+
+/** `${env:NAME}` references get a stand-in value: validation needs them set, never their real content. */
+function envFor(code: string): Record<string, string> {
+  return Object.fromEntries([...code.matchAll(/\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}/g)].map((m) => [m[1]!, 'docs-example']));
+}
+
+function shell(script: string, cwd: string, env: Record<string, string>): Promise<{ code: number; output: string }> {
+  return new Promise((resolve) => {
+    execFile('bash', ['-c', `set -euo pipefail\n${script}`], { cwd, env: { ...process.env, TIDEMARK_FAILPOINTS: '', ...env } }, (error, stdout, stderr) =>
+      resolve({ code: error ? Number(error.code ?? 1) : 0, output: `${stdout}${stderr}` }),
+    );
+  });
+}
+
+interface Workspace {
+  readonly dir: string;
+  readonly env: Record<string, string>;
+}
+
+/** The demo's files plus the page's named pipeline files; `tidemark` on PATH is this build's CLI. */
+async function workspace(dir: string, blocks: readonly CodeBlock[]): Promise<Workspace> {
+  const shim = join(dir, '.bin');
+  await mkdir(shim, { recursive: true });
+  await writeFile(join(shim, 'tidemark'), `#!/bin/sh\nexec "${process.execPath}" "${BIN}" "$@"\n`);
+  await chmod(join(shim, 'tidemark'), 0o755);
+  const demo = await cli(['demo', '--dir', join(dir, 'demo')]);
+  expect(demo.code, demo.stderr).toBe(0);
+  for (const block of blocks) {
+    if (block.lang !== 'yaml' || block.file === undefined) continue;
+    await mkdir(dirname(join(dir, block.file)), { recursive: true });
+    await writeFile(join(dir, block.file), `${block.code}\n`);
+  }
+  return { dir, env: { PATH: `${shim}:${process.env.PATH ?? ''}`, HOME: dir, TIDEMARK_CACHE_DIR: join(dir, '.cache') } };
+}
+
+async function runBlock(block: CodeBlock, ws: Workspace): Promise<void> {
+  if (block.lang === 'sh') {
+    const out = await shell(block.code, ws.dir, ws.env);
+    expect(out.code, `${block.page}:${block.line}\n${block.code}\n---\n${out.output}`).toBe(0);
+    return;
+  }
+  const script = join(ws.dir, `.snippet-${block.line}.mjs`);
+  const library = new URL('../../dist/index.js', import.meta.url).href;
+  await writeFile(script, block.code.replace(/from 'tidemark'/g, `from '${library}'`));
+  const out = await shell(`"${process.execPath}" "${script}"`, ws.dir, ws.env);
+  expect(out.code, `${block.page}:${block.line}\n${out.output}`).toBe(0);
+}
+
+const pages = await docPages();
+
+for (const page of pages) {
+  const text = await readPage(page);
+  const blocks = codeBlocks(page, text);
+  describe(page, () => {
+    let ws: Workspace | undefined;
+    const cleanups: Array<() => Promise<void>> = [];
+    afterAll(async () => {
+      for (const cleanup of cleanups) await cleanup();
+    });
+    const pageWorkspace = async (): Promise<Workspace> => {
+      if (ws === undefined) {
+        const { dir, cleanup } = await tempDir('tidemark-docs-');
+        cleanups.push(cleanup);
+        ws = await workspace(dir, blocks);
+      }
+      return ws;
+    };
+
+    it('names a known language on every code fence, and a reason for every block not run', () => {
+      for (const block of blocks) {
+        expect(KNOWN_LANGS.has(block.lang), `${page}:${block.line}: fence language "${block.lang}"`).toBe(true);
+        if (block.notRun !== undefined) expect(block.notRun.length, `${page}:${block.line}: not run without a reason`).toBeGreaterThan(3);
+      }
+    });
+
+    it('links only to files that exist', () => {
+      for (const [, target] of text.matchAll(/\]\(([^)\s#]+)(?:#[^)]*)?\)/g)) {
+        if (/^[a-z]+:/i.test(target!)) continue;
+        const path = join(dirname(join(ROOT, page)), target!);
+        const fromRoot = path.slice(ROOT.length);
+        if (PENDING_PAGES.has(fromRoot)) continue;
+        expect(existsSync(path), `${page} links to ${target}`).toBe(true);
+      }
+    });
+
+    for (const block of blocks) {
+      const name = `${page}:${block.line} ${block.lang}`;
+      if (block.lang === 'yaml') {
+        it(`${name} is a valid pipeline (tidemark validate)`, async () => {
+          const { dir, cleanup } = await tempDir('tidemark-docs-yaml-');
+          cleanups.push(cleanup);
+          const file = join(dir, block.file ?? `example-${block.line}.yaml`);
+          await mkdir(dirname(file), { recursive: true });
+          await writeFile(file, `${block.code}\n`);
+          const out = await cli(['validate', file], { env: { ...envFor(block.code), TIDEMARK_CACHE_DIR: join(dir, '.cache') } });
+          expect(out.code, `${name}\n${out.stdout}${out.stderr}`).toBe(0);
+        });
+      } else if (RUNNABLE.has(block.lang)) {
+        if (block.notRun !== undefined) it.skip(`${name} (not run: ${block.notRun})`, () => {});
+        else it(`${name} runs`, async () => runBlock(block, await pageWorkspace()));
+      }
+    }
+  });
+}

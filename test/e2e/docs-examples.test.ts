@@ -1,6 +1,8 @@
 /**
  * Every example in README.md and docs/ is checked here, so the documentation cannot promise what the CLI does not do:
- * - every ```yaml block is a pipeline file that `tidemark validate` accepts;
+ * - every ```yaml block is a pipeline file that `tidemark validate` accepts (a Singer target's file, which has no
+ *   source, is loaded by `tidemark target` with no input instead); an S3 `endpoint:` in it is pointed at a local
+ *   s3rver holding the bucket its `s3://` location names;
  * - every ```sh block runs (`set -euo pipefail`, `tidemark` on PATH) and every ```ts block runs against the built
  *   library, in a workspace where `tidemark demo --dir demo` ran and the page's named yaml files were written
  *   (a yaml block whose first line is `# path/file.yaml` is that file);
@@ -12,8 +14,9 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BIN, cli } from '../helpers/cli.js';
+import { BIN, cli, type CliResult } from '../helpers/cli.js';
 import { tempDir } from '../helpers/fs.js';
+import { startS3 } from '../helpers/s3.js';
 import { codeBlocks, docPages, readPage, ROOT, type CodeBlock } from '../helpers/markdown.js';
 
 const RUNNABLE = new Set(['sh', 'ts']);
@@ -21,9 +24,29 @@ const KNOWN_LANGS = new Set(['yaml', 'sh', 'ts', 'text', 'json']);
 /** Pages other work writes; linked before they land. */
 const PENDING_PAGES = new Set(['docs/config-reference.md']);
 
-/** `${env:NAME}` references get a stand-in value: validation needs them set, never their real content. */
+/**
+ * `${env:NAME}` references get a stand-in value: validation needs them set, never their real content. It is the
+ * local S3 server's key, so credentials taken from the environment open its bucket.
+ */
 function envFor(code: string): Record<string, string> {
-  return Object.fromEntries([...code.matchAll(/\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}/g)].map((m) => [m[1]!, 'docs-example']));
+  return Object.fromEntries([...code.matchAll(/\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}/g)].map((m) => [m[1]!, 'S3RVER']));
+}
+
+/** Validates one yaml block in its own directory; S3 examples get a local server for the bucket they name. */
+async function checkPipeline(block: CodeBlock, dir: string): Promise<CliResult> {
+  const bucket = /s3:\/\/([a-z0-9][a-z0-9.-]*)/.exec(block.code)?.[1];
+  const s3 = bucket === undefined ? undefined : await startS3(bucket);
+  try {
+    const code = s3 === undefined ? block.code : block.code.replace(/endpoint: \S+/g, `endpoint: ${s3.endpoint}`);
+    const file = join(dir, block.file ?? `example-${block.line}.yaml`);
+    await mkdir(dirname(file), { recursive: true });
+    await writeFile(file, `${code}\n`);
+    const env = { ...envFor(code), TIDEMARK_CACHE_DIR: join(dir, '.cache') };
+    const isTarget = !/^source:/m.test(code);
+    return await cli(isTarget ? ['target', '--config', file] : ['validate', file], { env });
+  } finally {
+    await s3?.stop();
+  }
 }
 
 function shell(script: string, cwd: string, env: Record<string, string>): Promise<{ code: number; output: string }> {
@@ -111,10 +134,7 @@ for (const page of pages) {
         it(`${name} is a valid pipeline (tidemark validate)`, async () => {
           const { dir, cleanup } = await tempDir('tidemark-docs-yaml-');
           cleanups.push(cleanup);
-          const file = join(dir, block.file ?? `example-${block.line}.yaml`);
-          await mkdir(dirname(file), { recursive: true });
-          await writeFile(file, `${block.code}\n`);
-          const out = await cli(['validate', file], { env: { ...envFor(block.code), TIDEMARK_CACHE_DIR: join(dir, '.cache') } });
+          const out = await checkPipeline(block, dir);
           expect(out.code, `${name}\n${out.stdout}${out.stderr}`).toBe(0);
         });
       } else if (RUNNABLE.has(block.lang)) {

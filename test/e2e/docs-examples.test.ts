@@ -11,7 +11,7 @@
  */
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BIN, cli, type CliResult } from '../helpers/cli.js';
@@ -55,6 +55,16 @@ function shell(script: string, cwd: string, env: Record<string, string>): Promis
       resolve({ code: error ? Number(error.code ?? 1) : 0, output: `${stdout}${stderr}` }),
     );
   });
+}
+
+/** The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens. */
+function headingAnchors(markdown: string): string[] {
+  return [...markdown.matchAll(/^#{1,6} (.+)$/gm)].map((m) =>
+    m[1]!
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N} _-]/gu, '')
+      .replace(/ /g, '-'),
+  );
 }
 
 interface Workspace {
@@ -118,13 +128,13 @@ for (const page of pages) {
       }
     });
 
-    it('links only to files that exist', () => {
-      for (const [, target] of text.matchAll(/\]\(([^)\s#]+)(?:#[^)]*)?\)/g)) {
+    it('links only to files and headings that exist', async () => {
+      for (const [, target, anchor] of text.matchAll(/\]\(([^)\s#]+)(?:#([^)]*))?\)/g)) {
         if (/^[a-z]+:/i.test(target!)) continue;
         const path = join(dirname(join(ROOT, page)), target!);
-        const fromRoot = path.slice(ROOT.length);
-        if (PENDING_PAGES.has(fromRoot)) continue;
+        if (PENDING_PAGES.has(path.slice(ROOT.length))) continue;
         expect(existsSync(path), `${page} links to ${target}`).toBe(true);
+        if (anchor !== undefined) expect(headingAnchors(await readFile(path, 'utf8')), `${page} links to ${target}#${anchor}`).toContain(anchor);
       }
     });
 

@@ -7,7 +7,8 @@
  *   library, in a workspace where `tidemark demo --dir demo` ran and the page's named yaml files were written
  *   (a yaml block whose first line is `# path/file.yaml` is that file);
  * - a block that cannot run offline says so, with the reason, in `<!-- not run: reason -->` on the line above it;
- * - every fence names its language (output is ```text), and relative links point at files that exist.
+ * - every fence names its language (output is ```text), relative links point at files and headings that exist, and
+ *   no page cites the internal design notes.
  */
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -126,6 +127,10 @@ for (const page of pages) {
         expect(KNOWN_LANGS.has(block.lang), `${page}:${block.line}: fence language "${block.lang}"`).toBe(true);
         if (block.notRun !== undefined) expect(block.notRun.length, `${page}:${block.line}: not run without a reason`).toBeGreaterThan(3);
       }
+    });
+
+    it('never cites the internal design notes, which are not part of the repository', () => {
+      expect(text).not.toMatch(/DESIGN\.md|§\s*\d/);
     });
 
     it('links only to files and headings that exist', async () => {

@@ -32,10 +32,6 @@ describe('README', () => {
     expect(first).toContain('npm test');
   });
 
-  it('never cites the internal design notes', () => {
-    expect(readme).not.toMatch(/DESIGN\.md|§\s*\d/);
-  });
-
   it('the demo prints what the README shows, and is safe to run twice', async () => {
     const after = readme.slice(readme.indexOf('## The demo'));
     const shown = codeBlocks('README.md', after).find((block) => block.lang === 'text');

@@ -37,6 +37,16 @@ when this page and the CLI differ. Run \`tidemark <command> --help\` for the sam
 Exit codes, the same for every command: \`0\` every stream committed · \`1\` a run failed (state and data are as
 after the last commit) · \`2\` invalid usage or config · \`3\` the pipeline is locked by another run · \`143\` /
 \`130\` stopped by SIGTERM / SIGINT between batches (the uncommitted part rolled back, the lease released).
+
+Environment variables:
+
+| variable | effect |
+|---|---|
+| \`TIDEMARK_CACHE_DIR\` | the directory validated pipeline files are cached in (default \`$XDG_CACHE_HOME/tidemark/config\` or \`~/.cache/tidemark/config\`) |
+| \`TIDEMARK_CONFIG_CACHE=off\` | parse and validate pipeline files on every run |
+| \`TIDEMARK_CODE_CACHE=off\` | start the CLI without V8's code cache (kept in \`$XDG_CACHE_HOME/tidemark/code\` or \`~/.cache/tidemark/code\`) |
+| \`TIDEMARK_BULK=0\` | Postgres → DuckDB on the row path instead of the bulk path |
+| \`TIDEMARK_FAILPOINTS\` | crash tests only: see [how it stays correct](how-it-stays-correct.md#failpoints) |
 `;
 
 export function renderCliPage() {

@@ -5,7 +5,7 @@
  *   s3rver holding the bucket its `s3://` location names;
  * - every ```sh block runs (`set -euo pipefail`, `tidemark` on PATH) and every ```ts block runs against the built
  *   library, in a workspace where `tidemark demo --dir demo` ran and the page's named yaml files were written
- *   (a yaml block whose first line is `# path/file.yaml` is that file);
+ *   (a yaml block whose first line is `# path/file.yaml` is that file), with stand-ins for the taps they pipe in;
  * - a block that cannot run offline says so, with the reason, in `<!-- not run: reason -->` on the line above it;
  * - every fence names its language (output is ```text), relative links point at files and headings that exist, and
  *   no page cites the internal design notes.
@@ -68,6 +68,23 @@ function headingAnchors(markdown: string): string[] {
   );
 }
 
+/**
+ * Stand-ins for the programs an example pipes into tidemark. The tap reads `--state` as real Singer taps do: a path
+ * to a JSON file (JSON text in its place fails, as it does with them); it does not read its `--config`.
+ */
+const STAND_INS: Record<string, string> = {
+  'tap-github': `#!${process.execPath}
+const { readFileSync } = require('node:fs');
+const at = process.argv.indexOf('--state');
+const state = at > 0 ? JSON.parse(readFileSync(process.argv[at + 1], 'utf8')) : {};
+const since = state.bookmarks?.commits?.since ?? '2026-01-01';
+const out = (m) => process.stdout.write(JSON.stringify(m) + '\\n');
+out({ type: 'SCHEMA', stream: 'commits', key_properties: ['sha'], schema: { properties: { sha: { type: 'string' }, message: { type: 'string' } } } });
+out({ type: 'RECORD', stream: 'commits', record: { sha: 'b2-' + since, message: 'since ' + since } });
+out({ type: 'STATE', value: { bookmarks: { commits: { since: '2026-02-01' } } } });
+`,
+};
+
 interface Workspace {
   readonly dir: string;
   readonly env: Record<string, string>;
@@ -77,8 +94,11 @@ interface Workspace {
 async function workspace(dir: string, blocks: readonly CodeBlock[]): Promise<Workspace> {
   const shim = join(dir, '.bin');
   await mkdir(shim, { recursive: true });
-  await writeFile(join(shim, 'tidemark'), `#!/bin/sh\nexec "${process.execPath}" "${BIN}" "$@"\n`);
-  await chmod(join(shim, 'tidemark'), 0o755);
+  const programs = { ...STAND_INS, tidemark: `#!/bin/sh\nexec "${process.execPath}" "${BIN}" "$@"\n` };
+  for (const [name, script] of Object.entries(programs)) {
+    await writeFile(join(shim, name), script);
+    await chmod(join(shim, name), 0o755);
+  }
   const demo = await cli(['demo', '--dir', join(dir, 'demo')]);
   expect(demo.code, demo.stderr).toBe(0);
   for (const block of blocks) {

@@ -58,9 +58,10 @@ function shell(script: string, cwd: string, env: Record<string, string>): Promis
   });
 }
 
-/** The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens. */
+/** The anchors GitHub gives a page's headings (not the comments in its code): lower case, punctuation dropped, spaces as hyphens. */
 function headingAnchors(markdown: string): string[] {
-  return [...markdown.matchAll(/^#{1,6} (.+)$/gm)].map((m) =>
+  const prose = markdown.replace(/^```[\s\S]*?^```/gm, '');
+  return [...prose.matchAll(/^#{1,6} (.+)$/gm)].map((m) =>
     m[1]!
       .toLowerCase()
       .replace(/[^\p{L}\p{N} _-]/gu, '')

@@ -1,0 +1,69 @@
+/**
+ * Writes docs/cli.md from the CLI's own `--help` output, so the reference cannot drift from the commands.
+ *
+ *   node scripts/cli-docs.mjs           regenerate docs/cli.md (after `npm run build`)
+ *   node scripts/cli-docs.mjs --check   exit 1 when docs/cli.md differs from what the built CLI prints
+ *
+ * The command list is read from `tidemark --help`, so a new command appears here without editing this script.
+ */
+import { execFileSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const BIN = `${root}bin/tidemark.js`;
+const PAGE = `${root}docs/cli.md`;
+
+function help(args) {
+  // Off a terminal commander wraps at 80 columns, whatever the caller's window: the page is the same everywhere.
+  const env = { ...process.env, COLUMNS: '80', TIDEMARK_FAILPOINTS: '' };
+  return execFileSync(process.execPath, [BIN, ...args, '--help'], { encoding: 'utf8', env }).trimEnd();
+}
+
+/** The command names of the top-level help's "Commands:" section, in its order. */
+export function commandNames(topHelp) {
+  const section = topHelp.split(/^Commands:$/m)[1] ?? '';
+  return section
+    .split('\n')
+    .map((line) => /^ {2}([a-z][a-z-]*)\b/.exec(line)?.[1])
+    .filter((name) => name !== undefined && name !== 'help');
+}
+
+const INTRO = `# Command line reference
+
+Generated from the commands' own \`--help\` by \`node scripts/cli-docs.mjs\`; \`test/e2e/cli-docs.test.ts\` fails
+when this page and the CLI differ. Run \`tidemark <command> --help\` for the same text in a terminal.
+
+Exit codes, the same for every command: \`0\` every stream committed · \`1\` a run failed (state and data are as
+after the last commit) · \`2\` invalid usage or config · \`3\` the pipeline is locked by another run · \`143\` /
+\`130\` stopped by SIGTERM / SIGINT between batches (the uncommitted part rolled back, the lease released).
+
+Environment variables:
+
+| variable | effect |
+|---|---|
+| \`TIDEMARK_CACHE_DIR\` | the directory validated pipeline files are cached in (default \`$XDG_CACHE_HOME/tidemark/config\` or \`~/.cache/tidemark/config\`) |
+| \`TIDEMARK_CONFIG_CACHE=off\` | parse and validate pipeline files on every run |
+| \`TIDEMARK_CODE_CACHE=off\` | start the CLI without V8's code cache (kept in \`$XDG_CACHE_HOME/tidemark/code\` or \`~/.cache/tidemark/code\`) |
+| \`TIDEMARK_BULK=0\` | Postgres → DuckDB on the row path instead of the bulk path |
+| \`TIDEMARK_FAILPOINTS\` | crash tests only: see [how it stays correct](how-it-stays-correct.md#failpoints) |
+`;
+
+export function renderCliPage() {
+  const top = help([]);
+  const sections = commandNames(top).map((name) => `## tidemark ${name}\n\n\`\`\`text\n${help([name])}\n\`\`\`\n`);
+  return `${INTRO}\n## tidemark\n\n\`\`\`text\n${top}\n\`\`\`\n\n${sections.join('\n')}`;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const page = renderCliPage();
+  if (process.argv.includes('--check')) {
+    if (readFileSync(PAGE, 'utf8') !== page) {
+      console.error('docs/cli.md is stale: run `npm run build && node scripts/cli-docs.mjs`');
+      process.exit(1);
+    }
+  } else {
+    writeFileSync(PAGE, page);
+    console.log(`wrote ${PAGE}`);
+  }
+}

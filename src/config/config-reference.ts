@@ -27,7 +27,7 @@ yaml-language-server (VS Code's YAML extension, Neovim, Helix, JetBrains IDEs) t
 descriptions on hover and mark errors as you type:
 
 \`\`\`sh
-npx tidemark schema > tidemark.schema.json
+tidemark schema > tidemark.schema.json
 \`\`\`
 
 \`\`\`yaml

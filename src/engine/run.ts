@@ -36,6 +36,8 @@ export interface RunOptions {
   readonly partitions?: readonly string[];
   /** A files stream whose pattern matches no file fails instead of warning. */
   readonly strict?: boolean;
+  /** Called once the run holds its leases, before it opens anything (queue workers log "started" here, not before). */
+  readonly onLeased?: () => void;
 }
 
 export function emptyState(pipeline: string): PipelineState {
@@ -52,6 +54,7 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
   const leases = await acquireLeases(provider, pipeline, streams, options);
   try {
     await failpoint('lock.after_acquire');
+    options.onLeased?.();
     const { destination, source } = await openEnds(pipeline, logger);
     try {
       // A shared lease only carries the current token; the exclusive ones are taken above the destination's fence.

@@ -4,6 +4,7 @@
  */
 import type { Redis } from 'ioredis';
 import { UsageError } from '../core/errors.js';
+import type { Logger } from '../core/logger.js';
 
 export interface QueueTarget {
   /** `redis://[user:password@]host:port[/db]` or `rediss://…`. */
@@ -51,4 +52,30 @@ export async function connectRedis(url: string, options: { failFast?: boolean } 
     throw new UsageError(`cannot connect to the queue at ${redactUrl(url)}: ${(cause as Error).message}`, { cause });
   }
   return client;
+}
+
+/**
+ * A connection for a long-running worker: it never gives up. While Redis cannot be reached it says so once (not per
+ * retry), and again when Redis is back; ioredis retries meanwhile. `down()` tells whether it is unreachable now, so
+ * callers can keep quiet about the errors that follow from it.
+ */
+export async function connectRedisWaiting(url: string, logger: Logger): Promise<{ client: Redis; down: () => boolean }> {
+  const { Redis: RedisClient } = await import('ioredis');
+  const client = new RedisClient(url, { maxRetriesPerRequest: null });
+  const where = redactUrl(url);
+  let unreachable = false;
+  const lost = (why: string) => {
+    if (unreachable) return;
+    unreachable = true;
+    logger.log('warn', `queue at ${where} is unreachable (${why}); retrying until it is back`);
+  };
+  client.on('error', (error: Error) => lost(error.message));
+  client.on('close', () => lost('connection closed'));
+  client.on('ready', () => {
+    if (!unreachable) return;
+    unreachable = false;
+    logger.log('info', `queue at ${where} is reachable again`);
+  });
+  await new Promise<void>((resolve) => (client.status === 'ready' ? resolve() : client.once('ready', () => resolve())));
+  return { client, down: () => unreachable };
 }

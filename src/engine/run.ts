@@ -16,6 +16,7 @@ import { concurrentPartitionWriters, leaseProviderFor, openSource } from '../reg
 import { aboveFence } from './lease-fence.js';
 import { openPipelineDestination } from './state-sync.js';
 import { partitionLoader } from './partition-load.js';
+import type { ProgressListener } from './progress.js';
 import { checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 
@@ -25,7 +26,7 @@ export interface RunOptions {
   /** Only these streams (by name). */
   readonly streams?: readonly string[];
   readonly logger?: Logger;
-  readonly onProgress?: (stream: string, rowsRead: number) => void;
+  readonly onProgress?: ProgressListener;
   /** Partitioned streams: load these partitions again (delete-then-insert), whatever their ledger rows say. */
   readonly reload?: readonly string[];
   /** Aborting stops the run between batches: uncommitted rows are rolled back, the lease released. */

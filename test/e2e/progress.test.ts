@@ -1,0 +1,141 @@
+/**
+ * `tidemark run`'s progress display. On a terminal (a pseudo-terminal made by `script`): a bar with total, rows/s and
+ * ETA where the total is known (Postgres statistics, partitions i/N), one line per stream. Off a terminal: plain lines
+ * on stderr; under --json, stdout holds the result and nothing else.
+ */
+import { execFile } from 'node:child_process';
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../conformance/postgres-fixture.js';
+import { writeTaxiMonth } from '../fixtures/taxi.js';
+import { BIN, cli } from '../helpers/cli.js';
+import { tempDir, writeYaml } from '../helpers/fs.js';
+
+const exec = promisify(execFile);
+const ROWS = 20_000;
+
+/**
+ * The CLI on a pseudo-terminal 200 columns wide: what the terminal received, without its escape sequences. Frames of
+ * one line overwrite each other (cursor to column 1), so each line of the result holds every frame of one display line.
+ */
+async function onTerminal(args: readonly string[], env: Record<string, string>): Promise<string> {
+  const command = `stty cols 200 rows 40; exec ${[process.execPath, BIN, ...args].map((a) => `'${a}'`).join(' ')}`;
+  const screen = await exec('script', ['-qec', command, '/dev/null'], { env: { ...process.env, TIDEMARK_FAILPOINTS: '', ...env } }).catch(
+    (error: { stdout: string }) => {
+      throw new Error(`the run failed on the terminal:\n${error.stdout}`);
+    },
+  );
+  return screen.stdout.replace(/\x1b\[[?0-9;]*[A-Za-z]/g, '').replace(/\r/g, '');
+}
+
+/** The display lines (of the screen as above) that mention `name`. */
+function linesOf(screen: string, name: string): string[] {
+  return screen.split('\n').filter((l) => l.includes(`${name}  `));
+}
+
+let db: TestDatabase;
+let dir: string;
+let cleanup: () => Promise<void>;
+beforeAll(async () => {
+  ({ dir, cleanup } = await tempDir('tidemark-progress-'));
+  db = await createTestDatabase('tm_progress');
+  for (const table of ['events', 'users']) {
+    await db.query(`CREATE TABLE ${table} (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, note text NOT NULL)`);
+    await db.query(`INSERT INTO ${table} SELECT g, timestamptz '2024-01-01' + g * interval '1 second', 'n' || g FROM generate_series(1, ${ROWS}) g`);
+    // reltuples, the estimate the bar's total comes from, is kept by ANALYZE.
+    await db.query(`ANALYZE ${table}`);
+  }
+});
+afterAll(async () => {
+  await db.drop();
+  await cleanup();
+});
+
+async function pgPipeline(name: string): Promise<string> {
+  const sub = join(dir, name);
+  await mkdir(sub, { recursive: true });
+  return writeYaml(
+    sub,
+    'pg.yaml',
+    `name: pg
+source: { type: postgres, url: ${JSON.stringify(db.url)} }
+streams:
+  - { table: public.events, primary_key: [id], cursor: updated_at, checkpoint_rows: 2048 }
+  - { table: public.users, primary_key: [id], cursor: updated_at, checkpoint_rows: 2048 }
+destination: { type: duckdb, path: ${JSON.stringify(join(sub, 'warehouse.duckdb'))} }
+`,
+  );
+}
+
+// A pause inside the first stream's read: the display redraws (10 times a second) while the run is under way.
+const PAUSE = { TIDEMARK_FAILPOINTS: 'load.after_write=2:sleep(600)' };
+
+describe('on a terminal', () => {
+  it('shows a bar per stream with the total from Postgres statistics, rows/s, elapsed and ETA', async () => {
+    const screen = await onTerminal(['run', await pgPipeline('tty')], PAUSE);
+    expect(screen).toMatch(/pg\.events {2}\[█+░*\] +\d+% {2}[\d,]+ rows of ~20,000 {2}[\d,]+ rows\/s {2}\d+\.\ds {2}ETA (\d+\.\ds|—)/);
+    // The final frame: both streams complete, each on a display line of its own.
+    const [events, ...others] = linesOf(screen, 'pg.events');
+    expect(events).toMatch(/pg\.events {2}\[█{24}\] 100% {2}20,000 rows of ~20,000 {2}[\d,]+ rows\/s {2}\d+\.\ds$/);
+    expect(others).toEqual([]);
+    expect(linesOf(screen, 'pg.users').at(-1)).toMatch(/pg\.users {2}\[█{24}\] 100% {2}20,000 rows of ~20,000 {2}[\d,]+ rows\/s {2}\d+\.\ds$/);
+    // The summary still follows on stdout.
+    expect(screen).toContain('pg.events: 20,000 read, 20,000 loaded');
+  });
+
+  it('shows a spinner line with rows, rows/s and elapsed when no total is known', async () => {
+    const config = await pgPipeline('tty-incremental');
+    expect((await cli(['run', config])).code).toBe(0);
+    await db.query(`INSERT INTO events SELECT g, timestamptz '2025-01-01' + g * interval '1 second', 'm' || g FROM generate_series(${ROWS + 1}, ${ROWS + 5000}) g`);
+    try {
+      // A read from a watermark: the table's statistics say nothing of how many rows follow it.
+      const screen = await onTerminal(['run', config, '--stream', 'events'], PAUSE);
+      expect(screen).toMatch(/pg\.events {2}[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] [\d,]+ rows {2}[\d,]+ rows\/s {2}\d+\.\ds/);
+      expect(screen).toMatch(/pg\.events {2}✓ 5,000 rows {2}[\d,]+ rows\/s {2}\d+\.\ds\n/);
+      expect(screen).not.toContain('ETA');
+    } finally {
+      await db.query(`DELETE FROM events WHERE id > ${ROWS}`);
+    }
+  });
+
+  it('shows partitions i/N of a partitioned stream', async () => {
+    const sub = join(dir, 'parts');
+    await mkdir(join(sub, 'trips'), { recursive: true });
+    for (const m of [1, 2, 3]) await writeTaxiMonth(join(sub, 'trips', `yellow_tripdata_2024-0${m}.parquet`), { year: 2024, month: m, rows: 3000, seed: m });
+    const config = await writeYaml(
+      sub,
+      'trips.yaml',
+      `name: trips
+source: { type: files, location: ${JSON.stringify(sub)} }
+streams:
+  - name: trips
+    pattern: trips/yellow_tripdata_{month}.parquet
+    partition_column: month
+destination: { type: sqlite, path: ${JSON.stringify(join(sub, 'warehouse.sqlite'))} }
+`,
+    );
+    const screen = await onTerminal(['run', config], { TIDEMARK_FAILPOINTS: 'load.after_commit=1:sleep(600)' });
+    expect(screen).toMatch(/trips\.trips {2}\[█+░+\] +\d+% {2}[\d,]+ rows partition 2\/3 2024-02 {2}[\d,]+ rows\/s {2}\d+\.\ds {2}ETA/);
+    expect(screen).toMatch(/trips\.trips {2}\[█{24}\] 100% {2}9,000 rows partition 3\/3 2024-03/);
+  });
+});
+
+describe('off a terminal', () => {
+  it('prints plain lines on stderr with rows/s and elapsed', async () => {
+    const out = await cli(['run', await pgPipeline('plain')]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stderr).toMatch(/^progress: pg\.events: [\d,]+ rows read \(of ~20,000, \d+%\), [\d,]+ rows\/s, \d+\.\ds elapsed$/m);
+    expect(out.stderr).toMatch(/^progress: pg\.users: [\d,]+ rows read/m);
+    expect(out.stdout).not.toContain('progress');
+  });
+
+  it('keeps stdout to the JSON result under --json, and prints no progress', async () => {
+    const out = await cli(['run', await pgPipeline('json'), '--json']);
+    expect(out.code, out.stderr).toBe(0);
+    const result = JSON.parse(out.stdout) as { streams: { rows_read: number }[] };
+    expect(result.streams.map((s) => s.rows_read)).toEqual([ROWS, ROWS]);
+    expect(out.stderr).not.toContain('progress');
+  });
+});

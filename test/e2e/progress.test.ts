@@ -116,7 +116,7 @@ streams:
 destination: { type: sqlite, path: ${JSON.stringify(join(sub, 'warehouse.sqlite'))} }
 `,
     );
-    const screen = await onTerminal(['run', config], { TIDEMARK_FAILPOINTS: 'load.after_commit=1:sleep(600)' });
+    const screen = await onTerminal(['run', config], { TIDEMARK_FAILPOINTS: 'load.after_commit=2:sleep(600)' });
     expect(screen).toMatch(/trips\.trips {2}\[█+░+\] +\d+% {2}[\d,]+ rows partition 2\/3 2024-02 {2}[\d,]+ rows\/s {2}\d+\.\ds {2}ETA/);
     expect(screen).toMatch(/trips\.trips {2}\[█{24}\] 100% {2}9,000 rows partition 3\/3 2024-03/);
   });

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../conformance/postgres-fixture.js';
+import { createMysqlDb } from '../integration/mysql/mysql-db.js';
 import { writeTaxiMonth } from '../fixtures/taxi.js';
 import { BIN, cli } from '../helpers/cli.js';
 import { tempDir, writeYaml } from '../helpers/fs.js';
@@ -129,6 +130,30 @@ describe('off a terminal', () => {
     expect(out.stderr).toMatch(/^progress: pg\.events: [\d,]+ rows read \(of ~20,000, \d+%\), [\d,]+ rows\/s, \d+\.\ds elapsed$/m);
     expect(out.stderr).toMatch(/^progress: pg\.users: [\d,]+ rows read/m);
     expect(out.stdout).not.toContain('progress');
+  });
+
+  it('takes the total of a MySQL table from its InnoDB row estimate', async () => {
+    const my = await createMysqlDb('tm_progress');
+    try {
+      await my.sql('CREATE TABLE events (id BIGINT PRIMARY KEY, note VARCHAR(20) NOT NULL) ENGINE=InnoDB');
+      for (let start = 0; start < 5000; start += 1000) {
+        await my.sql(`INSERT INTO events VALUES ${Array.from({ length: 1000 }, (_, i) => `(${start + i + 1}, 'n${start + i + 1}')`).join(', ')}`);
+      }
+      await my.sql('ANALYZE TABLE events');
+      const sub = join(dir, 'mysql');
+      await mkdir(sub, { recursive: true });
+      const config = await writeYaml(
+        sub,
+        'my.yaml',
+        `name: my\nsource: { type: mysql, url: ${JSON.stringify(my.url)} }\nstreams:\n  - { table: events, primary_key: [id], batch_rows: 1000 }\ndestination: { type: sqlite, path: ${JSON.stringify(join(sub, 'w.sqlite'))} }\n`,
+      );
+      const out = await cli(['run', config]);
+      expect(out.code, out.stderr).toBe(0);
+      // An estimate: InnoDB samples pages, so the figure is near 5,000, not exactly it.
+      expect(out.stderr).toMatch(/^progress: my\.events: [\d,]+ rows read \(of ~[\d,]+, \d+%\), [\d,]+ rows\/s, \d+\.\ds elapsed$/m);
+    } finally {
+      await my.drop();
+    }
   });
 
   it('keeps stdout to the JSON result under --json, and prints no progress', async () => {

@@ -12,7 +12,7 @@ import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { planPartitions } from '../engine/partition-load.js';
 import { selectStreams } from '../engine/run.js';
 import { openDestination, openSource } from '../registry/index.js';
-import { connectRedis, type QueueTarget } from './queue-connection.js';
+import { connectRedis, reportReachability, type QueueTarget } from './queue-connection.js';
 import { JOB_NAME, jobIdFor, startsEnded, unitKey, type PipelineJobData } from './pipeline-job.js';
 
 export interface EnqueueOptions {
@@ -68,10 +68,20 @@ export class PipelineQueue {
     private readonly logger: Logger,
   ) {}
 
-  static async open(target: QueueTarget, logger: Logger = silentLogger): Promise<PipelineQueue> {
+  /**
+   * Connects, failing at once when Redis cannot be reached. With `outlivesOutages` (a long-running scheduler) a later
+   * outage is reported once and reconnected forever; meanwhile each enqueue fails quickly instead of waiting.
+   */
+  static async open(target: QueueTarget, logger: Logger = silentLogger, options: { outlivesOutages?: boolean } = {}): Promise<PipelineQueue> {
     const { Queue: BullQueue } = await import('bullmq');
-    const connection = await connectRedis(target.url, { failFast: true });
+    const connection = options.outlivesOutages
+      ? await connectRedis(target.url, { maxRetriesPerRequest: 2 })
+      : await connectRedis(target.url, { failFast: true });
+    // Listening before BullMQ does, so an outage is known as one by the time BullMQ passes its errors on.
+    const down = options.outlivesOutages ? reportReachability(connection, target.url, logger) : undefined;
     const queue = new BullQueue<PipelineJobData>(target.name, { connection, prefix: target.prefix });
+    // BullMQ prints connection errors itself unless someone listens; the outage was reported once already.
+    if (down) queue.on('error', (error: Error) => down() || logger.log('warn', `queue ${target.name}: ${errorMessage(error)}`));
     return new PipelineQueue(queue, connection, logger);
   }
 

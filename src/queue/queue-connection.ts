@@ -37,10 +37,10 @@ export function redactUrl(url: string): string {
  * BullMQ needs `maxRetriesPerRequest: null` on the connections its workers block on; a connection that cannot reach
  * Redis fails the first command after a few quick retries instead of hanging a CLI forever.
  */
-export async function connectRedis(url: string, options: { failFast?: boolean } = {}): Promise<Redis> {
+export async function connectRedis(url: string, options: { failFast?: boolean; maxRetriesPerRequest?: number } = {}): Promise<Redis> {
   const { Redis: RedisClient } = await import('ioredis');
   const client = new RedisClient(url, {
-    maxRetriesPerRequest: null,
+    maxRetriesPerRequest: options.maxRetriesPerRequest ?? null,
     lazyConnect: true,
     ...(options.failFast ? { retryStrategy: (times: number) => (times > 3 ? null : 200 * times) } : {}),
   });
@@ -55,13 +55,10 @@ export async function connectRedis(url: string, options: { failFast?: boolean } 
 }
 
 /**
- * A connection for a long-running worker: it never gives up. While Redis cannot be reached it says so once (not per
- * retry), and again when Redis is back; ioredis retries meanwhile. `down()` tells whether it is unreachable now, so
- * callers can keep quiet about the errors that follow from it.
+ * Says once (not per retry) when Redis cannot be reached, and again when it is back; ioredis retries meanwhile. The
+ * returned function tells whether it is unreachable now, so callers can keep quiet about the errors that follow.
  */
-export async function connectRedisWaiting(url: string, logger: Logger): Promise<{ client: Redis; down: () => boolean }> {
-  const { Redis: RedisClient } = await import('ioredis');
-  const client = new RedisClient(url, { maxRetriesPerRequest: null });
+export function reportReachability(client: Redis, url: string, logger: Logger): () => boolean {
   const where = redactUrl(url);
   let unreachable = false;
   const lost = (why: string) => {
@@ -76,6 +73,14 @@ export async function connectRedisWaiting(url: string, logger: Logger): Promise<
     unreachable = false;
     logger.log('info', `queue at ${where} is reachable again`);
   });
+  return () => unreachable;
+}
+
+/** A connection for a long-running worker: it never gives up, and may be opened before Redis is up. */
+export async function connectRedisWaiting(url: string, logger: Logger): Promise<{ client: Redis; down: () => boolean }> {
+  const { Redis: RedisClient } = await import('ioredis');
+  const client = new RedisClient(url, { maxRetriesPerRequest: null });
+  const down = reportReachability(client, url, logger);
   await new Promise<void>((resolve) => (client.status === 'ready' ? resolve() : client.once('ready', () => resolve())));
-  return { client, down: () => unreachable };
+  return { client, down };
 }

@@ -3,7 +3,7 @@
  * redis-server for the outage): timestamps, "started" only under the lease, a clear line for a busy pipeline, the
  * true attempt number after a takeover, a warning while the queue is unreachable and a line when it is back.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -96,6 +96,49 @@ function freePort(): Promise<number> {
     });
   });
 }
+
+/** A throwaway redis-server on `port` (the shared one at 6379 is never stopped), answering once this resolves. */
+async function startRedis(port: number): Promise<ChildProcess> {
+  const redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const ping = () => new Promise<boolean>((resolve) => execFile('redis-cli', ['-p', String(port), 'ping'], (error, out) => resolve(!error && out.trim() === 'PONG')));
+  await waitFor(`redis-server on port ${port}`, ping, 10_000);
+  return redis;
+}
+
+async function stopRedis(redis: ChildProcess): Promise<void> {
+  if (redis.exitCode !== null || redis.signalCode !== null) return;
+  const exited = new Promise((resolve) => redis.once('exit', resolve));
+  redis.kill('SIGTERM');
+  await exited;
+}
+
+describe('tidemark schedule --queue while Redis goes away', () => {
+  it('warns once, says when Redis is back, and enqueues on the next ticks', async () => {
+    const port = await freePort();
+    let redis = await startRedis(port);
+    const { config } = await monthsFixture(join(root, 'sched-outage'), 1, 'schedule: "* * * * * *"\n');
+    const s = startCli(['schedule', config, '--queue', `redis://127.0.0.1:${port}`, '--queue-name', 'outage', '--grace', '2s'], { TIDEMARK_LOG_LEVEL: 'info' });
+    let stderr = '';
+    s.child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const queued = /months: tick \S+: \d+ job\(s\) queued/g;
+    try {
+      await waitFor('a first enqueue', () => (stderr.match(queued) ?? []).length > 0);
+      await stopRedis(redis);
+      await waitFor('the unreachable warning', () => /warn: queue at redis:\/\/127\.0\.0\.1:\d+ is unreachable/.test(stderr));
+      redis = await startRedis(port);
+      await waitFor('the line saying it is back', () => /info: queue at redis:\/\/127\.0\.0\.1:\d+ is reachable again/.test(stderr));
+      const back = stderr.length;
+      await waitFor('an enqueue after the outage', () => (stderr.slice(back).match(queued) ?? []).length > 0);
+      expect(lines(stderr).filter((l) => l.includes('is unreachable'))).toHaveLength(1);
+      for (const l of lines(stderr)) expect(l).toMatch(STAMP);
+    } finally {
+      s.child.kill('SIGTERM');
+      await s.done;
+      await stopRedis(redis);
+    }
+    expect((await s.done).code, stderr).toBe(0);
+  });
+});
 
 describe('a worker whose Redis is unreachable', () => {
   it('warns once while it is down and says when it is back, then takes jobs', async () => {

@@ -6,12 +6,13 @@
 import { createRequire } from 'node:module';
 import type { PartitionProgress, ProgressDetail, ProgressListener } from '../engine/progress.js';
 import { writeOut } from '../core/stdio.js';
+import type { RunResult } from '../core/types.js';
 import { formatCount } from './output.js';
 
 export interface ProgressDisplay {
   readonly onProgress: ProgressListener;
-  /** The run ended: every line shows its final figures. */
-  finish(): void;
+  /** The run ended (without a result when it threw): every line shows its final figures and outcome. */
+  finish(result?: RunResult): void;
 }
 
 /** Off a terminal, how often a stream's line repeats (the first one is printed at once). */
@@ -20,11 +21,15 @@ const SPINNER = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', 
 const BAR_WIDTH = 24;
 
 interface StreamLine {
+  readonly stream: string;
   readonly name: string;
   readonly started: number;
   rows: number;
   detail: ProgressDetail | undefined;
+  /** When the next stream began or the run ended. */
   ended: number | undefined;
+  /** Known once the run has ended: a failed stream keeps the share it reached. */
+  outcome: 'done' | 'failed' | undefined;
 }
 
 /**
@@ -42,7 +47,7 @@ export function progressDisplay(pipeline: string, options: { json: boolean }): P
       }
       chosen?.onProgress(stream, rows, detail);
     },
-    finish: () => chosen?.finish(),
+    finish: (result) => chosen?.finish(result),
   };
 }
 
@@ -90,24 +95,30 @@ export function renderLine(line: StreamLine, now: number): string {
   const elapsed = formatElapsed((line.ended ?? now) - line.started);
   const rows = `${formatCount(line.rows)} rows`;
   const known = fraction(line);
-  const done = known === undefined ? undefined : line.ended !== undefined ? 1 : known;
+  // A total from statistics is an estimate: a stream that completed is at 100% whatever it said.
+  const done = known !== undefined && line.outcome === 'done' ? 1 : known;
+  const failed = line.outcome === 'failed' ? 'failed' : '';
   if (done === undefined) {
-    const mark = line.ended !== undefined ? '✓' : SPINNER[Math.floor(now / 100) % SPINNER.length]!;
-    return `${line.name}  ${mark} ${rows}  ${rate(line, now)}  ${elapsed}`;
+    const mark = line.outcome === 'done' ? '✓' : line.outcome === 'failed' ? '✗' : line.ended !== undefined ? '·' : SPINNER[Math.floor(now / 100) % SPINNER.length]!;
+    return [`${line.name}  ${mark} ${rows}`, rate(line, now), elapsed, failed].filter((p) => p.length > 0).join('  ');
   }
   const filled = Math.round(done * BAR_WIDTH);
   const bar = `${'█'.repeat(filled)}${'░'.repeat(BAR_WIDTH - filled)}`;
-  const parts = [`${line.name}  [${bar}] ${String(Math.floor(done * 100)).padStart(3)}%`, `${rows} ${extent(line)}`.trimEnd(), rate(line, now), elapsed, eta(line, done, now)];
+  const parts = [`${line.name}  [${bar}] ${String(Math.floor(done * 100)).padStart(3)}%`, `${rows} ${extent(line)}`.trimEnd(), rate(line, now), elapsed, failed || eta(line, done, now)];
   return parts.filter((p) => p.length > 0).join('  ');
 }
 
+interface Tracker {
+  update(stream: string, rows: number, detail?: ProgressDetail): { line: StreamLine; added: boolean };
+  finish(result: RunResult | undefined): void;
+}
+
 /** Tracks the streams of one run; streams run one after another, so a new stream ends the one before it. */
-function tracker(pipeline: string): { update(stream: string, rows: number, detail?: ProgressDetail): { line: StreamLine; added: boolean }; endAll(): StreamLine[] } {
+function tracker(pipeline: string): Tracker {
   const lines = new Map<string, StreamLine>();
-  const endAll = (): StreamLine[] => {
+  const endAll = () => {
     const now = Date.now();
     for (const l of lines.values()) l.ended ??= now;
-    return [...lines.values()];
   };
   return {
     update(stream, rows, detail) {
@@ -115,14 +126,17 @@ function tracker(pipeline: string): { update(stream: string, rows: number, detai
       const added = line === undefined;
       if (line === undefined) {
         endAll();
-        line = { name: `${pipeline}.${stream}`, started: Date.now(), rows, detail, ended: undefined };
+        line = { stream, name: `${pipeline}.${stream}`, started: Date.now(), rows, detail, ended: undefined, outcome: undefined };
         lines.set(stream, line);
       }
       line.rows = rows;
       if (detail !== undefined) line.detail = detail;
       return { line, added };
     },
-    endAll,
+    finish(result) {
+      endAll();
+      for (const l of lines.values()) l.outcome = result?.streams.find((s) => s.stream === l.stream)?.outcome === 'committed' ? 'done' : 'failed';
+    },
   };
 }
 
@@ -138,18 +152,18 @@ function barDisplay(pipeline: string): ProgressDisplay {
     gracefulExit: false,
     format: (_options, _params, payload) => renderLine(payload.line as StreamLine, Date.now()),
   });
-  const bars = new Map<StreamLine, ReturnType<InstanceType<typeof MultiBar>['create']>>();
-  let started = false;
+  // Each bar renders its line object, which the tracker updates in place; cli-progress redraws on its timer.
+  let bars = 0;
   return {
     onProgress(stream, rows, detail) {
       const { line, added } = streams.update(stream, rows, detail);
-      started = true;
-      if (added) bars.set(line, multi.create(1, 0, { line }));
-      else bars.get(line)?.update(0, { line });
+      if (!added) return;
+      multi.create(1, 0, { line });
+      bars += 1;
     },
-    finish() {
-      streams.endAll();
-      if (started) multi.stop();
+    finish(result) {
+      streams.finish(result);
+      if (bars > 0) multi.stop();
     },
   };
 }
@@ -168,8 +182,8 @@ function plainDisplay(pipeline: string): ProgressDisplay {
       const done = fraction(line);
       writeOut(2, `progress: ${line.name}: ${formatCount(rows)} rows read${whole ? ` (${whole}${done !== undefined ? `, ${Math.floor(done * 100)}%` : ''})` : ''}, ${rate(line, now)}, ${formatElapsed(now - line.started)} elapsed\n`);
     },
-    finish() {
-      streams.endAll();
+    finish(result) {
+      streams.finish(result);
     },
   };
 }

@@ -23,11 +23,8 @@ const ROWS = 20_000;
  */
 async function onTerminal(args: readonly string[], env: Record<string, string>): Promise<string> {
   const command = `stty cols 200 rows 40; exec ${[process.execPath, BIN, ...args].map((a) => `'${a}'`).join(' ')}`;
-  const screen = await exec('script', ['-qec', command, '/dev/null'], { env: { ...process.env, TIDEMARK_FAILPOINTS: '', ...env } }).catch(
-    (error: { stdout: string }) => {
-      throw new Error(`the run failed on the terminal:\n${error.stdout}`);
-    },
-  );
+  // A failed run (exit 1) still leaves its screen to look at.
+  const screen = await exec('script', ['-qec', command, '/dev/null'], { env: { ...process.env, TIDEMARK_FAILPOINTS: '', ...env } }).catch((error: { stdout: string }) => error);
   return screen.stdout.replace(/\x1b\[[?0-9;]*[A-Za-z]/g, '').replace(/\r/g, '');
 }
 
@@ -84,6 +81,13 @@ describe('on a terminal', () => {
     expect(linesOf(screen, 'pg.users').at(-1)).toMatch(/pg\.users {2}\[█{24}\] 100% {2}20,000 rows of ~20,000 {2}[\d,]+ rows\/s {2}\d+\.\ds$/);
     // The summary still follows on stdout.
     expect(screen).toContain('pg.events: 20,000 read, 20,000 loaded');
+  });
+
+  it('leaves a stream that failed at the share it reached, marked failed, not at 100%', async () => {
+    const screen = await onTerminal(['run', await pgPipeline('tty-failed'), '--stream', 'events'], { TIDEMARK_FAILPOINTS: 'load.after_write=3:throw' });
+    const final = linesOf(screen, 'pg.events').at(-1) ?? '';
+    expect(final).toMatch(/pg\.events {2}\[█+░+\] +\d+% {2}[\d,]+ rows of ~20,000 {2}[\d,]+ rows\/s {2}\d+\.\ds {2}failed/);
+    expect(final).not.toContain('100%');
   });
 
   it('shows a spinner line with rows, rows/s and elapsed when no total is known', async () => {

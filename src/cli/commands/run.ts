@@ -78,7 +78,7 @@ async function runAll(files: readonly string[], options: RunCommandOptions, sign
   for (const file of files) {
     const pipeline = await loadPipeline(file);
     const progress = progressDisplay(pipeline.name, { json: options.json === true });
-    let result: RunResult;
+    let result: RunResult | undefined;
     try {
       result = await run(pipeline, {
         ...(options.full ? { full: true } : {}),
@@ -89,7 +89,7 @@ async function runAll(files: readonly string[], options: RunCommandOptions, sign
         onProgress: progress.onProgress,
       });
     } finally {
-      progress.finish();
+      progress.finish(result);
     }
     if (options.json) print(toJson(result));
     else for (const s of result.streams) print(summary(pipeline.name, s));

@@ -52,6 +52,10 @@ describe('npm run demo', () => {
   it('does not rebuild when dist/ is newer than every source', async () => {
     const bundle = join(ROOT, 'dist', 'bin', 'tidemark.cjs');
     const before = (await stat(bundle)).mtimeMs;
+    // Checked first, so a tree edited since its build fails here instead of rebuilding under other running tests.
+    await run(process.execPath, [join(ROOT, 'scripts', 'ensure-built.mjs'), '--check'], { cwd: ROOT }).catch(() => {
+      throw new Error('dist/ is older than src/: build first (`npm run build`), as `npm test` does');
+    });
     const { stderr } = await run(process.execPath, [join(ROOT, 'scripts', 'ensure-built.mjs')], { cwd: ROOT });
     expect(stderr).toBe('');
     expect((await stat(bundle)).mtimeMs).toBe(before);

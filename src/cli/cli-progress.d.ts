@@ -16,6 +16,8 @@ declare module 'cli-progress' {
     constructor(options: BarOptions);
     create(total: number, start: number, payload?: Record<string, unknown>): GenericBar;
     stop(): void;
+    update(): void;
+    log(text: string): void;
   }
   const progress: { MultiBar: typeof MultiBar };
   export default progress;

@@ -13,6 +13,8 @@ export interface ProgressDisplay {
   readonly onProgress: ProgressListener;
   /** The run ended (without a result when it threw): every line shows its final figures and outcome. */
   finish(result?: RunResult): void;
+  /** Text for stderr (log lines): above the bars while they are drawn, so neither garbles the other. */
+  write(text: string): void;
 }
 
 /** Off a terminal, how often a stream's line repeats (the first one is printed at once). */
@@ -48,6 +50,7 @@ export function progressDisplay(pipeline: string, options: { json: boolean }): P
       chosen?.onProgress(stream, rows, detail);
     },
     finish: (result) => chosen?.finish(result),
+    write: (text) => (chosen ? chosen.write(text) : writeOut(2, text)),
   };
 }
 
@@ -163,7 +166,14 @@ function barDisplay(pipeline: string): ProgressDisplay {
     },
     finish(result) {
       streams.finish(result);
-      if (bars > 0) multi.stop();
+      if (bars === 0) return;
+      // A redraw first: it prints log lines still waiting for the next frame (stop() would drop them).
+      multi.update();
+      multi.stop();
+    },
+    write(text) {
+      if (bars > 0) multi.log(text);
+      else writeOut(2, text);
     },
   };
 }
@@ -185,5 +195,6 @@ function plainDisplay(pipeline: string): ProgressDisplay {
     finish(result) {
       streams.finish(result);
     },
+    write: (text) => writeOut(2, text),
   };
 }

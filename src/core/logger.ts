@@ -29,11 +29,15 @@ const ORDER: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 }
  * Lines to stderr at `min` or above. Long-running processes (worker, schedule) pass `timestamps`: their lines are read
  * later, in a log, where "when" matters as much as "what".
  */
-export function stderrLogger(min: LogLevel = (process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'warn', options: { timestamps?: boolean } = {}): Logger {
+export function stderrLogger(
+  min: LogLevel = (process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'warn',
+  options: { timestamps?: boolean; write?: (text: string) => void } = {},
+): Logger {
+  const write = options.write ?? ((text: string) => writeOut(2, text));
   return {
     log(level, message) {
       if (ORDER[level] < ORDER[min]) return;
-      writeOut(2, `${options.timestamps ? `${new Date().toISOString()} ` : ''}${level}: ${redact(message)}\n`);
+      write(`${options.timestamps ? `${new Date().toISOString()} ` : ''}${level}: ${redact(message)}\n`);
     },
   };
 }

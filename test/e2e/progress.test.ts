@@ -21,11 +21,13 @@ const ROWS = 20_000;
  * The CLI on a pseudo-terminal 200 columns wide: what the terminal received, without its escape sequences. Frames of
  * one line overwrite each other (cursor to column 1), so each line of the result holds every frame of one display line.
  */
-async function onTerminal(args: readonly string[], env: Record<string, string>): Promise<string> {
+async function onTerminal(args: readonly string[], env: Record<string, string>, options: { resetsAsBreaks?: boolean } = {}): Promise<string> {
   const command = `stty cols 200 rows 40; exec ${[process.execPath, BIN, ...args].map((a) => `'${a}'`).join(' ')}`;
   // A failed run (exit 1) still leaves its screen to look at.
   const screen = await exec('script', ['-qec', command, '/dev/null'], { env: { ...process.env, TIDEMARK_FAILPOINTS: '', ...env } }).catch((error: { stdout: string }) => error);
-  return screen.stdout.replace(/\x1b\[[?0-9;]*[A-Za-z]/g, '').replace(/\r/g, '');
+  // With resetsAsBreaks, what is written after a cursor-to-column-1 or clear-line starts a line of its own.
+  const out = options.resetsAsBreaks ? screen.stdout.replace(/\x1b\[(1G|2K)/g, '\n') : screen.stdout;
+  return out.replace(/\x1b\[[?0-9;]*[A-Za-z]/g, '').replace(/\r/g, '');
 }
 
 /** The display lines (of the screen as above) that mention `name`. */
@@ -105,11 +107,11 @@ describe('on a terminal', () => {
     }
   });
 
-  it('shows partitions i/N of a partitioned stream', async () => {
-    const sub = join(dir, 'parts');
+  async function tripsPipeline(name: string, extraStreams = ''): Promise<string> {
+    const sub = join(dir, name);
     await mkdir(join(sub, 'trips'), { recursive: true });
     for (const m of [1, 2, 3]) await writeTaxiMonth(join(sub, 'trips', `yellow_tripdata_2024-0${m}.parquet`), { year: 2024, month: m, rows: 3000, seed: m });
-    const config = await writeYaml(
+    return writeYaml(
       sub,
       'trips.yaml',
       `name: trips
@@ -118,12 +120,26 @@ streams:
   - name: trips
     pattern: trips/yellow_tripdata_{month}.parquet
     partition_column: month
-destination: { type: sqlite, path: ${JSON.stringify(join(sub, 'warehouse.sqlite'))} }
+${extraStreams}destination: { type: sqlite, path: ${JSON.stringify(join(sub, 'warehouse.sqlite'))} }
 `,
     );
-    const screen = await onTerminal(['run', config], { TIDEMARK_FAILPOINTS: 'load.after_commit=2:sleep(600)' });
+  }
+
+  it('shows partitions i/N of a partitioned stream', async () => {
+    const screen = await onTerminal(['run', await tripsPipeline('parts')], { TIDEMARK_FAILPOINTS: 'load.after_commit=2:sleep(600)' });
     expect(screen).toMatch(/trips\.trips {2}\[█+░+\] +\d+% {2}[\d,]+ rows partition 2\/3 2024-02 {2}[\d,]+ rows\/s {2}\d+\.\ds {2}ETA/);
     expect(screen).toMatch(/trips\.trips {2}\[█{24}\] 100% {2}9,000 rows partition 3\/3 2024-03/);
+  });
+
+  it('prints a warning given while the bars are drawn on a line of its own', async () => {
+    // The second stream's pattern matches nothing: its warning comes while the first stream's bar is on screen.
+    const ghosts = '  - name: ghosts\n    pattern: ghosts/g_{month}.parquet\n    partition_column: month\n';
+    const screen = await onTerminal(['run', await tripsPipeline('warned', ghosts)], {}, { resetsAsBreaks: true });
+    expect(screen.split('\n').filter((l) => l.startsWith('warn: ')), JSON.stringify(screen)).toEqual([
+      expect.stringMatching(/^warn: pipeline trips, stream ghosts: pattern ghosts\/g_\{month\}\.parquet matches no file/),
+    ]);
+    expect(linesOf(screen, 'trips.trips').at(-1)).toMatch(/^trips\.trips {2}\[█{24}\] 100% {2}9,000 rows/);
+    expect(screen).not.toMatch(/ETA [^\n]*warn:/);
   });
 });
 

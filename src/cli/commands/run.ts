@@ -84,7 +84,7 @@ async function runAll(files: readonly string[], options: RunCommandOptions, sign
         ...(options.full ? { full: true } : {}),
         ...(options.stream?.length ? { streams: options.stream } : {}),
         ...(options.strict ? { strict: true } : {}),
-        logger: stderrLogger(),
+        logger: stderrLogger(undefined, { write: progress.write }),
         signal,
         onProgress: progress.onProgress,
       });

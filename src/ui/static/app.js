@@ -267,7 +267,7 @@
 
   // ---- stream page ------------------------------------------------------------------------------------------
 
-  const view = { diff: {}, plans: {}, verify: {} };
+  const view = { diff: {}, plans: {}, verify: {}, menu: null };
 
   function renderStream(p, streamName) {
     setCrumbs([{ text: 'Overview', href: '#/' }, { text: p.name, href: `#/p/${encodeURIComponent(p.name)}` }, { text: streamName }]);
@@ -576,6 +576,9 @@
       const ledgerActs = p.actions.filter((a) => a.startsWith('ledger-'));
       if (ledgerActs.length) cell.addEventListener('click', () => partitionMenu(p, stream, x, ledgerActs, cell, menu));
       grid.append(cell);
+      // The page is rebuilt on every refresh: an open menu stays open across it.
+      const open = view.menu;
+      if (ledgerActs.length && open && open.pipeline === p.name && open.stream === stream && open.partition === x.partition) partitionMenu(p, stream, x, ledgerActs, cell, menu);
     }
     section.append(partitions.length ? grid : h('p', { class: 'muted' }, 'No partitions in the ledger.'), menu);
     section.append(verifySection(p));
@@ -596,8 +599,14 @@
       return b;
     };
     const close = h('button', { type: 'button', dataset: { action: 'close' } }, 'Close');
-    close.addEventListener('click', () => menu.replaceChildren());
+    close.addEventListener('click', () => closeMenu(menu));
+    view.menu = { pipeline: p.name, stream, partition: x.partition };
     menu.replaceChildren(h('span', { class: 'mono' }, `partition ${x.partition}`), ...acts.map(button), close);
+  }
+
+  function closeMenu(menu) {
+    view.menu = null;
+    menu.replaceChildren();
   }
 
   async function partitionAction(p, stream, x, reload, cell, menu) {
@@ -609,7 +618,7 @@
       reload ? 'Reload' : 'Forget',
     );
     if (!ok) return;
-    menu.replaceChildren();
+    closeMenu(menu);
     cell.disabled = true;
     try {
       await postJson(`${api(p.name)}/ledger/${reload ? 'reload' : 'forget'}`, { stream, partition: x.partition });
@@ -686,6 +695,7 @@
   window.addEventListener('hashchange', () => {
     // A notice is about the page it was given on.
     setNotice('info', '');
+    view.menu = null;
     last = null;
     main.dataset.ready = 'false';
     view.verify = {};

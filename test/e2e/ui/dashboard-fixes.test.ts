@@ -96,6 +96,10 @@ describe('tidemark ui, details', () => {
     await page.click('#confirm-cancel');
     await settle();
     expect(await page.locator('dialog#confirm[open]').count()).toBe(0);
+    // The page rebuilds itself every few seconds; the open menu outlives that.
+    const refreshed = await page.locator('#refreshed').textContent();
+    await page.waitForFunction((before) => (globalThis as unknown as { document: { querySelector(s: string): { textContent: string | null } } }).document.querySelector('#refreshed').textContent !== before, refreshed, { timeout: 20_000 });
+    expect(await page.locator('[data-role="partition-menu"]').textContent()).toContain('partition 2024-02');
     // Forget is a choice of its own, not what follows a cancelled reload.
     await page.locator('[data-role="partition-menu"] [data-action="ledger-forget"]').click();
     await page.waitForSelector('dialog#confirm[open]');

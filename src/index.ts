@@ -33,7 +33,7 @@ export { TickStore, TICK_FILE_NAME } from './scheduler/tick-store.js';
 export { InProcessDispatcher, QueueDispatcher } from './scheduler/dispatch.js';
 export type { Dispatcher, DispatchOutcome } from './scheduler/dispatch.js';
 export { PipelineQueue } from './queue/pipeline-queue.js';
-export type { EnqueueOptions, EnqueuedJob } from './queue/pipeline-queue.js';
+export type { EnqueueOptions, EnqueuedJob, QueuedJob } from './queue/pipeline-queue.js';
 export { PipelineWorker } from './queue/pipeline-worker.js';
 export type { PipelineWorkerOptions } from './queue/pipeline-worker.js';
 export { queueTarget, redactUrl, DEFAULT_QUEUE_NAME, DEFAULT_QUEUE_PREFIX } from './queue/queue-connection.js';

@@ -7,6 +7,7 @@ import type { Command } from 'commander';
 import { errorMessage } from '../core/errors.js';
 import type { EnqueueCommandOptions } from './commands/enqueue.js';
 import type { InitCommandOptions } from './commands/init.js';
+import type { JobsCommandOptions } from './commands/jobs.js';
 import type { ScheduleCommandOptions } from './commands/schedule.js';
 import type { WorkerCommandOptions } from './commands/worker.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
@@ -34,6 +35,7 @@ const commands = {
   schedule: () => import('./commands/schedule.js'),
   worker: () => import('./commands/worker.js'),
   enqueue: () => import('./commands/enqueue.js'),
+  jobs: () => import('./commands/jobs.js'),
 };
 
 /** `tidemark run`'s options, as data: commander's help and the fast path below read the same table. */
@@ -196,7 +198,7 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
 
   const queueOptions = (command: Command, required: boolean): Command =>
     command
-      [required ? 'requiredOption' : 'option']('--queue <url>', 'Redis URL of the job queue (redis://127.0.0.1:6379)')
+      [required ? 'requiredOption' : 'option']('--queue <url>', `Redis URL of the job queue, e.g. redis://127.0.0.1:6379${required ? ' (required)' : ''}`)
       .option('--queue-name <name>', 'BullMQ queue name', 'tidemark')
       .option('--queue-prefix <prefix>', 'prefix of the queue\'s Redis keys', 'tidemark');
 
@@ -235,6 +237,14 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
       .option('--json', 'print the jobs as JSON'),
     true,
   ).action(act(async (files: string[], o: EnqueueCommandOptions) => (await commands.enqueue()).enqueueCommand(files, o)));
+
+  queueOptions(
+    cli
+      .command('jobs')
+      .description('list the queue\'s active, waiting, delayed and failed jobs: unit, attempts, last error')
+      .option('--json', 'print the jobs as JSON'),
+    true,
+  ).action(act(async (o: JobsCommandOptions) => (await commands.jobs()).jobsCommand(o)));
 
   return cli;
 }

@@ -193,6 +193,8 @@ export interface OpenedRead {
   readonly ordered?: boolean;
   /** True when the read resumes by `Batch.resume` tokens: commits then happen only at batch ends carrying one. */
   readonly resumable?: boolean;
+  /** Rows the read is expected to return, where the source can tell cheaply (an estimate: for progress display only). */
+  readonly estimatedRows?: number;
   /** Batches ordered by `(cursor, pk)` for incremental reads and by pk for keyset reads (unless `ordered` is false). */
   batches(): AsyncIterable<Batch>;
   /** Present when the source can hand the whole read over as chunk files; an engine uses either this or `batches()`. */

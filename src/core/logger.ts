@@ -25,10 +25,19 @@ export interface Logger {
 
 const ORDER: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 };
 
-export function stderrLogger(min: LogLevel = (process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'warn'): Logger {
+/**
+ * Lines to stderr at `min` or above. Long-running processes (worker, schedule) pass `timestamps`: their lines are read
+ * later, in a log, where "when" matters as much as "what".
+ */
+export function stderrLogger(
+  min: LogLevel = (process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'warn',
+  options: { timestamps?: boolean; write?: (text: string) => void } = {},
+): Logger {
+  const write = options.write ?? ((text: string) => writeOut(2, text));
   return {
     log(level, message) {
-      if (ORDER[level] >= ORDER[min]) writeOut(2, `${level}: ${redact(message)}\n`);
+      if (ORDER[level] < ORDER[min]) return;
+      write(`${options.timestamps ? `${new Date().toISOString()} ` : ''}${level}: ${redact(message)}\n`);
     },
   };
 }

@@ -10,6 +10,7 @@ import type { Column, LedgerEntry, PartitionFile, PipelineState, Reject, Row, Ru
 import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { refuseRejects, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
+import type { PartitionProgress } from './progress.js';
 
 export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload';
 
@@ -131,6 +132,7 @@ export function partitionLoader(reload: readonly string[] = [], only?: readonly 
 class PartitionLoader {
   private readonly started = Date.now();
   private rowsRead = 0;
+  private current: PartitionProgress | undefined;
   private rowsLoaded = 0;
   private rowsRejected = 0;
   private commits = 0;
@@ -187,6 +189,8 @@ class PartitionLoader {
         this.ctx.signal?.throwIfAborted();
         const opened = await next!;
         next = i + 1 < pending.length ? this.open(pending[i + 1]!, signal) : undefined;
+        this.current = { index: i + 1, count: pending.length, id: plan.partition, rowsBefore: this.rowsRead, ...(opened.declared ? { rows: opened.declared.rows } : {}) };
+        this.progress(this.rowsRead);
         await this.loadPartition(plan, opened, i === pending.length - 1);
       }
     } finally {
@@ -194,6 +198,10 @@ class PartitionLoader {
       await next?.then((unused) => unused.close(), () => undefined);
     }
     return { state: this.state, result: this.result() };
+  }
+
+  private progress(rowsRead: number): void {
+    this.ctx.onProgress?.(this.stream.name, rowsRead, this.current ? { partition: this.current } : undefined);
   }
 
   private open(plan: PartitionPlan, signal: AbortSignal): Promise<OpenedPartition> {
@@ -297,7 +305,7 @@ class PartitionLoader {
         throw await opened.explain(error);
       }
       await failpoint('load.after_write');
-      this.ctx.onProgress?.(this.stream.name, this.rowsRead + loaded);
+      this.progress(this.rowsRead + loaded);
       return { loaded, rejects: [] };
     }
     const columns = opened.schema.columns;
@@ -310,7 +318,7 @@ class PartitionLoader {
         await txn.writeColumns(kept);
         loaded += kept.rowCount;
         await failpoint('load.after_write');
-        this.ctx.onProgress?.(this.stream.name, this.rowsRead + loaded + rejects.length);
+        this.progress(this.rowsRead + loaded + rejects.length);
       }
       return { loaded, rejects };
     }
@@ -324,7 +332,7 @@ class PartitionLoader {
       await txn.write(rows);
       loaded += rows.length;
       await failpoint('load.after_write');
-      this.ctx.onProgress?.(this.stream.name, this.rowsRead + loaded + rejects.length);
+      this.progress(this.rowsRead + loaded + rejects.length);
     }
     return { loaded, rejects };
   }

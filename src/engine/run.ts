@@ -16,6 +16,7 @@ import { concurrentPartitionWriters, leaseProviderFor, openSource } from '../reg
 import { aboveFence } from './lease-fence.js';
 import { openPipelineDestination } from './state-sync.js';
 import { partitionLoader } from './partition-load.js';
+import type { ProgressListener } from './progress.js';
 import { checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 
@@ -25,7 +26,7 @@ export interface RunOptions {
   /** Only these streams (by name). */
   readonly streams?: readonly string[];
   readonly logger?: Logger;
-  readonly onProgress?: (stream: string, rowsRead: number) => void;
+  readonly onProgress?: ProgressListener;
   /** Partitioned streams: load these partitions again (delete-then-insert), whatever their ledger rows say. */
   readonly reload?: readonly string[];
   /** Aborting stops the run between batches: uncommitted rows are rolled back, the lease released. */
@@ -36,6 +37,8 @@ export interface RunOptions {
   readonly partitions?: readonly string[];
   /** A files stream whose pattern matches no file fails instead of warning. */
   readonly strict?: boolean;
+  /** Called once the run holds its leases, before it opens anything (queue workers log "started" here, not before). */
+  readonly onLeased?: () => void;
 }
 
 export function emptyState(pipeline: string): PipelineState {
@@ -52,6 +55,7 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
   const leases = await acquireLeases(provider, pipeline, streams, options);
   try {
     await failpoint('lock.after_acquire');
+    options.onLeased?.();
     const { destination, source } = await openEnds(pipeline, logger);
     try {
       // A shared lease only carries the current token; the exclusive ones are taken above the destination's fence.

@@ -22,6 +22,7 @@ import type {
 import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { CursorGroup, ReadFloor, rowIdentity } from './boundary.js';
+import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 
 export interface StreamContext {
@@ -32,7 +33,7 @@ export interface StreamContext {
   readonly destination: Destination;
   readonly lease: Lease;
   readonly full: boolean;
-  readonly onProgress?: (stream: string, rowsRead: number) => void;
+  readonly onProgress?: ProgressListener;
   readonly signal?: AbortSignal;
   /** Shown in run records (default `host:pid`). */
   readonly worker?: string;
@@ -100,6 +101,7 @@ class StreamLoader {
   private position: Position = { group: null };
   private txnRowsRead = 0;
   private rowsRead = 0;
+  private rowsTotal: number | undefined;
   private rowsLoaded = 0;
   private rowsRejected = 0;
   private buildRows: number;
@@ -164,7 +166,15 @@ class StreamLoader {
     return this.ctx.destination.acceptsBulk?.(bulk.format, this.columns) === true ? bulk : undefined;
   }
 
+  /** Rows read so far, with the source's estimate of the whole read when it has one. */
+  private progress(): void {
+    this.ctx.onProgress?.(this.stream.name, this.rowsRead, this.rowsTotal === undefined ? undefined : { rowsTotal: this.rowsTotal });
+  }
+
   async load(read: OpenedRead): Promise<StreamOutcome> {
+    this.rowsTotal = read.estimatedRows;
+    // A read of known size is shown before its first batch arrives (a display can tell a long read from a stuck one).
+    if (this.rowsTotal !== undefined && this.rowsTotal > 0) this.progress();
     const bulk = this.bulkOf(read);
     if (bulk !== undefined) return this.loadBulk(read, bulk);
     const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
@@ -189,7 +199,7 @@ class StreamLoader {
         if (batch.resume !== undefined) this.resume = batch.resume;
         await this.flush();
         if (read.resumable && batch.resume !== undefined && this.txnRowsRead >= this.stream.checkpointRows) await this.commit(false);
-        this.ctx.onProgress?.(this.stream.name, this.rowsRead);
+        this.progress();
       }
     } catch (error) {
       await this.txn?.rollback().catch(() => undefined);
@@ -236,7 +246,7 @@ class StreamLoader {
           } else if (chunk.lastPk !== undefined) {
             this.position = { afterPk: chunk.lastPk, group: chunk.lastPk.map((v) => v.value).join('\u0000') };
           }
-          this.ctx.onProgress?.(this.stream.name, this.rowsRead);
+          this.progress();
         } finally {
           await chunk.release();
         }

@@ -23,6 +23,14 @@ export interface PipelineJobResult {
 export const JOB_NAME = 'run';
 
 /**
+ * Starts of a job that ended without completing it: failures (`attemptsMade`) and takeovers from a worker that died
+ * or stopped renewing its lock (`stalledCounter`, which BullMQ counts apart). Lease waits count neither.
+ */
+export function startsEnded(job: { readonly attemptsMade: number; readonly stalledCounter?: number }): number {
+  return job.attemptsMade + (job.stalledCounter ?? 0);
+}
+
+/**
  * The unit a job stands for. Two jobs of one unit never wait or run side by side (BullMQ deduplication on this key),
  * so enqueuing the same partition twice loads it once; a later enqueue after it loaded finds it in the ledger.
  */

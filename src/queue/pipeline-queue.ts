@@ -12,8 +12,8 @@ import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { planPartitions } from '../engine/partition-load.js';
 import { selectStreams } from '../engine/run.js';
 import { openDestination, openSource } from '../registry/index.js';
-import { connectRedis, type QueueTarget } from './queue-connection.js';
-import { JOB_NAME, jobIdFor, unitKey, type PipelineJobData } from './pipeline-job.js';
+import { connectRedis, reportReachability, type QueueTarget } from './queue-connection.js';
+import { JOB_NAME, jobIdFor, startsEnded, unitKey, type PipelineJobData } from './pipeline-job.js';
 
 export interface EnqueueOptions {
   /** Only these streams (default: all). */
@@ -38,6 +38,27 @@ export interface EnqueuedJob {
   readonly duplicate: boolean;
 }
 
+/** The job states `tidemark jobs` lists, in the order it lists them. */
+export const LISTED_STATES = ['active', 'waiting', 'prioritized', 'delayed', 'failed'] as const;
+export type ListedState = (typeof LISTED_STATES)[number];
+
+/** A job as `tidemark jobs` shows it (snake_case, as every `--json` output). */
+export interface QueuedJob {
+  readonly id: string;
+  readonly state: ListedState;
+  readonly pipeline: string;
+  readonly stream: string | null;
+  readonly partition: string | null;
+  readonly full: boolean;
+  /** Starts that ended without completing the job (failures and takeovers from dead workers). */
+  readonly attempts: number;
+  readonly max_attempts: number;
+  readonly enqueued_at: string;
+  readonly reason: string;
+  /** The error of the last failed attempt, if any. */
+  readonly last_error: string | null;
+}
+
 export class PipelineQueue {
   private closed = false;
 
@@ -47,10 +68,20 @@ export class PipelineQueue {
     private readonly logger: Logger,
   ) {}
 
-  static async open(target: QueueTarget, logger: Logger = silentLogger): Promise<PipelineQueue> {
+  /**
+   * Connects, failing at once when Redis cannot be reached. With `outlivesOutages` (a long-running scheduler) a later
+   * outage is reported once and reconnected forever; meanwhile each enqueue fails quickly instead of waiting.
+   */
+  static async open(target: QueueTarget, logger: Logger = silentLogger, options: { outlivesOutages?: boolean } = {}): Promise<PipelineQueue> {
     const { Queue: BullQueue } = await import('bullmq');
-    const connection = await connectRedis(target.url, { failFast: true });
+    const connection = options.outlivesOutages
+      ? await connectRedis(target.url, { maxRetriesPerRequest: 2 })
+      : await connectRedis(target.url, { failFast: true });
+    // Listening before BullMQ does, so an outage is known as one by the time BullMQ passes its errors on.
+    const down = options.outlivesOutages ? reportReachability(connection, target.url, logger) : undefined;
     const queue = new BullQueue<PipelineJobData>(target.name, { connection, prefix: target.prefix });
+    // BullMQ prints connection errors itself unless someone listens; the outage was reported once already.
+    if (down) queue.on('error', (error: Error) => down() || logger.log('warn', `queue ${target.name}: ${errorMessage(error)}`));
     return new PipelineQueue(queue, connection, logger);
   }
 
@@ -66,6 +97,30 @@ export class PipelineQueue {
 
   async counts(): Promise<Readonly<Record<string, number>>> {
     return this.queue.getJobCounts('waiting', 'active', 'delayed', 'completed', 'failed', 'prioritized');
+  }
+
+  /** Jobs not finished yet, and failed ones: at most `limit` per state (newest first within a state). */
+  async jobs(limit = 1000): Promise<QueuedJob[]> {
+    const listed: QueuedJob[] = [];
+    for (const state of LISTED_STATES) {
+      for (const job of await this.queue.getJobs([state], 0, limit - 1)) {
+        if (!job) continue;
+        listed.push({
+          id: job.id ?? '?',
+          state,
+          pipeline: job.data.pipeline,
+          stream: job.data.stream ?? null,
+          partition: job.data.partition ?? null,
+          full: job.data.full === true,
+          attempts: startsEnded(job),
+          max_attempts: job.opts.attempts ?? 1,
+          enqueued_at: new Date(job.timestamp).toISOString(),
+          reason: job.data.reason,
+          last_error: job.failedReason ? job.failedReason : null,
+        });
+      }
+    }
+    return listed;
   }
 
   /** The BullMQ queue itself, for inspection (tests, dashboards). */

@@ -23,8 +23,8 @@ import { silentLogger } from '../core/logger.js';
 import { loadPipeline, type PipelineConfig } from '../config/load.js';
 import { run } from '../engine/run.js';
 import { leaseProviderFor } from '../registry/index.js';
-import { connectRedis, type QueueTarget } from './queue-connection.js';
-import type { PipelineJobData, PipelineJobResult } from './pipeline-job.js';
+import { connectRedisWaiting, type QueueTarget } from './queue-connection.js';
+import { startsEnded, type PipelineJobData, type PipelineJobResult } from './pipeline-job.js';
 
 export interface PipelineWorkerOptions {
   readonly target: QueueTarget;
@@ -64,8 +64,10 @@ export class PipelineWorker {
     const { Worker: BullWorker, DelayedError, UnrecoverableError } = await import('bullmq');
     const logger = options.logger ?? silentLogger;
     const name = options.name ?? `${hostname()}:${process.pid}`;
-    const connection = await connectRedis(options.target.url);
+    const { client: connection, down } = await connectRedisWaiting(options.target.url, logger);
     const active = new Set<AbortController>();
+    /** Jobs already reported as put back (a busy pipeline retries every ~half second; one line is enough). */
+    const waiting = new Set<string>();
 
     const processor = async (job: Job<PipelineJobData, PipelineJobResult>, token?: string): Promise<PipelineJobResult> => {
       const label = `${name}#${job.id ?? '?'}`;
@@ -84,8 +86,11 @@ export class PipelineWorker {
         if (pipeline.destination.type === 'duckdb') {
           writer = await leaseProviderFor(pipeline.destination, pipeline.state).acquire(DUCKDB_WRITER, { ttlMs: pipeline.lockTtlMs });
         }
-        logger.log('info', `${label}: ${what}: started (attempt ${job.attemptsMade + 1})`);
         const result = await run(pipeline, {
+          onLeased: () => {
+            waiting.delete(label);
+            logger.log('info', `${label}: ${what}: started (attempt ${attemptOf(job)})`);
+          },
           ...(job.data.stream !== undefined ? { streams: [job.data.stream] } : {}),
           ...(job.data.partition !== undefined ? { partitions: [job.data.partition] } : {}),
           ...(job.data.full ? { full: true } : {}),
@@ -104,7 +109,10 @@ export class PipelineWorker {
         };
       } catch (error) {
         if (error instanceof ConflictError && error.context.phase === 'lock' && !controller.signal.aborted && token !== undefined) {
-          logger.log('debug', `${label}: ${what}: ${errorMessage(error)}; retrying shortly`);
+          if (!waiting.has(label)) {
+            waiting.add(label);
+            logger.log('info', `${label}: ${what}: put back, the pipeline is busy (${errorMessage(error)}); it starts once the lease is free`);
+          }
           await job.moveToDelayed(Date.now() + LEASE_RETRY_MS + Math.floor(Math.random() * LEASE_RETRY_MS), token);
           throw new DelayedError();
         }
@@ -129,10 +137,12 @@ export class PipelineWorker {
       // Short long-polls so a stopping worker does not sit in a blocking call for long.
       drainDelay: 1,
     });
-    worker.on('error', (error) => logger.log('warn', `worker ${name}: ${errorMessage(error)}`));
+    worker.on('error', (error) => {
+      if (!down()) logger.log('warn', `worker ${name}: ${errorMessage(error)}`);
+    });
     worker.on('stalled', (jobId) => logger.log('warn', `worker ${name}: job ${jobId} stalled (its worker stopped renewing the lock); it goes back to the queue`));
     worker.on('failed', (job, error) => {
-      if (job && error.name !== 'DelayedError') logger.log('warn', `worker ${name}: job ${job.id} failed (attempt ${job.attemptsMade}): ${error.message}`);
+      if (job && error.name !== 'DelayedError') logger.log('warn', `worker ${name}: job ${job.id} failed (attempt ${startsEnded(job)}): ${error.message}`);
     });
     await worker.waitUntilReady();
     const started = new PipelineWorker(worker, connection, name, active);
@@ -166,6 +176,11 @@ export class PipelineWorker {
     await this.connection.quit().catch(() => this.connection.disconnect());
     return inTime;
   }
+}
+
+/** The attempt this start is: a job taken over from a dead worker is on its second. */
+function attemptOf(job: Job): number {
+  return startsEnded(job) + 1;
 }
 
 function describeJob(data: PipelineJobData): string {

@@ -4,6 +4,7 @@
  */
 import type { Redis } from 'ioredis';
 import { UsageError } from '../core/errors.js';
+import type { Logger } from '../core/logger.js';
 
 export interface QueueTarget {
   /** `redis://[user:password@]host:port[/db]` or `rediss://…`. */
@@ -36,10 +37,10 @@ export function redactUrl(url: string): string {
  * BullMQ needs `maxRetriesPerRequest: null` on the connections its workers block on; a connection that cannot reach
  * Redis fails the first command after a few quick retries instead of hanging a CLI forever.
  */
-export async function connectRedis(url: string, options: { failFast?: boolean } = {}): Promise<Redis> {
+export async function connectRedis(url: string, options: { failFast?: boolean; maxRetriesPerRequest?: number } = {}): Promise<Redis> {
   const { Redis: RedisClient } = await import('ioredis');
   const client = new RedisClient(url, {
-    maxRetriesPerRequest: null,
+    maxRetriesPerRequest: options.maxRetriesPerRequest ?? null,
     lazyConnect: true,
     ...(options.failFast ? { retryStrategy: (times: number) => (times > 3 ? null : 200 * times) } : {}),
   });
@@ -51,4 +52,35 @@ export async function connectRedis(url: string, options: { failFast?: boolean } 
     throw new UsageError(`cannot connect to the queue at ${redactUrl(url)}: ${(cause as Error).message}`, { cause });
   }
   return client;
+}
+
+/**
+ * Says once (not per retry) when Redis cannot be reached, and again when it is back; ioredis retries meanwhile. The
+ * returned function tells whether it is unreachable now, so callers can keep quiet about the errors that follow.
+ */
+export function reportReachability(client: Redis, url: string, logger: Logger): () => boolean {
+  const where = redactUrl(url);
+  let unreachable = false;
+  const lost = (why: string) => {
+    if (unreachable) return;
+    unreachable = true;
+    logger.log('warn', `queue at ${where} is unreachable (${why}); retrying until it is back`);
+  };
+  client.on('error', (error: Error) => lost(error.message));
+  client.on('close', () => lost('connection closed'));
+  client.on('ready', () => {
+    if (!unreachable) return;
+    unreachable = false;
+    logger.log('info', `queue at ${where} is reachable again`);
+  });
+  return () => unreachable;
+}
+
+/** A connection for a long-running worker: it never gives up, and may be opened before Redis is up. */
+export async function connectRedisWaiting(url: string, logger: Logger): Promise<{ client: Redis; down: () => boolean }> {
+  const { Redis: RedisClient } = await import('ioredis');
+  const client = new RedisClient(url, { maxRetriesPerRequest: null });
+  const down = reportReachability(client, url, logger);
+  await new Promise<void>((resolve) => (client.status === 'ready' ? resolve() : client.once('ready', () => resolve())));
+  return { client, down };
 }

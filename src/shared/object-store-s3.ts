@@ -17,6 +17,11 @@ import { Upload } from '@aws-sdk/lib-storage';
 import { ConflictError, SourceError } from '../core/errors.js';
 import { checkKey, writeBodyToFile, type ObjectInfo, type ObjectStore, type ObjectStoreOptions, type PutOptions } from './object-store.js';
 
+// The SDK prints an 8-line Node-version notice on the first client of a process (Node < 22). It is about the SDK's
+// future releases, not about anything the user can act on in tidemark, so library users and the CLI alike are spared
+// it; a user who set the variable either way keeps their choice.
+if (process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED === undefined) process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = 'true';
+
 function stripQuotes(etag: string | undefined): string | undefined {
   return etag === undefined ? undefined : etag.replace(/^W\//, '').replace(/^"|"$/g, '');
 }

@@ -2,6 +2,7 @@
  * What the Postgres and MySQL sources share without importing each other or their drivers: connection options
  * and the safe-mark rule (DESIGN.md §1.3).
  */
+import type { ReadRequest } from '../core/connector.js';
 import type { ColumnKind, TypedValue } from '../core/types.js';
 import { compareCanonical, formatMicros, timestampMicros } from '../core/values.js';
 
@@ -109,6 +110,11 @@ function floorTo(micros: bigint, unit: bigint): bigint {
 const LONG_OPEN_MS = 5 * 60_000;
 
 /** Says why an append read stopped short, when a long-open transaction is the reason (it may never end by itself). */
+/** The read starts at the table's first row: a first load, a full refresh, or a stream without a cursor. */
+export function readsWholeTable(request: Pick<ReadRequest, 'after' | 'from' | 'afterPk' | 'resume'>): boolean {
+  return request.after === undefined && request.from === undefined && request.afterPk === undefined && request.resume === undefined;
+}
+
 export function heldBackWarning(found: TypedValue | null, until: TypedValue | null, horizon: SnapshotHorizon | undefined): string[] {
   if (found === null || horizon?.oldestOpen == null || (until !== null && compareCanonical(found.type, until.value, found.value) >= 0)) return [];
   const openMs = Number((timestampMicros(horizon.now) - timestampMicros(horizon.oldestOpen)) / 1000n);

@@ -16,7 +16,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { TidemarkError, errorMessage, planPipeline, redact, type RunRecord, type StreamConfig } from '../index.js';
 import { DashboardReader, DestinationGate, RUNS_PER_STREAM, destinationKey, lagMs, runDurationMs, type PipelineView } from './dashboard-data.js';
-import { PARTITION_STATUSES, libraryLedgerView, type LedgerView } from './ledger-view.js';
+import { PARTITION_STATUSES, libraryLedgerView, type LedgerPartition, type LedgerView } from './ledger-view.js';
 import { ledgerActions, performAction, type ActionName } from './ui-actions.js';
 
 export interface DashboardOptions {
@@ -114,7 +114,17 @@ function streamSummary(view: PipelineView, stream: StreamConfig) {
     // `strategy: partitioned` arrives with the ledger (issue 4); a stream with ledger rows is partitioned either way.
     partitioned: (stream.strategy as string) === 'partitioned' || ledger.length > 0,
     ledgerCounts: counts,
+    partitions: partitionsLoaded(ledger),
   };
+}
+
+/** A partitioned stream's position: how many partitions hold loaded rows, the newest of them, and when it loaded. */
+function partitionsLoaded(ledger: readonly LedgerPartition[]): { loaded: number; latest: string | null; latestLoadedAt: string | null } {
+  // `changed` partitions were loaded too (their source moved since); `missing` and `failed` ones hold nothing.
+  const loaded = ledger.filter((p) => p.status === 'loaded' || p.status === 'changed');
+  const latest = loaded.reduce<LedgerPartition | undefined>((a, p) => (a === undefined || p.partition > a.partition ? p : a), undefined);
+  const times = loaded.map((p) => p.loadedAt).filter((t): t is string => t !== null);
+  return { loaded: loaded.length, latest: latest?.partition ?? null, latestLoadedAt: times.length ? times.reduce((a, t) => (t > a ? t : a)) : null };
 }
 
 function runView(r: RunRecord) {

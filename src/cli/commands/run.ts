@@ -4,10 +4,10 @@ import { loadPipeline } from '../../config/load.js';
 import { run } from '../../engine/run.js';
 import type { RunResult, StreamResult, Watermark } from '../../core/types.js';
 import { stderrLogger } from '../../core/logger.js';
-import { writeOut } from '../../core/stdio.js';
 import { EXIT } from '../exit-codes.js';
 import { errorMessage } from '../../core/errors.js';
 import { formatCount, print, printError, toJson } from '../output.js';
+import { progressDisplay } from '../progress.js';
 
 export interface RunCommandOptions {
   readonly full?: boolean;
@@ -78,21 +78,20 @@ async function runAll(files: readonly string[], options: RunCommandOptions, sign
   for (const file of files) {
     const started = new Date().toISOString();
     const pipeline = await loadPipeline(file).catch(jsonOnError(options, file, null, started));
-    // Asked at the first progress report, not before: `process.stderr` builds a stream (~2 ms of a no-op run).
-    let shown: boolean | undefined;
-    const onProgress = (stream: string, rows: number) => {
-      shown ??= process.stderr.isTTY === true;
-      if (shown) writeOut(2, `\r${pipeline.name}.${stream}: ${formatCount(rows)} rows read`);
-    };
-    const result: RunResult = await run(pipeline, {
-      ...(options.full ? { full: true } : {}),
-      ...(options.stream?.length ? { streams: options.stream } : {}),
-      ...(options.strict ? { strict: true } : {}),
-      logger: stderrLogger(),
-      signal,
-      ...(options.json ? {} : { onProgress }),
-    }).catch(jsonOnError(options, file, pipeline.name, started));
-    if (shown === true) writeOut(2, '\r\x1b[K');
+    const progress = progressDisplay(pipeline.name, { json: options.json === true });
+    let result: RunResult | undefined;
+    try {
+      result = await run(pipeline, {
+        ...(options.full ? { full: true } : {}),
+        ...(options.stream?.length ? { streams: options.stream } : {}),
+        ...(options.strict ? { strict: true } : {}),
+        logger: stderrLogger(undefined, { write: progress.write }),
+        signal,
+        onProgress: progress.onProgress,
+      }).catch(jsonOnError(options, file, pipeline.name, started));
+    } finally {
+      progress.finish(result);
+    }
     if (options.json) print(toJson(result));
     else for (const s of result.streams) print(summary(pipeline.name, s));
     if (!result.ok) code = EXIT.failed;

@@ -38,9 +38,9 @@ export async function scheduleCommand(inputs: readonly string[], options: Schedu
     if (names.has(p.name)) throw new UsageError(`two pipeline files are both named ${p.name}; pipeline names must be unique to be scheduled`);
     names.add(p.name);
   }
-  const logger = stderrLogger((process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'info');
+  const logger = stderrLogger((process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'info', { timestamps: true });
   const ticks = await TickStore.open(options.stateFile ?? (await defaultTickFile(inputs)));
-  const queue = options.queue !== undefined ? await PipelineQueue.open(queueTarget(options.queue, { name: options.queueName, prefix: options.queuePrefix }), logger) : undefined;
+  const queue = options.queue !== undefined ? await PipelineQueue.open(queueTarget(options.queue, { name: options.queueName, prefix: options.queuePrefix }), logger, { outlivesOutages: options.once !== true }) : undefined;
   try {
     const dispatcher: Dispatcher = queue ? new QueueDispatcher(queue, logger) : new InProcessDispatcher(logger);
     const scheduler = new Scheduler(pipelines, { dispatcher, ticks, logger });

@@ -21,7 +21,7 @@ export async function workerCommand(options: WorkerCommandOptions): Promise<numb
   const concurrency = Number(options.concurrency ?? '1');
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) throw new UsageError(`--concurrency: expected 1…64, got ${options.concurrency}`);
   const graceMs = durationOption('--grace', options.grace ?? '30s');
-  const logger = stderrLogger((process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'info');
+  const logger = stderrLogger((process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'info', { timestamps: true });
   const stopSignal = new Promise<NodeJS.Signals>((resolve) => {
     process.once('SIGINT', () => resolve('SIGINT'));
     process.once('SIGTERM', () => resolve('SIGTERM'));

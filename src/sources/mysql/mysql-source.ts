@@ -9,7 +9,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, heldBackWarning, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 
 const ALIAS = '`t`';
@@ -177,7 +177,8 @@ export class MysqlSource implements Source {
         ...(incremental && !this.seesTransactions && !this.warned ? [this.privilegeWarning()] : []),
         ...(incremental ? heldBackWarning(found.until, bounds.until, horizon) : []),
       ];
-      return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings });
+      const estimatedRows = readsWholeTable(request) && request.stream.table !== undefined ? await this.tableRows(request.stream.table) : undefined;
+      return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings, estimatedRows });
     } catch (error) {
       await conn.query('ROLLBACK').catch(() => undefined);
       throw new SourceError(`cannot plan the read of ${request.stream.name}: ${(error as Error).message}`, {
@@ -185,6 +186,17 @@ export class MysqlSource implements Source {
         context: { stream: request.stream.name, phase: 'plan' },
       });
     }
+  }
+
+  /** InnoDB's row estimate of a table (`information_schema.tables.table_rows`): free to ask, close enough for a progress bar. */
+  private async tableRows(table: string): Promise<number | undefined> {
+    const parts = splitQualified(table);
+    const rows = await this.rows(`SELECT table_rows AS n FROM information_schema.tables WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`, [
+      parts.length > 1 ? parts[0]! : null,
+      parts[parts.length - 1]!,
+    ]);
+    const n = rows[0]?.n;
+    return n === null || n === undefined ? undefined : Number(n);
   }
 
   private privilegeWarning(): string {
@@ -242,6 +254,7 @@ export class MysqlSource implements Source {
       cursor: Column | undefined;
       safeMark: TypedValue | null | undefined;
       warnings: string[];
+      estimatedRows: number | undefined;
     },
   ): OpenedRead {
     const { schema, relation } = described;
@@ -269,6 +282,7 @@ export class MysqlSource implements Source {
       bindings: read.bound.values.map((v) => v.value),
       ...(read.safeMark !== undefined ? { safeMark: read.safeMark } : {}),
       ...(read.warnings.length ? { warnings: read.warnings } : {}),
+      ...(read.estimatedRows !== undefined ? { estimatedRows: read.estimatedRows } : {}),
       close,
       batches: () => this.streamBatches(queries, described.bits, request.batchRows, close),
     };

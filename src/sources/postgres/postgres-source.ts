@@ -16,7 +16,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, heldBackWarning, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { CopyTextParser } from './copy-text.js';
 import { CsvChunker, type FinishedChunk, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
@@ -182,7 +182,8 @@ export class PostgresSource implements Source {
         await client.query(`SELECT ${sets}`, bound.values.map(paramText));
       }
       const warnings = incremental ? [...this.privilegeWarnings(), ...heldBackWarning(found.until, bounds.until, horizon)] : [];
-      return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings });
+      const estimatedRows = readsWholeTable(request) && described.table !== undefined ? await this.plannerRows(described.table) : undefined;
+      return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings, estimatedRows });
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);
       throw new SourceError(`cannot plan the read of ${request.stream.name}: ${(error as Error).message}`, {
@@ -190,6 +191,16 @@ export class PostgresSource implements Source {
         context: { stream: request.stream.name, phase: 'plan' },
       });
     }
+  }
+
+  /**
+   * The planner's row count of a table (`reltuples`, kept by ANALYZE and autovacuum): free to ask, and close enough for
+   * a progress bar. None for a table never analysed (-1), and none for a bounded read, of which it says nothing.
+   */
+  private async plannerRows(table: string): Promise<number | undefined> {
+    const r = await this.query<{ n: string | null }>(`SELECT reltuples::bigint::text AS n FROM pg_class WHERE oid = to_regclass($1)`, [table]);
+    const n = Number(r.rows[0]?.n ?? -1);
+    return n >= 0 ? n : undefined;
   }
 
   private privilegeWarnings(): string[] {
@@ -276,6 +287,7 @@ export class PostgresSource implements Source {
       cursor: PgColumn | undefined;
       safeMark: TypedValue | null | undefined;
       warnings: string[];
+      estimatedRows: number | undefined;
     },
   ): OpenedRead {
     const { schema, columns, relation } = described;
@@ -303,6 +315,7 @@ export class PostgresSource implements Source {
       bindings: read.bound.values.map((v) => v.value),
       ...(read.safeMark !== undefined ? { safeMark: read.safeMark } : {}),
       ...(read.warnings.length ? { warnings: read.warnings } : {}),
+      ...(read.estimatedRows !== undefined ? { estimatedRows: read.estimatedRows } : {}),
       close,
       batches: () => this.copyBatches(queries, decoders, request.batchRows, close),
       // Rows with a NULL cursor come from a second query: those reads keep the row path.

@@ -192,7 +192,27 @@
     ];
   }
 
+  /** Nothing was ever read (the file is busy or locked, or the read failed): what the state says is unknown, not empty. */
+  function unknownState(p) {
+    return p.readAt === null && (p.stale !== null || p.error !== null);
+  }
+
+  const UNKNOWN = () => h('span', { class: 'muted', dataset: { role: 'unknown' } }, 'unknown');
+
+  /** Where a stream stands: its watermark, or for a partitioned stream the partitions it holds. */
+  function positionText(s) {
+    if (!s.partitioned) return watermarkText(s.watermark);
+    const n = s.partitions.loaded;
+    return n === 0 ? 'no partitions loaded' : `${count(n)} partition${n === 1 ? '' : 's'} loaded · latest ${s.partitions.latest}`;
+  }
+
+  function lagText(s) {
+    if (s.partitioned) return s.partitions.latestLoadedAt ? `loaded ${ago(s.partitions.latestLoadedAt)}` : '—';
+    return s.lagMs === null ? '—' : duration(s.lagMs);
+  }
+
   function streamsTable(p) {
+    const unknown = unknownState(p);
     return h('table', { class: 'grid' },
       h('thead', {}, h('tr', {},
         ['Stream', 'Strategy', 'Write', 'Watermark (high)', 'Safe mark', 'Lag', 'Last run', 'Rows', 'Duration', 'When'].map((t) => h('th', {}, t)),
@@ -203,10 +223,10 @@
           h('td', { class: 'name' }, h('a', { href: `#/p/${encodeURIComponent(p.name)}/s/${encodeURIComponent(s.name)}` }, s.name)),
           h('td', { class: 'strategy' }, s.strategy, s.partitioned && s.strategy !== 'partitioned' ? h('span', { class: 'muted' }, ' · ledger') : null),
           h('td', { class: 'write' }, s.write),
-          h('td', { class: 'watermark mono', title: s.cursor ? `(${[s.cursor, ...s.primaryKey].join(', ')})` : '' }, watermarkText(s.watermark)),
-          h('td', { class: 'safemark mono' }, s.safeMark ? s.safeMark.value : '—'),
-          h('td', { class: 'lag' }, s.lagMs === null ? '—' : duration(s.lagMs)),
-          h('td', { class: 'outcome' }, r ? outcomeBadge(r.outcome) : h('span', { class: 'muted' }, 'never')),
+          h('td', { class: 'watermark mono', title: s.cursor ? `(${[s.cursor, ...s.primaryKey].join(', ')})` : '' }, unknown ? UNKNOWN() : positionText(s)),
+          h('td', { class: 'safemark mono' }, unknown ? UNKNOWN() : s.safeMark ? s.safeMark.value : '—'),
+          h('td', { class: 'lag' }, unknown ? UNKNOWN() : lagText(s)),
+          h('td', { class: 'outcome' }, unknown ? UNKNOWN() : r ? outcomeBadge(r.outcome) : h('span', { class: 'muted' }, 'never')),
           h('td', { class: 'rows num', title: r ? `read ${count(r.rowsRead)}, rejected ${count(r.rowsRejected)}` : '' }, r ? count(r.rowsLoaded) : '—'),
           h('td', { class: 'duration num' }, r ? duration(r.durationMs) : '—'),
           h('td', { class: 'when', title: r ? r.finishedAt : '' }, r ? ago(r.finishedAt) : '—'),
@@ -247,7 +267,7 @@
 
   // ---- stream page ------------------------------------------------------------------------------------------
 
-  const view = { diff: {}, plans: {}, verify: {} };
+  const view = { diff: {}, plans: {}, verify: {}, menu: null };
 
   function renderStream(p, streamName) {
     setCrumbs([{ text: 'Overview', href: '#/' }, { text: p.name, href: `#/p/${encodeURIComponent(p.name)}` }, { text: streamName }]);
@@ -256,6 +276,8 @@
     const runs = p.runs.filter((r) => r.stream === streamName).slice(0, p.runsPerStream);
     const ledger = p.ledger.filter((x) => x.stream === streamName);
     const stateNow = p.state && p.state.streams[streamName];
+    const unknown = unknownState(p);
+    const orUnknown = (text) => (unknown ? 'unknown' : text);
     return [
       h('h1', {}, `${p.name}.${streamName}`),
       staleNote(p),
@@ -263,12 +285,16 @@
       h('section', { class: 'facts card' },
         fact('Strategy', s.strategy), fact('Write', s.write),
         fact('Cursor', s.cursor ? `(${[s.cursor, ...s.primaryKey].join(', ')})` : '—'),
-        fact('Watermark (high)', watermarkText(s.watermark), 'watermark'),
-        fact('Safe mark', s.safeMark ? s.safeMark.value : '—', 'safemark'),
-        fact('Lag behind now', s.lagMs === null ? '—' : duration(s.lagMs)),
+        s.partitioned
+          ? fact('Partitions loaded', orUnknown(count(s.partitions.loaded)), 'partitions')
+          : fact('Watermark (high)', orUnknown(watermarkText(s.watermark)), 'watermark'),
+        s.partitioned
+          ? fact('Latest partition', orUnknown(s.partitions.latest ? `${s.partitions.latest}${s.partitions.latestLoadedAt ? ` (loaded ${ago(s.partitions.latestLoadedAt)})` : ''}` : '—'), 'latest-partition')
+          : fact('Safe mark', orUnknown(s.safeMark ? s.safeMark.value : '—'), 'safemark'),
+        s.partitioned ? null : fact('Lag behind now', orUnknown(lagText(s)), 'lag'),
         fact('Generation', s.generation === null ? '—' : String(s.generation)),
         s.building ? fact('Building', `generation ${s.building.generation}, ${count(s.building.rows)} rows so far`) : null,
-        fact('State updated', stateNow && stateNow.updatedAt ? ago(stateNow.updatedAt) : '—'),
+        fact('State updated', orUnknown(stateNow && stateNow.updatedAt ? ago(stateNow.updatedAt) : '—')),
       ),
       p.actions.length ? h('section', { class: 'actions' }, runButton(p, streamName), resetButton(p, streamName)) : null,
       h('section', { class: 'card' }, h('h2', {}, `Rows loaded and duration — last ${runs.length} run${runs.length === 1 ? '' : 's'}`), chart(runs)),
@@ -299,6 +325,18 @@
     return button;
   }
 
+  /**
+   * A y axis as wide as its widest tick label plus the tick and gap (uPlot's fixed 50 px let "20,000" run into the
+   * axis label beside it).
+   */
+  function fitTicks(u, values, axisIdx) {
+    const axis = u.axes[axisIdx];
+    if (!values || values.length === 0) return 50;
+    u.ctx.font = axis.font[0];
+    const widest = Math.max(...values.map((v) => u.ctx.measureText(String(v)).width)) / devicePixelRatio;
+    return Math.ceil(axis.ticks.size + axis.gap + widest + 4);
+  }
+
   function chart(runs) {
     const points = runs.filter((r) => r.outcome !== 'running').slice().reverse();
     const box = h('div', { class: 'chart', dataset: { points: String(points.length) } });
@@ -312,8 +350,7 @@
     const draw = () => {
       if (!window.uPlot || !box.isConnected) return;
       const width = Math.max(320, box.clientWidth || 800);
-      // eslint-disable-next-line no-new
-      new window.uPlot({
+      const u = new window.uPlot({
         width,
         height: 240,
         // One run alone would stretch the time axis over years; give it an hour either side.
@@ -323,8 +360,9 @@
           { label: 'rows loaded', scale: 'rows', stroke: '#1f6feb', width: 2, fill: 'rgba(31,111,235,0.08)', points: { show: true, size: 7 } },
           { label: 'duration (s)', scale: 'secs', stroke: '#d97706', width: 2, dash: [6, 4], points: { show: true, size: 7 } },
         ],
-        axes: [{}, { scale: 'rows', label: 'rows' }, { scale: 'secs', side: 1, label: 'seconds', grid: { show: false } }],
+        axes: [{}, { scale: 'rows', label: 'rows', size: fitTicks }, { scale: 'secs', side: 1, label: 'seconds', grid: { show: false }, size: fitTicks }],
       }, [xs, rows, secs], box);
+      box.uplot = u;
     };
     requestAnimationFrame(draw);
     return box;
@@ -524,6 +562,7 @@
       h('span', { class: `legend-item status-${known(p, st)}` }, h('span', { class: 'swatch' }), `${STATUS_LABEL[st] || st}: ${counts[st] || 0}`),
     )));
     const grid = h('div', { class: 'ledger-grid' });
+    const menu = h('div', { class: 'partition-menu', dataset: { role: 'partition-menu' } });
     for (const x of partitions) {
       const tip = [
         `${x.partition} — ${STATUS_LABEL[x.status] || x.status}`,
@@ -535,38 +574,60 @@
       const cell = h('button', { type: 'button', class: `cell status-${known(p, x.status)}`, title: tip, dataset: { partition: x.partition, status: x.status } },
         h('span', { class: 'cell-name' }, x.partition), h('span', { class: 'cell-rows' }, count(x.rows)));
       const ledgerActs = p.actions.filter((a) => a.startsWith('ledger-'));
-      if (ledgerActs.length) cell.addEventListener('click', () => partitionMenu(p, stream, x, ledgerActs, cell));
+      if (ledgerActs.length) cell.addEventListener('click', () => partitionMenu(p, stream, x, ledgerActs, cell, menu));
       grid.append(cell);
+      // The page is rebuilt on every refresh: an open menu stays open across it.
+      const open = view.menu;
+      if (ledgerActs.length && open && open.pipeline === p.name && open.stream === stream && open.partition === x.partition) partitionMenu(p, stream, x, ledgerActs, cell, menu);
     }
-    section.append(partitions.length ? grid : h('p', { class: 'muted' }, 'No partitions in the ledger.'));
+    section.append(partitions.length ? grid : h('p', { class: 'muted' }, 'No partitions in the ledger.'), menu);
     section.append(verifySection(p));
     return section;
   }
 
   const known = (p, status) => (p.partitionStatuses.includes(status) ? status : 'other');
 
-  async function partitionMenu(p, stream, x, acts, cell) {
-    for (const a of acts) {
+  /**
+   * A tile's actions as a small menu beside the grid: the user picks one, then confirms it. Cancel closes the
+   * confirmation and nothing else happens (it used to move on to the next action's confirmation).
+   */
+  function partitionMenu(p, stream, x, acts, cell, menu) {
+    const button = (a) => {
       const reload = a === 'ledger-reload';
-      const ok = await confirmAction(
-        `${reload ? 'Reload' : 'Forget'} partition ${x.partition}?`,
-        reload
-          ? `Deletes and loads partition ${x.partition} of ${p.name}.${stream} again in one commit, like "tidemark ledger reload ${x.partition}".`
-          : `Removes partition ${x.partition} from the ledger of ${p.name}.${stream}, like "tidemark ledger forget ${x.partition}"; the next run loads it again.`,
-        reload ? 'Reload' : 'Forget',
-      );
-      if (!ok) continue;
-      cell.disabled = true;
-      try {
-        await postJson(`${api(p.name)}/ledger/${reload ? 'reload' : 'forget'}`, { stream, partition: x.partition });
-        setNotice('ok', `Partition ${x.partition}: ${reload ? 'reloaded' : 'forgotten'}.`);
-      } catch (error) {
-        setNotice('error', `${reload ? 'Reload' : 'Forget'} of ${x.partition} failed: ${error.message}`);
-      } finally {
-        cell.disabled = false;
-        refresh(true);
-      }
-      return;
+      const b = h('button', { type: 'button', class: reload ? 'primary' : 'danger', dataset: { action: a } }, reload ? 'Reload…' : 'Forget…');
+      b.addEventListener('click', () => partitionAction(p, stream, x, reload, cell, menu));
+      return b;
+    };
+    const close = h('button', { type: 'button', dataset: { action: 'close' } }, 'Close');
+    close.addEventListener('click', () => closeMenu(menu));
+    view.menu = { pipeline: p.name, stream, partition: x.partition };
+    menu.replaceChildren(h('span', { class: 'mono' }, `partition ${x.partition}`), ...acts.map(button), close);
+  }
+
+  function closeMenu(menu) {
+    view.menu = null;
+    menu.replaceChildren();
+  }
+
+  async function partitionAction(p, stream, x, reload, cell, menu) {
+    const ok = await confirmAction(
+      `${reload ? 'Reload' : 'Forget'} partition ${x.partition}?`,
+      reload
+        ? `Deletes and loads partition ${x.partition} of ${p.name}.${stream} again in one commit, like "tidemark ledger reload ${x.partition}".`
+        : `Removes partition ${x.partition} from the ledger of ${p.name}.${stream}, like "tidemark ledger forget ${x.partition}"; the next run loads it again.`,
+      reload ? 'Reload' : 'Forget',
+    );
+    if (!ok) return;
+    closeMenu(menu);
+    cell.disabled = true;
+    try {
+      await postJson(`${api(p.name)}/ledger/${reload ? 'reload' : 'forget'}`, { stream, partition: x.partition });
+      setNotice('ok', `Partition ${x.partition}: ${reload ? 'reloaded' : 'forgotten'}.`);
+    } catch (error) {
+      setNotice('error', `${reload ? 'Reload' : 'Forget'} of ${x.partition} failed: ${error.message}`);
+    } finally {
+      cell.disabled = false;
+      refresh(true);
     }
   }
 
@@ -632,6 +693,9 @@
   }
 
   window.addEventListener('hashchange', () => {
+    // A notice is about the page it was given on.
+    setNotice('info', '');
+    view.menu = null;
     last = null;
     main.dataset.ready = 'false';
     view.verify = {};

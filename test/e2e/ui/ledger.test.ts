@@ -60,6 +60,7 @@ describe('tidemark ui ledger grid', () => {
       expect(plan).toMatch(/load\s*2024-03\s*new/);
 
       await page.locator('[data-role="ledger"] .cell[data-partition="2024-02"]').click();
+      await page.locator('[data-role="partition-menu"] [data-action="ledger-reload"]').click();
       await page.waitForSelector('dialog#confirm[open]');
       expect(await page.locator('#confirm-text').textContent()).toContain('tidemark ledger reload 2024-02');
       await page.click('#confirm-ok');

@@ -1,0 +1,104 @@
+/**
+ * The package as a user gets it: `npm pack`, installed globally into a temporary prefix, and run from there, far
+ * from the clone. Also: `npm run demo` reuses a current build, and S3 commands do not print the AWS SDK's notice.
+ */
+import { execFile } from 'node:child_process';
+import { mkdir, readFile, stat, utimes, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempDir } from '../helpers/fs.js';
+
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+describe('the packed package', () => {
+  let tmp: { dir: string; cleanup: () => Promise<void> };
+  let tarball: string;
+  let files: string[];
+
+  beforeAll(async () => {
+    tmp = await tempDir('tidemark-pack-');
+    // --ignore-scripts: `prepare` would build again; the test runs on the build `npm test` just made.
+    const { stdout } = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', tmp.dir], { cwd: ROOT });
+    const [packed] = JSON.parse(stdout) as { filename: string; files: { path: string }[] }[];
+    tarball = join(tmp.dir, packed!.filename);
+    files = packed!.files.map((f) => f.path);
+  });
+  afterAll(() => tmp.cleanup());
+
+  it('holds the CLI, the library and the dashboard page, and no tests or fixtures', () => {
+    expect(files).toEqual(expect.arrayContaining(['bin/tidemark.js', 'dist/bin/tidemark.cjs', 'dist/index.js', 'dist/index.d.ts', 'src/ui/static/index.html', 'README.md']));
+    expect(files.filter((f) => /^(test|bench|scripts|\.ci)\//.test(f) || /fixtures/.test(f))).toEqual([]);
+    expect(files.filter((f) => f.startsWith('src/') && !f.startsWith('src/ui/static/'))).toEqual([]);
+  });
+
+  it('installs with npm install -g into a prefix, and `tidemark demo` runs from there', async () => {
+    const prefix = join(tmp.dir, 'prefix');
+    // The npm cache serves what it holds; better-sqlite3 may compile, hence the long timeout.
+    await run('npm', ['install', '-g', '--prefix', prefix, tarball, '--prefer-offline', '--no-audit', '--no-fund'], { cwd: tmp.dir, timeout: 600_000 });
+    const work = join(tmp.dir, 'work');
+    await mkdir(work);
+    const { stdout } = await run(join(prefix, 'bin', 'tidemark'), ['demo'], { cwd: work, env: { ...process.env, TIDEMARK_FAILPOINTS: '' } });
+    expect(stdout).toMatch(/run 1: orders: [\d,]+ rows/);
+    expect(stdout).toContain('warehouse: demo/warehouse.duckdb');
+    const help = await run(join(prefix, 'bin', 'tidemark'), ['--help'], { cwd: work });
+    expect(help.stdout).toContain('Usage: tidemark');
+  }, 660_000);
+});
+
+describe('npm run demo', () => {
+  it('does not rebuild when dist/ is newer than every source', async () => {
+    const bundle = join(ROOT, 'dist', 'bin', 'tidemark.cjs');
+    const before = (await stat(bundle)).mtimeMs;
+    // Checked first, so a tree edited since its build fails here instead of rebuilding under other running tests.
+    await run(process.execPath, [join(ROOT, 'scripts', 'ensure-built.mjs'), '--check'], { cwd: ROOT }).catch(() => {
+      throw new Error('dist/ is older than src/: build first (`npm run build`), as `npm test` does');
+    });
+    const { stderr } = await run(process.execPath, [join(ROOT, 'scripts', 'ensure-built.mjs')], { cwd: ROOT });
+    expect(stderr).toBe('');
+    expect((await stat(bundle)).mtimeMs).toBe(before);
+  });
+
+  it('ensure-built reports a source newer than the build as stale, and a current build as current', async () => {
+    const tree = await tempDir('tidemark-stale-');
+    try {
+      await mkdir(join(tree.dir, 'src'), { recursive: true });
+      await mkdir(join(tree.dir, 'dist', 'bin'), { recursive: true });
+      const source = join(tree.dir, 'src', 'a.ts');
+      await writeFile(source, 'export {};\n');
+      for (const f of ['dist/index.js', 'dist/bin/tidemark.cjs']) await writeFile(join(tree.dir, f), '');
+      const check = () =>
+        run(process.execPath, [join(ROOT, 'scripts', 'ensure-built.mjs'), '--check'], { env: { ...process.env, TIDEMARK_ROOT: tree.dir } }).then(
+          () => 'current',
+          () => 'stale',
+        );
+      const old = new Date(Date.now() - 60_000);
+      await utimes(source, old, old);
+      await utimes(join(tree.dir, 'src'), old, old);
+      expect(await check()).toBe('current');
+      await utimes(source, new Date(), new Date(Date.now() + 60_000));
+      expect(await check()).toBe('stale');
+    } finally {
+      await tree.cleanup();
+    }
+  });
+
+  it('is wired to ensure-built, not to a full build', async () => {
+    const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    expect(pkg.scripts.demo).not.toMatch(/npm run build/);
+  });
+});
+
+describe('S3 commands', () => {
+  it('do not print the AWS SDK Node-version notice, even through the library', async () => {
+    const script = `const { openObjectStore } = await import(${JSON.stringify(join(ROOT, 'dist', 'shared', 'object-store.js'))});
+      await openObjectStore('s3://bucket/prefix', { endpoint: 'http://127.0.0.1:9', region: 'us-east-1' });
+      process.stdout.write('opened');`;
+    const { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: _, ...env } = process.env;
+    const { stdout, stderr } = await run(process.execPath, ['--input-type=module', '-e', script], { env });
+    expect(stdout).toBe('opened');
+    expect(stderr).not.toMatch(/NodeVersionSupportWarning|AWS SDK for JavaScript/);
+  });
+});

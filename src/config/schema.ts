@@ -240,6 +240,8 @@ export const streamSchema = z
     format: z.enum(['parquet', 'csv', 'jsonl']).optional(),
     partition_column: z.string().min(1).optional(),
     on_change: z.enum(['reload', 'ignore', 'error']).optional(),
+    /** Files sources: a loaded partition whose files vanished: keep its rows (default), delete them, or fail the run. */
+    on_missing: z.enum(['keep', 'delete', 'error']).optional(),
     /** Files sources: `stat` (size, mtime, ctime, inode; ETag in a bucket) or `hash` (every local file, every run). */
     change_detection: z.enum(['stat', 'hash']).optional(),
     csv: csvOptionsSchema.optional(),

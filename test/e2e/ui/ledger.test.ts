@@ -49,7 +49,7 @@ describe('tidemark ui ledger grid', () => {
       const status = (p: string) => page.locator(`[data-role="ledger"] .cell[data-partition="${p}"]`).getAttribute('data-status');
       expect(await status('2024-01')).toBe('loaded');
       expect(await status('2024-02')).toBe('changed');
-      expect(await status('2024-03')).toBe('missing');
+      expect(await status('2024-03')).toBe('not loaded yet');
       await page.waitForFunction(() => !((globalThis as unknown as { document: { querySelector(s: string): { textContent: string | null } | null } }).document.querySelector('[data-role="verify"]')?.textContent ?? '').includes('Checking'));
       expect(await page.locator('[data-role="verify"]').textContent()).not.toContain('Not available');
       // The plan panel: what the next run would do with each month, from the same planning.

@@ -100,7 +100,7 @@ export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinatio
    * Ledger rows and failures against the source's listing (metadata only, like a run's planning): what is loaded,
    * what changed since, what failed, what is gone from the source, what was never loaded.
    */
-async function grid(stream?: string): Promise<LedgerGridEntry[]> {
+  async function grid(stream?: string): Promise<LedgerGridEntry[]> {
     const streams = streamsFor(stream, 'show');
     const destination = await openDestination(pipeline.destination, options);
     try {

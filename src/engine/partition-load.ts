@@ -126,7 +126,8 @@ export async function planPartitions(
     });
   }
   for (const entry of entries) {
-    if (!listed.has(entry.partition)) plans.push({ partition: entry.partition, status: 'missing', listing: { partition: entry.partition, files: [] }, entry });
+    if (listed.has(entry.partition)) continue;
+    plans.push({ partition: entry.partition, status: 'missing', listing: { partition: entry.partition, files: [] }, entry, change: `no file matches ${stream.files!.pattern} any more` });
   }
   return plans.sort((a, b) => (a.partition < b.partition ? -1 : a.partition > b.partition ? 1 : 0));
 }

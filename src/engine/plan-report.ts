@@ -155,7 +155,7 @@ function partitionReport(stream: StreamConfig, plans: readonly PartitionPlan[], 
     const common = { partition: p.partition, files: p.listing.files.length, bytes, ...(failure !== undefined ? { failure } : {}) };
     if (p.status === 'missing') {
       if (p.entry?.status === 'deleted') return { ...common, status: 'source missing', action: 'skip', change: `its rows were deleted at ${p.entry.loadedAt} (run ${p.entry.runId})` };
-      return { ...common, status: 'source missing', action: stream.onMissing, change: `no file matches ${stream.files!.pattern} any more; loaded by run ${p.entry!.runId} at ${p.entry!.loadedAt}` };
+      return { ...common, status: 'source missing', action: stream.onMissing, change: `${p.change!}; loaded by run ${p.entry!.runId} at ${p.entry!.loadedAt}` };
     }
     const status = p.status === 'reload' ? 'changed' : p.status;
     const action = p.status === 'new' ? 'load' : p.status === 'unchanged' ? 'skip' : stream.onChange === 'reload' ? 'reload' : stream.onChange === 'error' ? 'error' : 'skip';

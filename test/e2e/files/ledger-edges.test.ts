@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../conformance/postgres-fixture.js';
 import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
-import { startS3, type LocalS3 } from '../../helpers/s3.js';
+import { bucketYaml, startS3, type LocalS3 } from '../../helpers/s3.js';
 import { duckdbQuery, sqliteQuery } from '../../helpers/warehouse.js';
 import { bucketLake, dirLake, tableRows } from '../lake/helpers.js';
 import { DEEP_ROWS, FAULT_LINE, csvText } from './deep-inputs.js';
@@ -55,20 +55,15 @@ describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) =>
     await cleanup();
   });
 
-  const credentials = `  endpoint: ${'${ENDPOINT}'}\n  credentials:\n    access_key_id: \${env:TM_S3_KEY}\n    secret_access_key: \${env:TM_S3_SECRET}\n`;
-
   function yaml(name: string, onMissing?: string): string {
-    const bucket = (path: string) => `s3://${s3.bucket}/${prefix}/${name}/${path}`;
-    const source =
-      kind === 's3-lake'
-        ? `source:\n  type: files\n  location: ${bucket('data')}\n${credentials.replace('${ENDPOINT}', s3.endpoint)}`
-        : `source: {type: files, location: ${JSON.stringify(join(dir, name, 'data'))}}\n`;
+    const bucket = (path: string) => bucketYaml(s3, `${prefix}/${name}/${path}`);
+    const source = kind === 's3-lake' ? `source:\n  type: files\n${bucket('data')}` : `source: {type: files, location: ${JSON.stringify(join(dir, name, 'data'))}}\n`;
     const destination = {
       duckdb: `destination: {type: duckdb, path: ${JSON.stringify(join(dir, name, 'w.duckdb'))}}\n`,
       sqlite: `destination: {type: sqlite, path: ${JSON.stringify(join(dir, name, 'w.sqlite'))}}\n`,
       postgres: `destination: {type: postgres, url: ${JSON.stringify(db?.url ?? '')}, schema: ${name}}\n`,
       lake: `destination: {type: files, location: ${JSON.stringify(join(dir, name, 'lake'))}}\n`,
-      's3-lake': `destination:\n  type: files\n  location: ${bucket('lake')}\n${credentials.replace('${ENDPOINT}', s3.endpoint)}  lock: {type: file, path: ${JSON.stringify(join(dir, name, 'locks'))}}\n`,
+      's3-lake': `destination:\n  type: files\n${bucket('lake')}  lock: {type: file, path: ${JSON.stringify(join(dir, name, 'locks'))}}\n`,
     }[kind];
     const policy = onMissing !== undefined ? `    on_missing: ${onMissing}\n` : '';
     return `name: ${name}\n${source}streams:\n  - name: trips\n    pattern: trips/{month}.csv\n    partition_column: month\n${policy}${destination}`;

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
-import { startS3, type LocalS3 } from '../../helpers/s3.js';
+import { bucketYaml, startS3, type LocalS3 } from '../../helpers/s3.js';
 import { duckdbQuery } from '../../helpers/warehouse.js';
 import { dirLake, tableRows } from '../../e2e/lake/helpers.js';
 import { csvText } from '../../e2e/files/deep-inputs.js';
@@ -28,16 +28,7 @@ afterAll(async () => {
   await cleanup();
 });
 
-function source(prefix: string): string {
-  return `source:
-  type: files
-  location: s3://${s3.bucket}/${prefix}
-  endpoint: ${s3.endpoint}
-  credentials:
-    access_key_id: \${env:TM_S3_KEY}
-    secret_access_key: \${env:TM_S3_SECRET}
-`;
-}
+const source = (prefix: string) => `source:\n  type: files\n${bucketYaml(s3, prefix)}`;
 
 describe('files streams on a bucket', () => {
   it('columns: keeps the listed ones, renamed, and never converts the others', async () => {

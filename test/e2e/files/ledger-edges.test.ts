@@ -2,7 +2,7 @@
  * The ledger knows failures and disappearances, into DuckDB, SQLite, Postgres and the lake (a directory, and a local
  * S3-compatible server holding both the files and the lake):
  * - a partition loaded in January whose reload fails in March shows both: the last good load (its rows still in the
- *   table) and the failure with its error and run; the next good load clears the failure;
+ *   table) and the failure with its error and run; `ledger forget` and the next good load clear the failure;
  * - a loaded partition whose file vanished is `source missing` in `plan`, `ledger list` (text and --json);
  *   `on_missing: keep` leaves its rows, `error` fails the run naming it, `delete` removes its rows in one commit and
  *   marks it, and the partition loads again when its file is back.
@@ -112,7 +112,7 @@ describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) =>
     return { ...out, result: out.stdout ? (JSON.parse(out.stdout) as { run_id: string; streams: Record<string, unknown>[] }) : undefined };
   }
 
-  it('a failed reload is stored beside the last good load, which it does not hide; the next good load clears it', async () => {
+  it('a failed reload is stored beside the last good load, which it does not hide; forget and the next good load clear it', async () => {
     const name = 'failing';
     await mkdir(join(dir, name), { recursive: true });
     const config = await writeYaml(join(dir, name), 'p.yaml', yaml(name));
@@ -142,6 +142,11 @@ describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) =>
 
     const plan = JSON.parse((await tm(['plan', config, '--json'])).stdout)[0].partitions;
     expect(plan.find((p: { partition: string }) => p.partition === '2024-03')).toMatchObject({ status: 'changed', action: 'reload', failure: { runId: failedRun } });
+
+    // Forgetting the partition drops its failure with its ledger row: it is not loaded, not failed.
+    const forgot = await tm(['ledger', 'forget', '2024-03', '--config', config]);
+    expect(forgot.code, forgot.stderr).toBe(0);
+    expect((await ledger(config)).map((r) => r.partition)).toEqual(['2024-01']);
 
     await put(name, '2024-03', csvText(ROWS + 100));
     const fixed = await runJson(config);

@@ -15,7 +15,7 @@ export type { ShownState, StoredPipeline } from './engine/state-admin.js';
 export { ledgerCommands } from './engine/ledger-admin.js';
 export { compactLake, parseByteSize } from './engine/lake-compact.js';
 export type { CompactLakeOptions, CompactResult } from './engine/lake-compact.js';
-export type { LedgerCheck } from './engine/ledger-admin.js';
+export type { LedgerCheck, LedgerGridEntry, LedgerListEntry, PartitionState } from './engine/ledger-admin.js';
 export type { MigrateResult } from './engine/state-admin.js';
 export { reconcile } from './engine/state-sync.js';
 export type { Reconciled, ReconcileAction, StateDifference } from './engine/state-sync.js';

@@ -13,7 +13,7 @@ import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
 import { nodeCrypto } from '../shared/lazy-modules.js';
-import type { NullCursorPolicy, OnChange, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
+import type { NullCursorPolicy, OnChange, OnMissing, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
 import { apiStreamName, apiStreamSpec, checkPositionalPaging, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
@@ -32,6 +32,8 @@ export interface StreamConfig extends StreamSpec {
   readonly batchRows: number;
   /** Partitioned streams: what to do when a loaded partition's files changed. */
   readonly onChange: OnChange;
+  /** Partitioned streams: `keep` a vanished partition's rows (shown as source missing), `delete` them, or fail (`error`). */
+  readonly onMissing: OnMissing;
   /**
    * Merge on the key the source declares at run time (no `primary_key` given): a table's own primary key, a Singer
    * tap's key_properties. `optional`: merge was only the default, so a stream without a key appends; `required`:
@@ -276,7 +278,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       if (s.pattern === undefined) throw new ConfigError(`${at('pattern')}: a stream of a files source needs a pattern (e.g. trips/yellow_tripdata_{month}.parquet)`);
       if (s.table !== undefined || s.query !== undefined) throw new ConfigError(`${at('table')}: a stream of a files source is defined by its pattern, not table or query`);
     } else {
-      for (const field of ['pattern', 'format', 'partition_column', 'on_change', 'change_detection', 'csv'] as const) {
+      for (const field of ['pattern', 'format', 'partition_column', 'on_change', 'on_missing', 'change_detection', 'csv'] as const) {
         if (s[field] !== undefined) throw new ConfigError(`${at(field)}: only streams of a files source take ${field}`);
       }
       if (!isApiSource(doc.source.type) && (s.table === undefined) === (s.query === undefined)) throw new ConfigError(`${at('table')}: give exactly one of table or query`);
@@ -354,6 +356,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       checkpointRows: s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS,
       batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS, s.checkpoint_rows ?? DEFAULT_BATCH_ROWS),
       onChange: s.on_change ?? 'reload',
+      onMissing: s.on_missing ?? 'keep',
       ...(keyFromSource && write === 'merge' ? { sourceKey: s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
     };
   });

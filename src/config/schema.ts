@@ -304,6 +304,7 @@ export const streamSchema = z
     format: z.enum(['parquet', 'csv', 'jsonl']).optional().describe('Files sources: the file format (default: from the extension).'),
     partition_column: z.string().min(1).optional().describe('Files sources: the column that carries the partition id (default _tidemark_partition).'),
     on_change: z.enum(['reload', 'ignore', 'error']).optional().describe("Files sources: a loaded partition's files changed: reload it, ignore it, or stop (default reload)."),
+    on_missing: z.enum(['keep', 'delete', 'error']).optional().describe("Files sources: a loaded partition whose files vanished: keep its rows and show it as source missing, delete its rows, or fail the run (default keep)."),
     change_detection: z.enum(['stat', 'hash']).optional().describe('Files sources: `stat` (size, mtime, ctime, inode; ETag in a bucket) or `hash` (every local file, every run) (default stat).'),
     csv: csvOptionsSchema.optional(),
     path: z.string().min(1).optional().describe('HTTP: the endpoint path below `base_url`.'),

@@ -6,6 +6,7 @@ import type {
   Column,
   ColumnType,
   LedgerEntry,
+  PartitionFailure,
   RejectRecord,
   NullCursorPolicy,
   PartitionFile,
@@ -259,7 +260,8 @@ export interface ColumnBatch {
 /** The optional ability of a source to list and read partitions (files, months, date ranges). */
 export interface PartitionedSource {
   /** Partitions ordered by id; reads only metadata (stat, LIST), never content. */
-  list(stream: StreamSpec, signal?: AbortSignal): Promise<readonly PartitionListing[]>;
+  /** `warn`: what the listing had to leave out and why (a symbolic link that leads nowhere or loops). */
+  list(stream: StreamSpec, signal?: AbortSignal, warn?: (message: string) => void): Promise<readonly PartitionListing[]>;
   /** Content hash of one listed file, asked only when its size is unchanged but its modified time moved. */
   hash(stream: StreamSpec, file: PartitionFile): Promise<string>;
   open(stream: StreamSpec, partition: PartitionListing, options: { readonly batchRows: number; readonly signal?: AbortSignal }): Promise<OpenedPartition>;
@@ -420,6 +422,13 @@ export interface LedgerStore {
   forget(pipeline: string, stream: string, partitions: readonly string[]): Promise<number>;
   /** Rows per value of `column` in a stream's table (empty when the table does not exist). */
   countRows(table: string, column: string): Promise<ReadonlyMap<string, number>>;
+  /**
+   * Stores a failed load of a partition, outside any load transaction (its rows were rolled back), replacing the
+   * partition's previous failure; its ledger row stays as it was. `forget` and a commit that writes the partition's
+   * ledger row clear it.
+   */
+  recordFailure(failure: PartitionFailure): Promise<void>;
+  failures(pipeline: string, stream?: string): Promise<readonly PartitionFailure[]>;
 }
 
 export interface Lease {

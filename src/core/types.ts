@@ -59,6 +59,8 @@ export interface StreamSchema {
 export type Strategy = 'incremental' | 'full' | 'partitioned';
 /** What a partitioned stream does when a loaded partition's files changed. */
 export type OnChange = 'reload' | 'ignore' | 'error';
+/** Partitioned streams: what a run does with a loaded partition whose files are gone from the source. */
+export type OnMissing = 'keep' | 'delete' | 'error';
 export type WriteMode = 'append' | 'merge' | 'replace';
 export type NullCursorPolicy = 'error' | 'include' | 'exclude';
 
@@ -148,6 +150,10 @@ export interface StreamResult {
   readonly partitions_loaded?: readonly string[];
   /** Partitioned streams: partitions skipped because the ledger shows them loaded and unchanged. */
   readonly partitions_skipped?: number;
+  /** Partitioned streams: loaded partitions whose files are gone from the source (present only when there are some). */
+  readonly partitions_missing?: readonly string[];
+  /** Partitioned streams: of those, the ones whose rows this run deleted (`on_missing: delete`). */
+  readonly partitions_deleted?: readonly string[];
 }
 
 export interface RunResult {
@@ -219,7 +225,11 @@ export interface PartitionFile {
   readonly hash?: string;
 }
 
-/** One row of `_tidemark_ledger`: a partition that is loaded, with the files it was loaded from. */
+/**
+ * One row of `_tidemark_ledger`: a partition that is loaded, with the files it was loaded from — or, with status
+ * `deleted`, one whose files vanished and whose rows `on_missing: delete` removed (rows 0; `runId` and `loadedAt`
+ * are then those of the deleting commit).
+ */
 export interface LedgerEntry {
   readonly pipeline: string;
   readonly stream: string;
@@ -228,7 +238,21 @@ export interface LedgerEntry {
   /** Rows of this partition in the destination table (rows loaded; rejected rows are in `_tidemark_rejects`). */
   readonly rows: number;
   readonly bytes: number;
-  readonly status: 'loaded';
+  readonly status: 'loaded' | 'deleted';
   readonly runId: string;
   readonly loadedAt: string;
+}
+
+/**
+ * The last failed load of a partition. Stored apart from its ledger row, after the failed load rolled back, so it
+ * never hides the last good load; the next commit that loads (or deletes) the partition clears it.
+ */
+export interface PartitionFailure {
+  readonly pipeline: string;
+  readonly stream: string;
+  readonly partition: string;
+  /** The error's one-line message. */
+  readonly error: string;
+  readonly failedAt: string;
+  readonly runId: string;
 }

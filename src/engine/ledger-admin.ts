@@ -3,7 +3,7 @@
  * normal run (lease, one commit per partition); forget edits the ledger under the lease; verify only reads.
  */
 import { UsageError } from '../core/errors.js';
-import type { LedgerEntry, RunResult } from '../core/types.js';
+import type { LedgerEntry, PartitionFailure, RunResult } from '../core/types.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
 import { ledgerOf, planPartitions } from './partition-load.js';
@@ -19,14 +19,55 @@ export interface LedgerCheck {
   readonly ok: boolean;
 }
 
+/**
+ * What a partition's status says, in the words `ledger list`, `plan` and the dashboard use: `loaded` (its files as
+ * loaded), `changed` (its files changed since the load), `failed` (its last load failed; an earlier good load, if
+ * any, is still there), `source missing` (loaded, but no file of it is listed any more; with `deleted`, on_missing
+ * delete removed its rows), `not loaded yet` (listed in the source, never loaded).
+ */
+export type PartitionState = 'loaded' | 'changed' | 'failed' | 'source missing' | 'not loaded yet';
+
 /** A partition as the dashboard's grid shows it. */
 export interface LedgerGridEntry {
   readonly stream: string;
   readonly partition: string;
-  /** `loaded`; `changed` (its files changed since the load); `missing` (listed in the source, never loaded); or as stored. */
-  readonly status: string;
+  readonly status: PartitionState;
+  /** The ledger row: the last good load (or, with status `deleted`, the commit that deleted the rows). */
   readonly entry?: LedgerEntry;
   readonly change?: string;
+  readonly failure?: PartitionFailure;
+}
+
+/**
+ * A row of `tidemark ledger list`: a partition the ledger holds (loaded, deleted, or whose load failed), with the
+ * ledger row's fields when there is one (`runId` and `loadedAt` null when it never loaded).
+ */
+export interface LedgerListEntry extends Omit<LedgerEntry, 'status' | 'runId' | 'loadedAt'> {
+  readonly status: PartitionState;
+  readonly runId: string | null;
+  readonly loadedAt: string | null;
+  /** Its rows were deleted (`on_missing: delete`) by the commit of `runId` at `loadedAt`. */
+  readonly deleted?: true;
+  readonly change?: string;
+  readonly failure?: PartitionFailure;
+}
+
+function listEntry(g: LedgerGridEntry): LedgerListEntry {
+  const e = g.entry;
+  return {
+    pipeline: e?.pipeline ?? g.failure!.pipeline,
+    stream: g.stream,
+    partition: g.partition,
+    status: g.status,
+    files: e?.files ?? [],
+    rows: e?.rows ?? 0,
+    bytes: e?.bytes ?? 0,
+    runId: e?.runId ?? null,
+    loadedAt: e?.loadedAt ?? null,
+    ...(e?.status === 'deleted' ? { deleted: true as const } : {}),
+    ...(g.change !== undefined ? { change: g.change } : {}),
+    ...(g.failure !== undefined ? { failure: g.failure } : {}),
+  };
 }
 
 export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinationOptions = {}) {
@@ -55,10 +96,45 @@ export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinatio
     }
   }
 
+  /**
+   * Ledger rows and failures against the source's listing (metadata only, like a run's planning): what is loaded,
+   * what changed since, what failed, what is gone from the source, what was never loaded.
+   */
+  async function grid(stream?: string): Promise<LedgerGridEntry[]> {
+    const streams = streamsFor(stream, 'show');
+    const destination = await openDestination(pipeline.destination, options);
+    try {
+      const source = await openSource(pipeline.source);
+      try {
+        const out: LedgerGridEntry[] = [];
+        for (const s of streams) {
+          const plans = await planPartitions({ source, destination, pipeline: pipeline.name }, s);
+          const failures = new Map((await ledgerOf(destination, pipeline.name, s.name).failures(pipeline.name, s.name)).map((f) => [f.partition, f]));
+          for (const p of plans) {
+            const failure = failures.get(p.partition);
+            failures.delete(p.partition);
+            const entry = p.entry?.status === 'deleted' && p.status !== 'missing' ? undefined : p.entry;
+            const status: PartitionState =
+              failure !== undefined ? 'failed' : p.status === 'missing' ? 'source missing' : p.status === 'new' ? 'not loaded yet' : p.status === 'changed' ? 'changed' : 'loaded';
+            out.push({ stream: s.name, partition: p.partition, status, ...(entry ? { entry } : {}), ...(p.change ? { change: p.change } : {}), ...(failure ? { failure } : {}) });
+          }
+          // Failed partitions whose files are gone too (never loaded, so no ledger row).
+          for (const failure of failures.values()) out.push({ stream: s.name, partition: failure.partition, status: 'failed', failure });
+        }
+        return out.sort((a, b) => (a.stream === b.stream ? (a.partition < b.partition ? -1 : 1) : a.stream < b.stream ? -1 : 1));
+      } finally {
+        await source.close();
+      }
+    } finally {
+      await destination.close();
+    }
+  }
+
   return {
-    list(stream?: string): Promise<readonly LedgerEntry[]> {
-      const streams = streamsFor(stream, 'list');
-      return withLedger((ledger) => ledger.list(pipeline.name, streams.length === 1 ? streams[0]!.name : undefined));
+    /** The partitions the ledger holds, with their status against the source's listing (as `grid`). */
+    async list(stream?: string): Promise<readonly LedgerListEntry[]> {
+      const rows = await grid(stream);
+      return rows.filter((g) => g.entry !== undefined || g.failure !== undefined).map(listEntry);
     },
 
     /** Loads partitions again with delete-then-insert, each in one commit, whatever the ledger says. */
@@ -82,36 +158,7 @@ export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinatio
       }
     },
 
-    /**
-     * Ledger rows against the source's listing (metadata only, like a run's planning): what is loaded, what changed
-     * since, what was never loaded. Ledger rows whose files are gone keep their stored status.
-     */
-    async grid(stream?: string): Promise<LedgerGridEntry[]> {
-      const streams = streamsFor(stream, 'show');
-      const destination = await openDestination(pipeline.destination, options);
-      try {
-        const source = await openSource(pipeline.source);
-        try {
-          const out: LedgerGridEntry[] = [];
-          for (const s of streams) {
-            const plans = await planPartitions({ source, destination, pipeline: pipeline.name }, s);
-            const listed = new Set(plans.map((p) => p.partition));
-            for (const p of plans) {
-              const status = p.status === 'new' ? 'missing' : p.status === 'changed' ? 'changed' : (p.entry?.status ?? 'loaded');
-              out.push({ stream: s.name, partition: p.partition, status, ...(p.entry ? { entry: p.entry } : {}), ...(p.change ? { change: p.change } : {}) });
-            }
-            for (const e of await ledgerOf(destination, pipeline.name, s.name).list(pipeline.name, s.name)) {
-              if (!listed.has(e.partition)) out.push({ stream: s.name, partition: e.partition, status: e.status, entry: e });
-            }
-          }
-          return out.sort((a, b) => (a.stream === b.stream ? (a.partition < b.partition ? -1 : 1) : a.stream < b.stream ? -1 : 1));
-        } finally {
-          await source.close();
-        }
-      } finally {
-        await destination.close();
-      }
-    },
+    grid,
 
     /** Compares each partition's ledger row count with the rows in the destination that carry its partition value. */
     verify(stream?: string): Promise<LedgerCheck[]> {

@@ -4,19 +4,21 @@
  * row, the next state and the run record. A crash inside a partition leaves none of its rows and no ledger mark.
  */
 import { partitionLeaseName, type ColumnBatch, type Lease, type LedgerStore, type LoadTransaction, type OpenedPartition, type PartitionListing, type PartitionedSource } from '../core/connector.js';
-import { DestinationError, SourceError, TidemarkError, withContext } from '../core/errors.js';
+import { ConflictError, DestinationError, SourceError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
-import type { Column, LedgerEntry, PartitionFile, PipelineState, Reject, Row, RunRecord, StreamResult } from '../core/types.js';
+import type { Column, LedgerEntry, PartitionFailure, PartitionFile, PipelineState, Reject, Row, RunRecord, StreamResult } from '../core/types.js';
 import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { refuseRejects, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 import type { PartitionProgress } from './progress.js';
 
-export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload';
+/** `missing`: the ledger has the partition, the source lists none of its files any more ("source missing"). */
+export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload' | 'missing';
 
 export interface PartitionPlan {
   readonly partition: string;
   readonly status: PartitionStatus;
+  /** What the source lists now (no files for a `missing` partition). */
   readonly listing: PartitionListing;
   readonly entry?: LedgerEntry;
   /** What changed, for messages (`trips/2024-01.parquet: size 100 → 120`). */
@@ -86,15 +88,20 @@ function recordedFiles(listed: readonly PartitionFile[], read: readonly Partitio
   });
 }
 
-/** Listing against ledger: which partitions are new, changed, unchanged, or asked to be reloaded. */
+/**
+ * Listing against ledger: which partitions are new, changed, unchanged, asked to be reloaded, or loaded but gone from
+ * the source (`missing`), in partition order. A partition whose rows `on_missing: delete` removed is new again once
+ * its files are back.
+ */
 export async function planPartitions(
-  ctx: Pick<StreamContext, 'source' | 'destination' | 'pipeline' | 'signal'>,
+  ctx: Pick<StreamContext, 'source' | 'destination' | 'pipeline' | 'signal' | 'onWarning'>,
   stream: StreamConfig,
   reload: readonly string[] = [],
 ): Promise<PartitionPlan[]> {
   const source = partitionsOf(ctx, stream);
   const ledger = ledgerOf(ctx.destination, ctx.pipeline, stream.name);
-  const [listing, entries] = await Promise.all([source.list(stream, ctx.signal), ledger.list(ctx.pipeline, stream.name)]);
+  const warn = ctx.onWarning && ((message: string) => ctx.onWarning!(stream.name, message));
+  const [listing, entries] = await Promise.all([source.list(stream, ctx.signal, warn), ledger.list(ctx.pipeline, stream.name)]);
   const loaded = new Map(entries.map((e) => [e.partition, e]));
   const wanted = new Set(reload);
   const plans: PartitionPlan[] = [];
@@ -105,20 +112,25 @@ export async function planPartitions(
       plans.push({ ...base, status: 'reload' });
       continue;
     }
-    if (!entry) {
+    if (!entry || entry.status === 'deleted') {
       plans.push({ ...base, status: 'new' });
       continue;
     }
     const change = await changeOf(source, stream, entry.files, listed.files);
     plans.push(change === undefined ? { ...base, status: 'unchanged' } : { ...base, status: 'changed', change });
   }
-  const missing = reload.filter((p) => !listing.some((l) => l.partition === p));
-  if (missing.length > 0) {
-    throw new SourceError(`no files of partition ${missing.join(', ')} match ${stream.files!.pattern}; nothing to reload`, {
+  const listed = new Set(listing.map((l) => l.partition));
+  const unlisted = reload.filter((p) => !listed.has(p));
+  if (unlisted.length > 0) {
+    throw new SourceError(`no files of partition ${unlisted.join(', ')} match ${stream.files!.pattern}; nothing to reload`, {
       context: { pipeline: ctx.pipeline, stream: stream.name, phase: 'plan' },
     });
   }
-  return plans;
+  for (const entry of entries) {
+    if (listed.has(entry.partition)) continue;
+    plans.push({ partition: entry.partition, status: 'missing', listing: { partition: entry.partition, files: [] }, entry, change: `no file matches ${stream.files!.pattern} any more` });
+  }
+  return plans.sort((a, b) => (a.partition < b.partition ? -1 : a.partition > b.partition ? 1 : 0));
 }
 
 /**
@@ -138,6 +150,9 @@ class PartitionLoader {
   private commits = 0;
   private skipped = 0;
   private readonly loaded: string[] = [];
+  /** Loaded partitions found gone from the source, and those of them whose rows this run deleted. */
+  private gone: string[] = [];
+  private readonly deleted: string[] = [];
 
   constructor(
     private readonly ctx: StreamContext,
@@ -177,7 +192,10 @@ class PartitionLoader {
     const pending = plans
       .filter((p) => p.status === 'new' || p.status === 'reload' || (p.status === 'changed' && this.stream.onChange === 'reload'))
       .filter((p) => this.only === undefined || this.only.includes(p.partition));
-    this.skipped = plans.length - pending.length;
+    const gone = plans.filter((p) => p.status === 'missing' && p.entry?.status === 'loaded' && (this.only === undefined || this.only.includes(p.partition)));
+    const deleting = this.missing(gone, context);
+    this.skipped = plans.filter((p) => p.status !== 'missing').length - pending.length;
+    for (const [i, plan] of deleting.entries()) await this.attempt(plan, () => this.deletePartition(plan, i === deleting.length - 1 && pending.length === 0));
     // Each partition is opened (its files fetched and hashed, its schema read) while the one before it loads; it is
     // read only after that one committed, and an error opening it surfaces in its own turn. When a load fails, the
     // next partition's download is cancelled and its temp files removed.
@@ -187,11 +205,13 @@ class PartitionLoader {
     try {
       for (const [i, plan] of pending.entries()) {
         this.ctx.signal?.throwIfAborted();
-        const opened = await next!;
-        next = i + 1 < pending.length ? this.open(pending[i + 1]!, signal) : undefined;
-        this.current = { index: i + 1, count: pending.length, id: plan.partition, rowsBefore: this.rowsRead, ...(opened.declared ? { rows: opened.declared.rows } : {}) };
-        this.progress(this.rowsRead);
-        await this.loadPartition(plan, opened, i === pending.length - 1);
+        await this.attempt(plan, async () => {
+          const opened = await next!;
+          next = i + 1 < pending.length ? this.open(pending[i + 1]!, signal) : undefined;
+          this.current = { index: i + 1, count: pending.length, id: plan.partition, rowsBefore: this.rowsRead, ...(opened.declared ? { rows: opened.declared.rows } : {}) };
+          this.progress(this.rowsRead);
+          await this.loadPartition(plan, opened, i === pending.length - 1);
+        });
       }
     } finally {
       cancel.abort();
@@ -202,6 +222,109 @@ class PartitionLoader {
 
   private progress(rowsRead: number): void {
     this.ctx.onProgress?.(this.stream.name, rowsRead, this.current ? { partition: this.current } : undefined);
+  }
+
+  /**
+   * Loaded partitions whose files are gone, by `on_missing`: `keep` warns and leaves their rows; `error` fails the
+   * stream before anything of this run commits; `delete` returns them, to be emptied one commit each.
+   */
+  private missing(gone: readonly PartitionPlan[], context: { pipeline: string; stream: string }): PartitionPlan[] {
+    if (gone.length === 0) return [];
+    this.gone = gone.map((p) => p.partition);
+    const names = this.gone.join(', ');
+    const what = `the files of partition${gone.length > 1 ? 's' : ''} ${names} are gone from the source (no file matches ${this.stream.files!.pattern})`;
+    switch (this.stream.onMissing) {
+      case 'error':
+        throw new SourceError(`${what}; on_missing is error: restore the files, or set on_missing: keep (leave the loaded rows) or delete (remove them)`, {
+          context: { ...context, phase: 'plan' },
+        });
+      case 'keep':
+        this.ctx.onWarning?.(this.stream.name, `${what}; on_missing: keep leaves their loaded rows (shown as source missing)`);
+        return [];
+      case 'delete':
+        return [...gone];
+    }
+  }
+
+  /**
+   * Runs one partition's load or deletion. A failure is stored in the ledger as the partition's last failure, outside
+   * the data transaction (which rolled back), before it ends the stream. Not stored: a stop asked for (abort), and a
+   * lost lease (the run that took it over owns the partition now).
+   */
+  private async attempt(plan: PartitionPlan, work: () => Promise<void>): Promise<void> {
+    try {
+      await work();
+    } catch (error) {
+      if (!(error instanceof ConflictError) && this.ctx.signal?.aborted !== true) {
+        const failure: PartitionFailure = {
+          pipeline: this.ctx.pipeline,
+          stream: this.stream.name,
+          partition: plan.partition,
+          error: errorMessage(error),
+          failedAt: new Date().toISOString(),
+          runId: this.ctx.runId,
+        };
+        await ledgerOf(this.ctx.destination, this.ctx.pipeline, this.stream.name)
+          .recordFailure(failure)
+          .catch((why: unknown) => this.ctx.onWarning?.(this.stream.name, `the failure of partition ${plan.partition} could not be stored in the ledger: ${errorMessage(why)}`));
+      }
+      throw error;
+    }
+  }
+
+  /** `on_missing: delete`: the partition's rows leave the table in one commit that marks its ledger row `deleted`. */
+  private async deletePartition(plan: PartitionPlan, final: boolean): Promise<void> {
+    const column = this.stream.files!.partitionColumn;
+    const txn = await this.ctx.destination.begin({
+      pipeline: this.ctx.pipeline,
+      runId: this.ctx.runId,
+      target: {
+        schema: { name: this.stream.name, columns: [{ name: column, type: { kind: 'text' }, nullable: false }], primaryKey: [] },
+        write: 'append',
+        replacePartition: { column, value: plan.partition },
+      },
+      fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
+    });
+    const entry: LedgerEntry = { ...plan.entry!, rows: 0, bytes: 0, status: 'deleted', runId: this.ctx.runId, loadedAt: new Date().toISOString() };
+    try {
+      await this.commitPartition(txn, plan, entry, [], final, undefined);
+    } catch (error) {
+      await txn.rollback().catch(() => undefined);
+      throw withContext(error, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'commit' }, 'destination');
+    }
+    this.deleted.push(plan.partition);
+  }
+
+  /** The partition's commit: its rows (or their removal), ledger row, rejects, the next state and the run record. */
+  private async commitPartition(
+    txn: LoadTransaction,
+    plan: PartitionPlan,
+    entry: LedgerEntry,
+    rejects: readonly Reject[],
+    final: boolean,
+    own: { name: string; lease: Lease } | undefined,
+  ): Promise<void> {
+    // A partition job leaves the pipeline state document as it is (its ledger row is the partition's state).
+    const next = own ? this.state : this.nextState();
+    const held = async () => {
+      await this.ctx.lease.assertHeld();
+      await own?.lease.assertHeld();
+    };
+    await held();
+    await txn.commit({
+      state: next,
+      run: this.runRecord(final ? 'committed' : 'running'),
+      // Tagged with their partition: the commit that reloads it replaces them.
+      rejects: rejects.map((r) => ({ ...r, partition: plan.partition })),
+      swap: false,
+      ledger: [entry],
+      ledgerExpect: { [plan.partition]: plan.entry ? { runId: plan.entry.runId, loadedAt: plan.entry.loadedAt } : null },
+      verify: held,
+    });
+    await failpoint('load.after_commit');
+    this.commits += 1;
+    this.state = next;
+    this.ctx.onCommit?.(this.result());
   }
 
   private open(plan: PartitionPlan, signal: AbortSignal): Promise<OpenedPartition> {
@@ -248,29 +371,9 @@ class PartitionLoader {
         this.rowsRead += counts.loaded + counts.rejects.length;
         this.rowsLoaded += counts.loaded;
         this.rowsRejected += counts.rejects.length;
-        // A partition job leaves the pipeline state document as it is (its ledger row is the partition's state).
-        const next = own ? this.state : this.nextState();
-        const held = async () => {
-          await this.ctx.lease.assertHeld();
-          await own?.lease.assertHeld();
-        };
-        await held();
         if (this.stream.onReject === 'fail' && counts.rejects.length > 0) await refuseRejects(txn, this.ctx, this.stream.name, counts.rejects, plan.partition);
-        await txn.commit({
-          state: next,
-          run: this.runRecord(final ? 'committed' : 'running'),
-          // Tagged with their partition: the commit that reloads it replaces them.
-          rejects: counts.rejects.map((r) => ({ ...r, partition: plan.partition })),
-          swap: false,
-          ledger: [entry],
-          ledgerExpect: { [plan.partition]: plan.entry ? { runId: plan.entry.runId, loadedAt: plan.entry.loadedAt } : null },
-          verify: held,
-        });
-        await failpoint('load.after_commit');
-        this.commits += 1;
-        this.state = next;
+        await this.commitPartition(txn, plan, entry, counts.rejects, final, own);
         this.loaded.push(plan.partition);
-        this.ctx.onCommit?.(this.result());
       } catch (error) {
         await txn.rollback().catch(() => undefined);
         throw error;
@@ -434,6 +537,8 @@ class PartitionLoader {
       full: false,
       partitions_loaded: [...this.loaded],
       partitions_skipped: this.skipped,
+      ...(this.gone.length > 0 ? { partitions_missing: [...this.gone] } : {}),
+      ...(this.deleted.length > 0 ? { partitions_deleted: [...this.deleted] } : {}),
     };
   }
 }

@@ -1,10 +1,10 @@
 /** `tidemark plan`: what the next run would read per stream, with the exact predicate and bound values. */
-import type { StreamState, TypedValue, Watermark } from '../core/types.js';
+import type { PartitionFailure, StreamState, TypedValue, Watermark } from '../core/types.js';
 import type { Source } from '../core/connector.js';
 import { errorMessage, withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
-import { planPartitions, type PartitionPlan } from './partition-load.js';
+import { ledgerOf, planPartitions, type PartitionPlan } from './partition-load.js';
 import { checkLookback, lookbackProblem, planStream, settleKey, withSourceKey } from './plan.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
@@ -12,13 +12,21 @@ import { selectStreams } from './run.js';
 /** A partition of a partitioned stream, as the next run would treat it. */
 export interface PartitionPlanReport {
   readonly partition: string;
-  /** Against the ledger: never loaded, loaded and unchanged, or changed since (size, ETag, hash, files added/gone). */
-  readonly status: 'new' | 'changed' | 'unchanged';
-  /** What the next run does with it: `load` a new one, `reload` a changed one, `skip`, or stop (`error`, on_change: error). */
-  readonly action: 'load' | 'reload' | 'skip' | 'error';
+  /**
+   * Against the ledger: never loaded, loaded and unchanged, changed since (size, ETag, hash, files added/gone), or
+   * loaded but none of its files listed any more (`source missing`).
+   */
+  readonly status: 'new' | 'changed' | 'unchanged' | 'source missing';
+  /**
+   * What the next run does with it: `load` a new one, `reload` a changed one, `skip`, stop (`error`: on_change or
+   * on_missing error), or for a source missing one `keep` its rows or `delete` them (on_missing).
+   */
+  readonly action: 'load' | 'reload' | 'skip' | 'error' | 'keep' | 'delete';
   readonly files: number;
   readonly bytes: number;
   readonly change?: string;
+  /** The partition's last load failed (and nothing loaded it since). */
+  readonly failure?: PartitionFailure;
 }
 
 export interface StreamPlanReport {
@@ -78,7 +86,11 @@ async function planStreams(
     // Partitions are planned against the ledger, which lives in the destination: only then is the source opened first.
     for (const stream of streams.filter((s) => s.strategy === 'partitioned')) {
       source ??= await openSource(pipeline.source);
-      partitioned.set(stream.name, partitionReport(stream, await planPartitions({ source, destination, pipeline: pipeline.name }, stream)));
+      const listed: string[] = [];
+      const plans = await planPartitions({ source, destination, pipeline: pipeline.name, onWarning: (_s, m) => listed.push(m) }, stream);
+      const failures = await ledgerOf(destination, pipeline.name, stream.name).failures(pipeline.name, stream.name);
+      const report = partitionReport(stream, plans, failures);
+      partitioned.set(stream.name, { ...report, warnings: [...listed, ...report.warnings] });
     }
   } catch (error) {
     await source?.close();
@@ -135,12 +147,19 @@ async function planStreams(
   }
 }
 
-function partitionReport(stream: StreamConfig, plans: readonly PartitionPlan[]): StreamPlanReport {
+function partitionReport(stream: StreamConfig, plans: readonly PartitionPlan[], failures: readonly PartitionFailure[]): StreamPlanReport {
+  const failed = new Map(failures.map((f) => [f.partition, f]));
   const partitions = plans.map((p): PartitionPlanReport => {
+    const bytes = p.listing.files.reduce((sum, f) => sum + f.size, 0);
+    const failure = failed.get(p.partition);
+    const common = { partition: p.partition, files: p.listing.files.length, bytes, ...(failure !== undefined ? { failure } : {}) };
+    if (p.status === 'missing') {
+      if (p.entry?.status === 'deleted') return { ...common, status: 'source missing', action: 'skip', change: `its rows were deleted at ${p.entry.loadedAt} (run ${p.entry.runId})` };
+      return { ...common, status: 'source missing', action: stream.onMissing, change: `${p.change!}; loaded by run ${p.entry!.runId} at ${p.entry!.loadedAt}` };
+    }
     const status = p.status === 'reload' ? 'changed' : p.status;
     const action = p.status === 'new' ? 'load' : p.status === 'unchanged' ? 'skip' : stream.onChange === 'reload' ? 'reload' : stream.onChange === 'error' ? 'error' : 'skip';
-    const bytes = p.listing.files.reduce((sum, f) => sum + f.size, 0);
-    return { partition: p.partition, status, action, files: p.listing.files.length, bytes, ...(p.change !== undefined ? { change: p.change } : {}) };
+    return { ...common, status, action, ...(p.change !== undefined ? { change: p.change } : {}) };
   });
   const ignored = partitions.filter((p) => p.status === 'changed' && stream.onChange === 'ignore');
   return {

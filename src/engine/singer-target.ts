@@ -163,6 +163,7 @@ class TargetRun {
         checkpointRows: this.checkpointRows,
         batchRows: BATCH_ROWS,
         onChange: 'reload',
+        onMissing: 'keep',
       };
     }
     this.configs.set(tapStream, config);

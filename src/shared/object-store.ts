@@ -26,6 +26,16 @@ export interface ObjectInfo {
   readonly inode?: string;
 }
 
+export interface ListOptions {
+  /**
+   * Local directories: follow symbolic links to files and directories (keys are the links' paths). A link that
+   * leads nowhere, or to a directory already being listed (a loop), is passed to `skipped` with the reason instead.
+   * Off by default: writers (a lake's clean-up) must never delete through a link.
+   */
+  readonly followLinks?: boolean;
+  readonly skipped?: (key: string, reason: string, kind: 'dangling' | 'loop') => void;
+}
+
 export interface PutOptions {
   /** Create only: fails with ConflictError when the key exists. */
   readonly ifNoneMatch?: '*';
@@ -40,7 +50,7 @@ export interface ObjectStore {
   /** The address of a key for messages (`s3://bucket/prefix/key`, or a local path). */
   describe(key: string): string;
   /** Every object whose key starts with `prefix`, in no particular order. Reads metadata only. */
-  list(prefix?: string, signal?: AbortSignal): AsyncIterable<ObjectInfo>;
+  list(prefix?: string, signal?: AbortSignal, options?: ListOptions): AsyncIterable<ObjectInfo>;
   /** Metadata of one object (stat / HEAD), or undefined when it does not exist. */
   head(key: string): Promise<ObjectInfo | undefined>;
   /** A path the local file system can open directly, when the store is local (no copy needed). */
@@ -136,14 +146,24 @@ export class LocalObjectStore implements ObjectStore {
     return join(this.root, ...checkKey(key).split('/'));
   }
 
-  async *list(prefix = ''): AsyncIterable<ObjectInfo> {
+  async *list(prefix = '', _signal?: AbortSignal, options: ListOptions = {}): AsyncIterable<ObjectInfo> {
     // Walk only the directory the prefix names, not the whole tree.
     const slash = prefix.lastIndexOf('/');
     const start = slash >= 0 ? prefix.slice(0, slash) : '';
     const startDir = start ? join(this.root, ...start.split('/')) : this.root;
     const pending = [startDir];
+    // Directories by device and inode: a link back to one of them would walk for ever.
+    const seen = new Set<string>();
     while (pending.length > 0) {
       const dir = pending.pop()!;
+      if (options.followLinks) {
+        const id = await stat(dir, { bigint: true }).then((s) => `${s.dev}:${s.ino}`, () => undefined);
+        if (id !== undefined && seen.has(id)) {
+          options.skipped?.(this.keyOf(dir), 'a symbolic link to a directory already listed (a loop, or a second link to it)', 'loop');
+          continue;
+        }
+        if (id !== undefined) seen.add(id);
+      }
       let entries;
       try {
         entries = await readdir(dir, { withFileTypes: true });
@@ -154,16 +174,26 @@ export class LocalObjectStore implements ObjectStore {
       const files: string[] = [];
       for (const entry of entries) {
         const full = join(dir, entry.name);
-        const key = relative(this.root, full).split(sep).join('/');
-        if (entry.isDirectory()) {
+        const key = this.keyOf(full);
+        let kind: 'dir' | 'file' | undefined = entry.isDirectory() ? 'dir' : entry.isFile() ? 'file' : undefined;
+        if (entry.isSymbolicLink() && options.followLinks && (key.startsWith(prefix) || prefix.startsWith(`${key}/`))) {
+          const target = await stat(full).catch((error: NodeJS.ErrnoException) => error);
+          if (target instanceof Error) options.skipped?.(key, `a symbolic link that leads nowhere (${target.code ?? target.message})`, 'dangling');
+          else kind = target.isDirectory() ? 'dir' : target.isFile() ? 'file' : undefined;
+        }
+        if (kind === 'dir') {
           if (key.startsWith(prefix) || prefix.startsWith(`${key}/`)) pending.push(full);
           continue;
         }
-        if (entry.isFile() && !entry.name.startsWith(TEMP_PREFIX) && key.startsWith(prefix)) files.push(key);
+        if (kind === 'file' && !entry.name.startsWith(TEMP_PREFIX) && key.startsWith(prefix)) files.push(key);
       }
       // A directory's files are stat-ed side by side: one round trip to the thread pool instead of one per file.
       for (const info of await Promise.all(files.map((key) => this.head(key)))) if (info) yield info;
     }
+  }
+
+  private keyOf(path: string): string {
+    return relative(this.root, path).split(sep).join('/');
   }
 
   async head(key: string): Promise<ObjectInfo | undefined> {

@@ -7,14 +7,14 @@ import { ledgerCommands, openDestination, type PipelineConfig } from '../index.j
 
 type DestinationConfig = PipelineConfig['destination'];
 
-/** The statuses the grid colours; any other stored status is shown as it is. */
-export const PARTITION_STATUSES = ['loaded', 'changed', 'missing', 'failed'] as const;
+/** The statuses the grid colours, in the legend's order (see `PartitionState`); any other stored status is shown as it is. */
+export const PARTITION_STATUSES = ['loaded', 'changed', 'not loaded yet', 'failed', 'source missing'] as const;
 export type PartitionStatus = (typeof PARTITION_STATUSES)[number];
 
 export interface LedgerPartition {
   readonly stream: string;
   readonly partition: string;
-  /** `loaded`, `changed` (source changed since load), `missing` (in the source, not loaded), `failed`, or as stored. */
+  /** One of `PARTITION_STATUSES`, or a status as stored (a destination read without its pipeline's source). */
   readonly status: string;
   readonly rows: number | null;
   readonly bytes: number | null;
@@ -22,6 +22,12 @@ export interface LedgerPartition {
   readonly files: unknown;
   readonly runId: string | null;
   readonly loadedAt: string | null;
+  /** `on_missing: delete` removed its rows (at `loadedAt`, by `runId`). */
+  readonly deleted?: true;
+  /** What changed since the load, or why the source misses it. */
+  readonly change?: string;
+  /** Its last load failed. */
+  readonly failure?: { readonly error: string; readonly failedAt: string; readonly runId: string };
 }
 
 export interface LedgerVerifyReport {
@@ -93,6 +99,9 @@ export function libraryLedgerView(): LedgerView {
         files: g.entry?.files ?? null,
         runId: g.entry?.runId ?? null,
         loadedAt: g.entry?.loadedAt ?? null,
+        ...(g.entry?.status === 'deleted' ? { deleted: true as const } : {}),
+        ...(g.change !== undefined ? { change: g.change } : {}),
+        ...(g.failure !== undefined ? { failure: { error: g.failure.error, failedAt: g.failure.failedAt, runId: g.failure.runId } } : {}),
       }));
     },
     async verify(pipeline, options) {

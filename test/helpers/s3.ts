@@ -58,3 +58,16 @@ export async function startS3(bucket = 'tidemark-test'): Promise<LocalS3> {
     },
   };
 }
+
+/** The YAML lines of a `type: files` section on this server (`location`, `endpoint`, credentials from the env). */
+export function bucketYaml(s3: LocalS3, prefix: string, indent = '  '): string {
+  return [
+    `location: s3://${s3.bucket}/${prefix}`,
+    `endpoint: ${s3.endpoint}`,
+    'credentials:',
+    '  access_key_id: ${env:TM_S3_KEY}',
+    '  secret_access_key: ${env:TM_S3_SECRET}',
+  ]
+    .map((line) => `${indent}${line}\n`)
+    .join('');
+}

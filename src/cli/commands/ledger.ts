@@ -1,4 +1,4 @@
-import { UsageError, ledgerCommands, loadPipeline, type LedgerCheck, type LedgerEntry } from '../../index.js';
+import { UsageError, ledgerCommands, loadPipeline, type LedgerCheck, type LedgerListEntry } from '../../index.js';
 import { stderrLogger } from '../../core/logger.js';
 import { EXIT } from '../exit-codes.js';
 import { formatCount, print, toJson } from '../output.js';
@@ -10,11 +10,19 @@ export interface LedgerCommandOptions {
   readonly json?: boolean;
 }
 
-function showEntries(entries: readonly LedgerEntry[]): void {
+function showEntries(entries: readonly LedgerListEntry[]): void {
   if (entries.length === 0) print('(no partitions loaded)');
   for (const e of entries) {
     const files = e.files.map((f) => f.path).join(', ');
-    print(`${e.stream}  ${e.partition}  ${e.status}  ${formatCount(e.rows)} rows  ${formatCount(e.bytes)} bytes  ${e.loadedAt}  run ${e.runId}  files: ${files}`);
+    const load =
+      e.runId === null
+        ? 'never loaded'
+        : e.deleted
+          ? `rows deleted ${e.loadedAt}  run ${e.runId}  files were: ${files}`
+          : `${formatCount(e.rows)} rows  ${formatCount(e.bytes)} bytes  ${e.loadedAt}  run ${e.runId}  files: ${files}`;
+    print(`${e.stream}  ${e.partition}  ${e.status}  ${load}`);
+    if (e.change !== undefined) print(`    ${e.change}`);
+    if (e.failure !== undefined) print(`    last load failed ${e.failure.failedAt}  run ${e.failure.runId}: ${e.failure.error}`);
   }
 }
 

@@ -32,13 +32,14 @@ export async function planCommand(file: string, options: { full?: boolean; strea
 /** A partitioned stream: what the next run loads, reloads or stops at; unchanged partitions only counted. */
 function printPartitions(name: string, r: StreamPlanReport): void {
   const partitions = r.partitions ?? [];
-  const acted = partitions.filter((p) => p.action !== 'skip' || p.status === 'changed');
+  const acted = partitions.filter((p) => p.action !== 'skip' || p.status !== 'unchanged' || p.failure !== undefined);
   const unchanged = partitions.length - acted.length;
   const loads = partitions.filter((p) => p.action === 'load' || p.action === 'reload').length;
   print(`${name}: partitioned, write ${r.write}; ${loads} partition${loads === 1 ? '' : 's'} to load, ${unchanged} unchanged`);
   for (const p of acted) {
     const files = `${p.files} file${p.files === 1 ? '' : 's'}, ${formatCount(p.bytes)} bytes`;
     print(`  ${p.action.padEnd(6)}  ${p.partition}  ${p.status}${p.change !== undefined ? `: ${p.change}` : ''} (${files})`);
+    if (p.failure !== undefined) print(`          last load failed at ${p.failure.failedAt} (run ${p.failure.runId}): ${p.failure.error}`);
   }
   for (const warning of r.warnings) print(`  warning: ${warning}`);
 }

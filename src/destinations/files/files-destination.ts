@@ -37,6 +37,7 @@ import {
   type LakeFile,
   type LakeManifest,
   type LakeTable,
+  withoutFailures,
 } from './lake-layout.js';
 import { LakeOwners } from './lake-owners.js';
 import { LakeStateStore, lakeLedger } from './lake-state-store.js';
@@ -561,6 +562,7 @@ class FilesLoadTransaction implements LoadTransaction {
       tables,
       builds,
       ledger: request.ledger?.length ? upsertLedger(m.ledger, request.ledger) : m.ledger,
+      failures: request.ledger?.length ? withoutFailures(m.failures ?? [], request.ledger) : (m.failures ?? []),
       runs: upsertRuns(m.runs, request.run),
       rejects: nextRejects(m.rejects, stream, request, rejectsKey),
     };

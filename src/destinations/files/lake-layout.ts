@@ -18,7 +18,7 @@
 import type { FileFormat } from '../../core/connector.js';
 import { DestinationError } from '../../core/errors.js';
 import { nodeCrypto } from '../../shared/lazy-modules.js';
-import type { LedgerEntry, PipelineState, RunRecord, StreamState } from '../../core/types.js';
+import type { LedgerEntry, PartitionFailure, PipelineState, RunRecord, StreamState } from '../../core/types.js';
 
 export type LakeCompression = 'zstd' | 'snappy' | 'gzip' | 'none';
 
@@ -66,6 +66,8 @@ export interface LakeManifest {
   readonly tables: Readonly<Record<string, LakeTable>>;
   readonly builds: Readonly<Record<string, LakeBuild>>;
   readonly ledger: readonly LedgerEntry[];
+  /** The last failed load of partitions (a commit of its own); absent in manifests from before they were kept. */
+  readonly failures?: readonly PartitionFailure[];
   /** Recent run records (the newest RUNS_KEPT). */
   readonly runs: readonly RunRecord[];
   /** Reject files per stream. */
@@ -229,6 +231,12 @@ export function emptyManifest(pipeline: string): LakeManifest {
     runs: [],
     rejects: {},
   };
+}
+
+/** The failures of partitions other than those `entries` name (a commit writing a partition's ledger row clears its failure). */
+export function withoutFailures(failures: readonly PartitionFailure[], entries: readonly Pick<LedgerEntry, 'stream' | 'partition'>[]): PartitionFailure[] {
+  const cleared = new Set(entries.map((e) => `${e.stream}\u0000${e.partition}`));
+  return failures.filter((f) => !cleared.has(`${f.stream}\u0000${f.partition}`));
 }
 
 /** Parses a manifest; anything else is damage (a reader must never trust a half-written one). */

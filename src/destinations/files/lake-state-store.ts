@@ -4,9 +4,9 @@
  */
 import type { LedgerStore, SaveMeta, StateStore } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
-import type { LedgerEntry, PipelineState, PipelineStateVersion, RejectRecord, RunRecord } from '../../core/types.js';
+import type { PipelineState, PipelineStateVersion, RejectRecord, RunRecord } from '../../core/types.js';
 import { newRunId } from '../../core/ids.js';
-import { checkName, keys } from './lake-layout.js';
+import { checkName, keys, withoutFailures } from './lake-layout.js';
 import type { Lake } from './lake.js';
 
 export type { RejectRecord };
@@ -130,10 +130,11 @@ export function lakeLedger(lake: Lake, knownPipelines: () => Promise<readonly st
     async forget(pipeline, stream, partitions) {
       const head = await lake.head(checkName('pipeline', pipeline));
       const drop = new Set(partitions);
-      const kept: LedgerEntry[] = head.manifest.ledger.filter((e) => !(e.stream === stream && drop.has(e.partition)));
-      const removed = head.manifest.ledger.length - kept.length;
+      const named = (e: { stream: string; partition: string }) => e.stream === stream && drop.has(e.partition);
+      const failures = head.manifest.failures ?? [];
+      const removed = new Set([...head.manifest.ledger, ...failures].filter(named).map((e) => e.partition)).size;
       if (removed === 0) return 0;
-      await lake.commit(pipeline, { ledger: kept, stateChanged: false }, {
+      await lake.commit(pipeline, { ledger: head.manifest.ledger.filter((e) => !named(e)), failures: failures.filter((f) => !named(f)), stateChanged: false }, {
         loadId: `ledger-${newRunId()}`,
         runId: null,
         reason: `ledger forget ${stream}: ${partitions.join(', ')}`,
@@ -142,6 +143,19 @@ export function lakeLedger(lake: Lake, knownPipelines: () => Promise<readonly st
         },
       });
       return removed;
+    },
+    async recordFailure(failure) {
+      const pipeline = checkName('pipeline', failure.pipeline);
+      // A commit of its own, beside the load commits (it changes no state version); it replaces the partition's last failure.
+      await lake.commit(pipeline, (head) => ({ failures: [...withoutFailures(head.manifest.failures ?? [], [failure]), failure], stateChanged: false }), {
+        loadId: `failure-${newRunId()}`,
+        runId: failure.runId,
+        reason: `load of partition ${failure.partition} of ${failure.stream} failed`,
+      });
+    },
+    async failures(pipeline, stream) {
+      const head = await lake.head(checkName('pipeline', pipeline));
+      return (head.manifest.failures ?? []).filter((f) => stream === undefined || f.stream === stream);
     },
     async countRows(table, column) {
       const counts = new Map<string, number>();

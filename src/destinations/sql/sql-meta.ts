@@ -2,7 +2,7 @@
  * tidemark's own tables inside a SQL destination: state, its history, runs, rejects, ledger, locks and loads.
  * They live beside the data so that one transaction commits both (DESIGN.md §1, promise 2).
  */
-import type { LedgerEntry, PartitionFile, PipelineState, PipelineStateVersion, Reject, RejectRecord, RunRecord } from '../../core/types.js';
+import type { LedgerEntry, PartitionFailure, PartitionFile, PipelineState, PipelineStateVersion, Reject, RejectRecord, RunRecord } from '../../core/types.js';
 import { ConflictError, StateError } from '../../core/errors.js';
 import { partitionLeaseName, type LedgerMark, type LedgerStore, type SaveMeta, type StateStore } from '../../core/connector.js';
 import { quoteIdent } from '../../shared/sql.js';
@@ -14,6 +14,7 @@ export const META_TABLES = {
   runs: '_tidemark_runs',
   rejects: '_tidemark_rejects',
   ledger: '_tidemark_ledger',
+  failures: '_tidemark_ledger_failures',
   locks: '_tidemark_locks',
   loads: '_tidemark_loads',
 } as const;
@@ -24,6 +25,7 @@ const DDL: Record<keyof typeof META_TABLES, string> = {
   runs: `(run_id TEXT NOT NULL, pipeline TEXT NOT NULL, stream TEXT NOT NULL, started_at TEXT NOT NULL, finished_at TEXT NOT NULL, outcome TEXT NOT NULL, rows_read BIGINT NOT NULL, rows_loaded BIGINT NOT NULL, rows_rejected BIGINT NOT NULL, commits BIGINT NOT NULL, cursor_min TEXT, cursor_max TEXT, full_refresh INTEGER NOT NULL, worker TEXT NOT NULL, error TEXT, PRIMARY KEY (run_id, pipeline, stream))`,
   rejects: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, column_name TEXT, reason TEXT NOT NULL, "row" TEXT NOT NULL, rejected_at TEXT NOT NULL, "partition" TEXT)`,
   ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
+  failures: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, error TEXT NOT NULL, failed_at TEXT NOT NULL, run_id TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   locks: `(pipeline TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, updated_at TEXT NOT NULL)`,
   loads: `(load_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, state_version BIGINT NOT NULL, committed_at TEXT NOT NULL)`,
 };
@@ -225,7 +227,13 @@ export class SqlMeta {
            status = excluded.status, run_id = excluded.run_id, loaded_at = excluded.loaded_at`,
         [e.pipeline, e.stream, e.partition, JSON.stringify(e.files), e.rows, e.bytes, e.status, e.runId, e.loadedAt],
       );
+      await this.clearFailure(e.pipeline, e.stream, e.partition);
     }
+  }
+
+  /** Inside an open transaction; `ensure()` made the table (a destination from before failures were kept gets it then). */
+  private async clearFailure(pipeline: string, stream: string, partition: string): Promise<void> {
+    await this.exec.run(`DELETE FROM ${this.t('failures')} WHERE pipeline = ? AND stream = ? AND "partition" = ?`, [pipeline, stream, partition]);
   }
 
   /** Ledger reads and edits; reads never create tables. */
@@ -243,13 +251,20 @@ export class SqlMeta {
       },
       forget: async (pipeline, stream, partitions) => {
         if (!(await this.exists()) || partitions.length === 0) return 0;
+        const failures = await this.tableExists(META_TABLES.failures);
+        const where = `WHERE pipeline = ? AND stream = ? AND "partition" = ?`;
         let removed = 0;
         await this.exec.run(this.dialect.beginStatement);
         try {
           for (const partition of partitions) {
-            const hit = await this.exec.query(`SELECT 1 AS hit FROM ${this.t('ledger')} WHERE pipeline = ? AND stream = ? AND "partition" = ?`, [pipeline, stream, partition]);
+            const key = [pipeline, stream, partition];
+            const hit = await this.exec.query(
+              `SELECT 1 AS hit FROM ${this.t('ledger')} ${where}${failures ? ` UNION ALL SELECT 1 AS hit FROM ${this.t('failures')} ${where}` : ''}`,
+              failures ? [...key, ...key] : key,
+            );
             if (hit.length === 0) continue;
-            await this.exec.run(`DELETE FROM ${this.t('ledger')} WHERE pipeline = ? AND stream = ? AND "partition" = ?`, [pipeline, stream, partition]);
+            await this.exec.run(`DELETE FROM ${this.t('ledger')} ${where}`, key);
+            if (failures) await this.clearFailure(pipeline, stream, partition);
             removed += 1;
           }
           await this.exec.run('COMMIT');
@@ -258,6 +273,39 @@ export class SqlMeta {
           throw error;
         }
         return removed;
+      },
+      recordFailure: async (f) => {
+        await this.ensure();
+        await this.exec.run(this.dialect.beginStatement);
+        try {
+          await this.exec.run(
+            `INSERT INTO ${this.t('failures')} (pipeline, stream, "partition", error, failed_at, run_id) VALUES (?, ?, ?, ?, ?, ?)
+             ON CONFLICT (pipeline, stream, "partition") DO UPDATE SET error = excluded.error, failed_at = excluded.failed_at, run_id = excluded.run_id`,
+            [f.pipeline, f.stream, f.partition, f.error, f.failedAt, f.runId],
+          );
+          await this.exec.run('COMMIT');
+        } catch (error) {
+          await this.exec.run('ROLLBACK').catch(() => undefined);
+          throw error;
+        }
+      },
+      failures: async (pipeline, stream) => {
+        if (!(await this.exists()) || !(await this.tableExists(META_TABLES.failures))) return [];
+        const rows = await this.exec.query(
+          `SELECT pipeline, stream, "partition", error, failed_at, run_id FROM ${this.t('failures')}
+           WHERE pipeline = ?${stream === undefined ? '' : ' AND stream = ?'} ORDER BY stream, "partition"`,
+          stream === undefined ? [pipeline] : [pipeline, stream],
+        );
+        return rows.map(
+          (r): PartitionFailure => ({
+            pipeline: String(r.pipeline),
+            stream: String(r.stream),
+            partition: String(r.partition),
+            error: String(r.error),
+            failedAt: String(r.failed_at),
+            runId: String(r.run_id),
+          }),
+        );
       },
       countRows: async (table, column) => {
         const columns = await this.dialect.tableColumns(this.exec, table);
@@ -368,7 +416,7 @@ function toLedgerEntry(r: SqlRow): LedgerEntry {
     files: JSON.parse(String(r.files)) as PartitionFile[],
     rows: Number(r.rows),
     bytes: Number(r.bytes),
-    status: 'loaded',
+    status: String(r.status) === 'deleted' ? 'deleted' : 'loaded',
     runId: String(r.run_id),
     loadedAt: String(r.loaded_at),
   };

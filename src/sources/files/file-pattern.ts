@@ -8,6 +8,8 @@ export interface FilePattern {
   readonly source: string;
   /** Names of the `{…}` captures, in order. */
   readonly captures: readonly string[];
+  /** Captures that fill a whole Hive-style directory of their own name (`month={month}/`). */
+  readonly hiveKeys: readonly string[];
   /** The literal head of the pattern: only keys under it are listed. */
   readonly prefix: string;
   /** The partition a key belongs to, or undefined when the key does not match. */
@@ -34,9 +36,12 @@ export function compilePattern(pattern: string): FilePattern {
     } else if (ch === '*') {
       if (prefixEnd < 0) prefixEnd = i;
       if (pattern[i + 1] === '*') {
-        regex += '.*';
         i += 1;
-        if (pattern[i + 1] === '/') i += 1;
+        // `**/` is any number of whole directories (none included): `**/t_{m}.csv` matches `t_1.csv`, not `direct_1.csv`.
+        if (pattern[i + 1] === '/') {
+          regex += '(?:.*/)?';
+          i += 1;
+        } else regex += '.*';
       } else regex += '[^/]*';
     } else if (ch === '?') {
       if (prefixEnd < 0) prefixEnd = i;
@@ -45,9 +50,11 @@ export function compilePattern(pattern: string): FilePattern {
   }
   const compiled = new RegExp(`^${regex}$`);
   const prefix = prefixEnd < 0 ? pattern : pattern.slice(0, prefixEnd);
+  const hiveKeys = captures.filter((c) => pattern.split('/').slice(0, -1).includes(`${c}={${c}}`));
   return {
     source: pattern,
     captures,
+    hiveKeys,
     prefix,
     partitionOf(key: string): string | undefined {
       const m = compiled.exec(key);

@@ -90,7 +90,7 @@ export class FilesSource implements Source {
 
   private constructor(private readonly options: FilesSourceOptions) {
     this.partitions = {
-      list: (stream, signal) => this.list(stream, signal),
+      list: (stream, signal, warn) => this.list(stream, signal, warn),
       hash: (stream, file) => this.hash(stream, file),
       open: (stream, partition, o) => this.openPartition(stream, partition, o.batchRows, o.signal),
     };
@@ -119,12 +119,19 @@ export class FilesSource implements Source {
     return this.duck;
   }
 
-  private async list(stream: StreamSpec, signal?: AbortSignal): Promise<PartitionListing[]> {
+  /**
+   * Symbolic links in a local directory are followed (a drop folder of links is common); one that leads nowhere is
+   * reported when its name matches the pattern, and a link to a directory already listed (a loop) always.
+   */
+  private async list(stream: StreamSpec, signal?: AbortSignal, warn?: (message: string) => void): Promise<PartitionListing[]> {
     const spec = filesOf(stream);
     const pattern = compilePattern(spec.pattern);
     const store = await this.objects();
     const groups = new Map<string, PartitionFile[]>();
-    for await (const object of store.list(pattern.prefix, signal)) {
+    const skipped = (key: string, reason: string, kind: 'dangling' | 'loop') => {
+      if (kind === 'loop' || pattern.partitionOf(key) !== undefined) warn?.(`skipped ${store.describe(key)}: ${reason}`);
+    };
+    for await (const object of store.list(pattern.prefix, signal, { followLinks: true, skipped })) {
       const partition = pattern.partitionOf(object.key);
       if (partition === undefined) continue;
       const file: PartitionFile = {
@@ -173,6 +180,10 @@ export class FilesSource implements Source {
   private async openPartition(stream: StreamSpec, partition: PartitionListing, batchRows: number, signal?: AbortSignal): Promise<OpenedPartition> {
     const spec = filesOf(stream);
     const store = await this.objects();
+    // `month={month}/` with partition_column month: DuckDB reads the directory as a Hive column `month`, which holds
+    // the partition value the partition column adds anyway; the two are one column.
+    const pattern = compilePattern(spec.pattern);
+    const hiveColumn = pattern.captures.length === 1 && pattern.hiveKeys.includes(spec.partitionColumn) ? spec.partitionColumn : undefined;
     let tempDir: string | undefined;
     const cleanup = async () => {
       if (tempDir !== undefined) await rm(tempDir, { recursive: true, force: true });
@@ -225,7 +236,7 @@ export class FilesSource implements Source {
         throw await explainOn(describer)(error);
       }
       const picked = selectColumns(
-        described.map((d) => ({ name: String(d.column_name), type: String(d.column_type) })),
+        described.map((d) => ({ name: String(d.column_name), type: String(d.column_type) })).filter((c) => c.name !== hiveColumn),
         spec.select,
         read[0]!.display,
       );

@@ -529,7 +529,7 @@
     };
     // A partitioned stream: what the next run loads, reloads or stops at; unchanged partitions only counted.
     const partitionPlan = (r) => {
-      const acted = r.partitions.filter((p) => p.action !== 'skip' || p.status === 'changed');
+      const acted = r.partitions.filter((p) => p.action !== 'skip' || p.status !== 'unchanged' || p.failure);
       const loads = r.partitions.filter((p) => p.action === 'load' || p.action === 'reload').length;
       return h('div', { dataset: { role: 'partition-plan' } },
         h('p', {}, `${count(loads)} partition${loads === 1 ? '' : 's'} to load, ${count(r.partitions.length - acted.length)} unchanged`),
@@ -551,7 +551,14 @@
 
   // ---- ledger -----------------------------------------------------------------------------------------------
 
-  const STATUS_LABEL = { loaded: 'loaded', changed: 'changed since load', missing: 'missing', failed: 'failed' };
+  // Words that say what each status means; the keys are the statuses the server sends (PARTITION_STATUSES).
+  const STATUS_LABEL = {
+    loaded: 'loaded',
+    changed: 'changed since load',
+    'not loaded yet': 'not loaded yet',
+    failed: 'failed',
+    'source missing': 'source missing',
+  };
 
   function ledgerSection(p, stream, partitions) {
     const section = h('section', { class: 'card', dataset: { role: 'ledger' } }, h('h2', {}, `Ledger — ${partitions.length} partition${partitions.length === 1 ? '' : 's'}`));
@@ -568,8 +575,10 @@
         `${x.partition} — ${STATUS_LABEL[x.status] || x.status}`,
         `rows: ${count(x.rows)}`,
         x.bytes !== null ? `bytes: ${count(x.bytes)}` : null,
-        `loaded_at: ${x.loadedAt || '—'}`,
+        x.deleted ? `rows deleted at: ${x.loadedAt}` : `loaded_at: ${x.loadedAt || '—'}`,
         x.runId ? `run: ${x.runId}` : null,
+        x.change ? x.change : null,
+        x.failure ? `last load failed at ${x.failure.failedAt} (run ${x.failure.runId}): ${x.failure.error}` : null,
       ].filter(Boolean).join('\n');
       const cell = h('button', { type: 'button', class: `cell status-${known(p, x.status)}`, title: tip, dataset: { partition: x.partition, status: x.status } },
         h('span', { class: 'cell-name' }, x.partition), h('span', { class: 'cell-rows' }, count(x.rows)));
@@ -585,7 +594,8 @@
     return section;
   }
 
-  const known = (p, status) => (p.partitionStatuses.includes(status) ? status : 'other');
+  // A CSS class per status ("source missing" → status-source-missing).
+  const known = (p, status) => (p.partitionStatuses.includes(status) ? status.replace(/ /g, '-') : 'other');
 
   /**
    * A tile's actions as a small menu beside the grid: the user picks one, then confirms it. Cancel closes the

@@ -44,7 +44,7 @@ describe.each(DESTINATIONS)('a fault deep in a file, into %s', (kind: Kind) => {
   let config: string;
   let firstRun: string;
   let failed: { code: number | null; stdout: string; stderr: string };
-  let ledgerAfter: { stream: string; partition: string; rows: number; run_id: string }[];
+  let ledgerAfter: { stream: string; partition: string; status: string; rows: number; run_id: string | null; failure?: { error: string; run_id: string } }[];
 
   function destination(): string {
     switch (kind) {
@@ -105,8 +105,13 @@ describe.each(DESTINATIONS)('a fault deep in a file, into %s', (kind: Kind) => {
   it.each(FAULTS)('%s: the error names the file; nothing of the partition commits; the one before stays', async (fault) => {
     const table = streamOf(fault);
     expect(await rowsByPartition(table)).toEqual({ '1': GOOD_ROWS });
-    const entries = ledgerAfter.filter((e) => e.stream === table).map((e) => [e.partition, e.rows, e.run_id]);
-    expect(entries).toEqual([['1', GOOD_ROWS, firstRun]]);
+    // The failed load is in the ledger beside the last good one, which it does not hide.
+    const entries = ledgerAfter.filter((e) => e.stream === table);
+    expect(entries.map((e) => [e.partition, e.status, e.rows, e.run_id])).toEqual([
+      ['1', 'loaded', GOOD_ROWS, firstRun],
+      ['2', 'failed', 0, null],
+    ]);
+    expect(entries[1]!.failure?.error).toContain(`cannot read ${fileOf(fault, 2)}`);
     const message = failed.stderr.split('\n').find((l) => l.includes(`pipeline ${pipeline}, stream ${table}, phase extract:`)) ?? failed.stderr;
     expect(message).toContain(`cannot read ${fileOf(fault, 2)}`);
     expect(message).toMatch(EXPECTED[fault]);

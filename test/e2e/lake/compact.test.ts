@@ -28,8 +28,8 @@ afterAll(async () => {
 type Where = 'dir' | 's3';
 const ROWS = 6000;
 
-function destination(where: Where, dir: string, prefix: string): string {
-  const common = `  keep_manifests: 3\n`;
+function destination(where: Where, dir: string, prefix: string, partitionBy?: string): string {
+  const common = `  keep_manifests: 3\n${partitionBy !== undefined ? `  partition_by: ${partitionBy}\n` : ''}`;
   if (where === 'dir') return `destination:\n  type: files\n  location: ${JSON.stringify(join(dir, 'lake'))}\n${common}`;
   return `destination:
   type: files
@@ -42,16 +42,22 @@ function destination(where: Where, dir: string, prefix: string): string {
 ${common}`;
 }
 
-/** A lake of one stream in 6 small part files (one per checkpoint commit of 1,000 rows), and 2 more with `more`. */
-async function setup(where: Where, name: string, more = false) {
+/**
+ * A lake of one stream in 6 small part files (one per checkpoint commit of 1,000 rows), and 2 more with `more`.
+ * `partitioned`: `partition_by` a derived column of 3 values, so each commit writes one file into each of 3 directories.
+ */
+async function setup(where: Where, name: string, more = false, partitioned = false) {
   const dir = join(root, name);
   await mkdir(dir, { recursive: true });
   const source = join(dir, 'source.sqlite');
   createItems(source, itemRange(1, ROWS, 4));
+  const stream = partitioned
+    ? `{name: items, query: "SELECT id, updated_at, value, id % 3 AS bucket FROM items", cursor: updated_at, primary_key: [id], write: append, checkpoint_rows: 1000, batch_rows: 500}`
+    : `{table: items, cursor: updated_at, primary_key: [id], write: append, checkpoint_rows: 1000, batch_rows: 500}`;
   const config = await writeYaml(
     dir,
     'p.yaml',
-    `name: items\nsource: {type: sqlite, path: ${JSON.stringify(source)}}\nstreams:\n  - {table: items, cursor: updated_at, primary_key: [id], write: append, checkpoint_rows: 1000, batch_rows: 500}\n${destination(where, dir, name)}`,
+    `name: items\nsource: {type: sqlite, path: ${JSON.stringify(source)}}\nstreams:\n  - ${stream}\n${destination(where, dir, name, partitioned ? 'bucket' : undefined)}`,
   );
   const env = s3.env;
   expect((await cli(['run', config], { env })).code).toBe(0);
@@ -116,6 +122,26 @@ describe.each(['dir', 's3'] as const)('lake compact (%s)', { timeout: 120_000 },
       expect(await tableRows(lake, 'items', 'items')).toEqual(before);
       // Left over: at most the files this compaction replaced (kept for readers until the next run); nothing of the killed one.
       for (const key of await orphans(lake, 'items')) expect(parts.has(key), key).toBe(true);
+    },
+  );
+
+  it.each(['compact.after_write=1', 'compact.before_commit=1', 'compact.after_commit=1'])(
+    'partition_by directories: kill -9 at %s leaves readers whole; the next compaction leaves one file per directory',
+    async (point) => {
+      const { config, lake, env } = await setup(where, `${where}-parts-${point.replace(/[=.]/g, '_')}`, false, true);
+      const before = await tableRows(lake, 'items', 'items');
+      expect(before).toHaveLength(ROWS);
+      const dirs = async () => (await committed(lake, 'items'))!.manifest.tables.items!.files.map((f) => f.key.split('/').slice(0, -1).join('/'));
+      expect((await dirs()).length).toBeGreaterThanOrEqual(12);
+      const killed = await cli(['lake', 'compact', config], { env: { ...env, TIDEMARK_FAILPOINTS: `${point}:kill` } });
+      expect(killed.signal).toBe('SIGKILL');
+      expect(await whole(lake)).toBe(true);
+      expect(await tableRows(lake, 'items', 'items')).toEqual(before);
+      const again = await cli(['lake', 'compact', config], { env });
+      expect(again.code, again.stderr).toBe(0);
+      expect((await dirs()).sort()).toEqual(['items/bucket=0', 'items/bucket=1', 'items/bucket=2']);
+      expect(await whole(lake)).toBe(true);
+      expect(await tableRows(lake, 'items', 'items')).toEqual(before);
     },
   );
 });

@@ -33,10 +33,10 @@ interface LedgerRow {
   partition: string;
   status: string;
   rows: number;
-  runId: string | null;
+  run_id: string | null;
   deleted?: true;
   change?: string;
-  failure?: { error: string; runId: string; failedAt: string };
+  failure?: { error: string; run_id: string; failed_at: string };
 }
 
 describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) => {
@@ -129,11 +129,11 @@ describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) =>
     const failedRun = failed.result!.run_id;
     expect(await rowsByMonth(name)).toEqual({ '2024-01': ROWS, '2024-03': ROWS });
     const rows = await ledger(config);
-    expect(rows.map((r) => [r.partition, r.status, r.rows, r.runId])).toEqual([
+    expect(rows.map((r) => [r.partition, r.status, r.rows, r.run_id])).toEqual([
       ['2024-01', 'loaded', ROWS, good],
       ['2024-03', 'failed', ROWS, good],
     ]);
-    expect(rows[1]!.failure).toMatchObject({ runId: failedRun, error: expect.stringContaining(`at line ${FAULT_LINE}`) });
+    expect(rows[1]!.failure).toMatchObject({ run_id: failedRun, error: expect.stringContaining(`at line ${FAULT_LINE}`) });
     expect(rows[0]!.failure).toBeUndefined();
 
     const text = await tm(['ledger', 'list', '--config', config]);
@@ -141,7 +141,7 @@ describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) =>
     expect(text.stdout).toMatch(new RegExp(`last load failed \\S+ {2}run ${failedRun}: .*at line ${FAULT_LINE}`));
 
     const plan = JSON.parse((await tm(['plan', config, '--json'])).stdout)[0].partitions;
-    expect(plan.find((p: { partition: string }) => p.partition === '2024-03')).toMatchObject({ status: 'changed', action: 'reload', failure: { runId: failedRun } });
+    expect(plan.find((p: { partition: string }) => p.partition === '2024-03')).toMatchObject({ status: 'changed', action: 'reload', failure: { run_id: failedRun } });
 
     // Forgetting the partition drops its failure with its ledger row: it is not loaded, not failed.
     const forgot = await tm(['ledger', 'forget', '2024-03', '--config', config]);
@@ -180,7 +180,7 @@ describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) =>
     expect(kept.result!.streams[0]).toMatchObject({ partitions_missing: ['2024-02'], partitions_loaded: [], partitions_skipped: 2 });
     expect(await rowsByMonth(name)).toEqual({ '2024-01': ROWS, '2024-02': ROWS, '2024-03': ROWS });
     const rows = await ledger(keep);
-    expect(rows.map((r) => [r.partition, r.status, r.rows, r.runId])).toEqual([
+    expect(rows.map((r) => [r.partition, r.status, r.rows, r.run_id])).toEqual([
       ['2024-01', 'loaded', ROWS, loadRun],
       ['2024-02', 'source missing', ROWS, loadRun],
       ['2024-03', 'loaded', ROWS, loadRun],
@@ -199,7 +199,7 @@ describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) =>
     expect(deleted.result!.streams[0]).toMatchObject({ partitions_deleted: ['2024-02'], commits: 1, rows_loaded: 0 });
     expect(await rowsByMonth(name)).toEqual({ '2024-01': ROWS, '2024-03': ROWS });
     const marked = (await ledger(remove)).find((r) => r.partition === '2024-02');
-    expect(marked).toMatchObject({ status: 'source missing', rows: 0, deleted: true, runId: deleted.result!.run_id });
+    expect(marked).toMatchObject({ status: 'source missing', rows: 0, deleted: true, run_id: deleted.result!.run_id });
     expect((await tm(['ledger', 'verify', '--config', remove])).code).toBe(0);
     const again = await runJson(remove);
     expect(again.result!.streams[0]).toMatchObject({ commits: 0, partitions_loaded: [] });

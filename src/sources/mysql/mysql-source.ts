@@ -9,17 +9,21 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, heldBackWarning, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, heldBackWarning, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 
 const ALIAS = '`t`';
 const q = (name: string) => quoteIdent(name, 'backtick');
 const UTC_FORMAT = `'%Y-%m-%dT%H:%i:%s.%fZ'`;
 /**
- * innodb_trx.trx_started has whole seconds and is set at a transaction's first InnoDB access, a little after the
- * NOW() of the statement that stamps its rows: one second below it covers both.
+ * A statement stamps NOW() when it starts, and InnoDB lists its transaction a little later (once the tables are opened
+ * and locked); innodb_trx.trx_started is that moment cut to whole seconds. Statements still running are bounded by
+ * the processlist (see openOnServer); this covers the instant between a statement's start and its listing.
  */
-const MARGIN = 'INTERVAL 1 SECOND';
+const MARGIN = 'INTERVAL 100000 MICROSECOND';
+/** InnoDB refreshes innodb_trx only once it has gone unread for 100 ms: a few waits longer than that. */
+const STALE_WAIT_MS = 150;
+const STALE_TRIES = 8;
 
 interface MysqlStream {
   readonly schema: StreamSchema;
@@ -59,7 +63,10 @@ export class MysqlSource implements Source {
   private conn: mysql.Connection | undefined;
   private writerOffsetMinutes = 0;
   private warned = false;
+  private warnedStale = false;
   private seesTransactions = true;
+  /** How long each running statement has been running, in ms: MariaDB's TIME_MS, or MySQL's whole seconds rounded up. */
+  private statementAge = 'TIME_MS';
 
   private constructor(private readonly options: ServerSourceOptions) {}
 
@@ -170,12 +177,16 @@ export class MysqlSource implements Source {
     await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
     try {
       const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
-      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, request.from ?? request.after?.cursor, timeUnitMicros(described.decimals.get(cursor.name))) : undefined;
+      const readStart = request.from ?? request.after?.cursor;
+      const safeMark = !incremental || !horizon ? undefined
+        : horizon === 'stale' ? standingMark(cursor.type.kind, readStart)
+        : safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart, timeUnitMicros(described.decimals.get(cursor.name)));
       const bounds = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
       const bound = predicate(schema, request, cursor, bounds.until);
       const warnings = [
         ...(incremental && !this.seesTransactions && !this.warned ? [this.privilegeWarning()] : []),
-        ...(incremental ? heldBackWarning(found.until, bounds.until, horizon) : []),
+        ...(horizon === 'stale' && !this.warnedStale ? [this.staleWarning(safeMark)] : []),
+        ...(incremental && horizon !== 'stale' ? heldBackWarning(found.until, bounds.until, horizon) : []),
       ];
       return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings });
     } catch (error) {
@@ -195,33 +206,81 @@ export class MysqlSource implements Source {
     );
   }
 
+  private staleWarning(mark: TypedValue | null | undefined): string {
+    this.warnedStale = true;
+    return (
+      `information_schema.innodb_trx was not refreshed within ${(STALE_WAIT_MS * STALE_TRIES) / 1000} s (another session reads it more often ` +
+      `than every 100 ms, and InnoDB then keeps serving an old copy), so the open transactions are unknown: the safe mark stays at ` +
+      `${mark?.value ?? 'the start'} for this read and newer rows wait for a later run`
+    );
+  }
+
   /**
-   * Two autocommit statements just before the read view is taken: the highest cursor first, then the clock and the
-   * open transactions, so every transaction missed by the second began after the first (see SnapshotHorizon).
+   * What the server saw just before the read view is taken: the highest cursor first (sequence cursors), then the
+   * clock and the open transactions, so every transaction missed by the second began after the first (see
+   * SnapshotHorizon). 'stale': the server served an old copy of innodb_trx every time it was asked.
    */
-  private async horizon(relation: string, cursor: Column): Promise<SnapshotHorizon | undefined> {
+  private async horizon(relation: string, cursor: Column): Promise<SnapshotHorizon | 'stale' | undefined> {
     const sequence = ['int16', 'int32', 'int64', 'uint64', 'decimal'].includes(cursor.type.kind);
     const max = sequence ? (await this.rows(`SELECT MAX(${ALIAS}.${q(cursor.name)}) AS m FROM ${relation}`))[0]!.m : null;
-    let open: mysql.RowDataPacket;
-    try {
-      open = (
-        await this.rows(
-          `SELECT DATE_FORMAT(UTC_TIMESTAMP(6) - ${MARGIN}, ${UTC_FORMAT}) AS now_utc,
-                  (SELECT DATE_FORMAT(MIN(trx_started) - ${MARGIN}, ${UTC_FORMAT}) FROM information_schema.innodb_trx
-                    WHERE trx_mysql_thread_id <> CONNECTION_ID()) AS oldest`,
-        )
-      )[0]!;
-    } catch (error) {
-      if ((error as { errno?: number }).errno !== 1227) throw error;
+    for (let tries = 1; ; tries += 1) {
+      const open = await this.openOnServer();
+      if (open === undefined) return undefined;
+      if (open !== 'stale') {
+        return {
+          ...open,
+          writerOffsetMinutes: this.writerOffsetMinutes,
+          maxCursorAtNow: max === null || max === undefined ? null : canonical(cursor.type, max),
+        };
+      }
+      if (tries === STALE_TRIES) return 'stale';
+      await new Promise((resolve) => setTimeout(resolve, STALE_WAIT_MS));
+    }
+  }
+
+  /**
+   * The clock, then the transactions and statements open on the server. innodb_trx is a copy InnoDB refreshes at most
+   * every 100 ms, and not at all while someone reads it more often; it is fresh when it lists the transaction this
+   * source opened after reading the clock, so every transaction begun before that reading and still open is in it.
+   * A statement's NOW() is its start, before InnoDB lists its transaction: a statement still running (waiting on a
+   * table lock, say) is bounded by how long it has been running.
+   */
+  private async openOnServer(): Promise<Pick<SnapshotHorizon, 'now' | 'oldestOpen'> | 'stale' | undefined> {
+    const clock = (await this.rows(`SELECT DATE_FORMAT(UTC_TIMESTAMP(6) - ${MARGIN}, ${UTC_FORMAT}) AS now_utc`))[0]!;
+    const open = await this.inProbeTransaction(() => this.rows(this.openTransactionsSql())).catch((error: { errno?: number }) => {
+      if (error.errno === 1054 && this.statementAge === 'TIME_MS') return 'no TIME_MS' as const;
+      if (error.errno !== 1227) throw error;
       this.seesTransactions = false;
       return undefined;
+    });
+    if (open === 'no TIME_MS') {
+      this.statementAge = '(TIME + 1) * 1000';
+      return this.openOnServer();
     }
-    return {
-      now: String(open.now_utc),
-      oldestOpen: open.oldest === null ? null : String(open.oldest),
-      writerOffsetMinutes: this.writerOffsetMinutes,
-      maxCursorAtNow: max === null || max === undefined ? null : canonical(cursor.type, max),
-    };
+    if (open === undefined) return undefined;
+    const [seen] = open;
+    if (Number(seen!.own) === 0) return 'stale';
+    const starts = [seen!.oldest, seen!.oldest_statement].filter((v): v is string => v !== null).map(String).sort();
+    return { now: String(clock.now_utc), oldestOpen: starts[0] ?? null };
+  }
+
+  /** `work` inside a transaction of this connection that InnoDB lists, so that innodb_trx can be checked for it. */
+  private async inProbeTransaction<T>(work: () => Promise<T>): Promise<T> {
+    const conn = await this.connection();
+    await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
+    try {
+      return await work();
+    } finally {
+      await conn.query('COMMIT').catch(() => undefined);
+    }
+  }
+
+  private openTransactionsSql(): string {
+    return `SELECT (SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = CONNECTION_ID()) AS own,
+                   (SELECT DATE_FORMAT(MIN(trx_started) - ${MARGIN}, ${UTC_FORMAT}) FROM information_schema.innodb_trx
+                     WHERE trx_mysql_thread_id <> CONNECTION_ID()) AS oldest,
+                   (SELECT DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL ROUND(MAX(${this.statementAge}) * 1000) MICROSECOND - ${MARGIN}, ${UTC_FORMAT})
+                      FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND command IN ('Query', 'Execute')) AS oldest_statement`;
   }
 
   private async bounds(relation: string, cursor: Column): Promise<{ until: TypedValue | null; nullCursorRows: number }> {

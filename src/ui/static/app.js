@@ -65,7 +65,7 @@
   }
 
   const OUTCOME_TITLE = {
-    committed: 'finished; everything it read is loaded',
+    committed: 'finished; all it read is committed',
     failed: 'failed; what it had committed is kept',
     running: 'still running, or ended without a word (the next run says which)',
     stopped: 'stopped on purpose (SIGTERM or Ctrl-C); what it had committed is kept, the rest rolled back',

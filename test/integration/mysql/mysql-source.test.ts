@@ -26,7 +26,8 @@ const mysqlDialect: Dialect = {
   itemsTable: (t) => `CREATE TABLE ${t} (id bigint PRIMARY KEY, updated_at datetime(6), value varchar(200)) ENGINE=InnoDB`,
   sequenceTable: (t) => `CREATE TABLE ${t} (id bigint AUTO_INCREMENT PRIMARY KEY, value varchar(50)) ENGINE=InnoDB`,
   now: 'NOW(6)',
-  secondsTable: (t) => `CREATE TABLE ${t} (id varchar(40) PRIMARY KEY, updated_at datetime NOT NULL, value varchar(50)) ENGINE=InnoDB`,
+  secondsTable: (t, type) => `CREATE TABLE ${t} (id varchar(40) PRIMARY KEY, updated_at ${type} NOT NULL, value varchar(50)) ENGINE=InnoDB`,
+  secondsTypes: ['datetime', 'timestamp'],
   nowSeconds: 'NOW()',
   seriesInsert: (t, n) =>
     `INSERT INTO ${t} SELECT g, TIMESTAMP('2024-01-01') + INTERVAL g * 1000 MICROSECOND, CONCAT('v-', g) FROM (` +

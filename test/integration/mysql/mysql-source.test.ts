@@ -226,8 +226,8 @@ describe('mysql safe mark while information_schema.innodb_trx is stale', () => {
       await new Promise((r) => setTimeout(r, 1200));
       const first = await cli(['run', config, '--json']);
       expect(first.code, first.stderr).toBe(0);
+      // The frozen innodb_trx misses the open transaction; the InnoDB status, written afresh, has it.
       expect(JSON.parse(first.stdout).streams[0].rows_loaded).toBe(0);
-      expect(first.stderr).toContain('innodb_trx');
       polling = false;
       await polls;
       await late.query('COMMIT');

@@ -20,15 +20,14 @@ const UTC_FORMAT = `'%Y-%m-%dT%H:%i:%s.%fZ'`;
  * and locked); innodb_trx.trx_started is that moment cut to whole seconds. Statements still running are bounded by
  * the processlist (see openOnServer); this covers the instant between a statement's start and its listing.
  */
-const MARGIN = 'INTERVAL 100000 MICROSECOND';
+const MARGIN_MICROS = 100_000n;
+const MARGIN = `INTERVAL ${MARGIN_MICROS} MICROSECOND`;
 /**
  * InnoDB refreshes innodb_trx only once it has gone unread for 100 ms. Waits of random length, so that sources asking
  * at once leave it such a gap; then the uncached InnoDB status is read instead.
  */
 const STALE_WAIT_MS = [120, 320] as const;
 const STALE_TRIES = 3;
-
-const MARGIN_MICROS = 100_000n;
 
 /** The server's clock and what innodb_trx and the processlist said; `fresh`: innodb_trx listed this source's probe. */
 interface OpenOnServer {
@@ -320,11 +319,11 @@ export class MysqlSource implements Source {
     const writers = `trx_mysql_thread_id <> CONNECTION_ID() AND trx_is_read_only = 0 AND trx_autocommit_non_locking = 0`;
     const readers = `SELECT trx_mysql_thread_id FROM information_schema.innodb_trx WHERE trx_is_read_only = 1 OR trx_autocommit_non_locking = 1`;
     const statements = `FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND command IN ('Query', 'Execute')`;
-    const started = (age: string) => `DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL ROUND(MAX(${age}) * 1000) MICROSECOND - ${MARGIN}, ${UTC_FORMAT})`;
+    const started = `DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL ROUND(MAX(${this.statementAge}) * 1000) MICROSECOND - ${MARGIN}, ${UTC_FORMAT})`;
     return `SELECT (SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = CONNECTION_ID()) AS own,
                    (SELECT DATE_FORMAT(MIN(trx_started) - ${MARGIN}, ${UTC_FORMAT}) FROM information_schema.innodb_trx WHERE ${writers}) AS oldest,
-                   (SELECT ${started(this.statementAge)} ${statements} AND id NOT IN (${readers})) AS oldest_statement,
-                   (SELECT ${started(this.statementAge)} ${statements}) AS any_statement`;
+                   (SELECT ${started} ${statements} AND id NOT IN (${readers})) AS oldest_statement,
+                   (SELECT ${started} ${statements}) AS any_statement`;
   }
 
   private async bounds(relation: string, cursor: Column): Promise<{ until: TypedValue | null; nullCursorRows: number }> {

@@ -91,7 +91,7 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
     return { request: { ...base, ...resume, incremental: true, after: { cursor: safe, pk: [] } }, ...buildInfo, startWatermark: watermark };
   }
   if (watermark && stream.lookbackMs !== undefined) {
-    const from = subtractLookback(watermark.cursor, stream.lookbackMs, stream.name);
+    const from = subtractLookback(watermark.cursor, stream.lookbackMs, stream);
     return { request: { ...base, incremental: true, from }, ...buildInfo, startWatermark: watermark };
   }
   // Merge re-reads from the safe mark (above); anything else must not pass it, or a late commit would fall behind.
@@ -119,13 +119,29 @@ export function lookbackProblem(stream: StreamConfig, schema: StreamSchema, fiel
   if (stream.lookbackMs === undefined || stream.cursor === undefined) return undefined;
   const column = schema.columns.find((c) => c.name === stream.cursor);
   if (column === undefined || TIME_KINDS.has(column.type.kind)) return undefined;
-  return `${field}: lookback is a duration and needs a date or timestamp cursor, but cursor ${stream.cursor} of stream ${stream.name} is ${column.type.kind}; remove lookback (an integer or text cursor cannot look back in time)`;
+  return `${field}: ${lookbackNeedsTime(stream, column.type.kind)}`;
+}
+
+function lookbackNeedsTime(stream: Pick<StreamConfig, 'name' | 'cursor'>, kind: string): string {
+  return `lookback is a duration and needs a date or timestamp cursor, but cursor ${stream.cursor} of stream ${stream.name} is ${kind}; remove lookback (an integer or text cursor cannot look back in time)`;
 }
 
 /** Throws the `lookbackProblem` as a config error of the stream's plan. */
 export function checkLookback(stream: StreamConfig, schema: StreamSchema): void {
   const problem = lookbackProblem(stream, schema);
   if (problem !== undefined) throw new ConfigError(problem, { context: { stream: stream.name, phase: 'plan' } });
+}
+
+/**
+ * `checkLookback` for every stream with a lookback, before a run reads anything: a config error stops the run (exit 2)
+ * instead of failing one stream. A stream whose schema cannot be read is left to its own read, which reports why.
+ */
+export async function checkLookbacks(source: Source, streams: readonly StreamConfig[]): Promise<void> {
+  for (const stream of streams) {
+    if (stream.lookbackMs === undefined || stream.cursor === undefined) continue;
+    const schema = await source.discover(stream).catch(() => undefined);
+    if (schema !== undefined) checkLookback(stream, schema);
+  }
 }
 
 /**
@@ -138,7 +154,7 @@ function safeBelow(safe: TypedValue, high: TypedValue): boolean {
 }
 
 /** The cursor value `lookback` before a watermark; only time-like cursors have a meaning for a duration. */
-export function subtractLookback(cursor: TypedValue, ms: number, stream: string): TypedValue {
+export function subtractLookback(cursor: TypedValue, ms: number, stream: Pick<StreamConfig, 'name' | 'cursor'>): TypedValue {
   const micros = BigInt(ms) * 1000n;
   switch (cursor.type) {
     case 'timestamp':
@@ -150,9 +166,7 @@ export function subtractLookback(cursor: TypedValue, ms: number, stream: string)
       return { type: cursor.type, value: formatMicros(day, false).slice(0, 10) };
     }
     default:
-      throw new ConfigError(`lookback needs a date or timestamp cursor, but the cursor of stream ${stream} is ${cursor.type}`, {
-        context: { stream, phase: 'plan' },
-      });
+      throw new ConfigError(`lookback: ${lookbackNeedsTime(stream, cursor.type)}`, { context: { stream: stream.name, phase: 'plan' } });
   }
 }
 

@@ -17,7 +17,7 @@ import { aboveFence } from './lease-fence.js';
 import { openPipelineDestination } from './state-sync.js';
 import { partitionLoader } from './partition-load.js';
 import type { ProgressListener } from './progress.js';
-import { checkStoredColumns } from './plan.js';
+import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 
 export interface RunOptions {
@@ -163,6 +163,9 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       throw withContext(error, { pipeline: pipeline.name }, 'config');
     }
   }
+  await checkLookbacks(ctx.source, ctx.streams).catch((error: unknown) => {
+    throw withContext(error, { pipeline: pipeline.name }, 'config');
+  });
   const results: StreamResult[] = [];
   for (const stream of ctx.streams) {
     const started = Date.now();

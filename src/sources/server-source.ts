@@ -106,6 +106,18 @@ function floorTo(micros: bigint, unit: bigint): bigint {
   return (rest < 0n ? micros - rest - unit : micros - rest) - 1n;
 }
 
+/**
+ * The mark of a read that cannot tell which transactions are open: where the read began (the run that set that point
+ * had seen them), or below every value on a first read, so an append read waits and merge re-reads.
+ */
+export function standingMark(kind: ColumnKind, readStart: TypedValue | undefined): TypedValue | null {
+  if (readStart !== undefined) return readStart;
+  if (INTEGER_KINDS.includes(kind)) return lowest(kind);
+  if (kind === 'date') return { type: kind, value: '1000-01-01' };
+  if (kind === 'timestamp' || kind === 'timestamptz') return { type: kind, value: formatMicros(timestampMicros('1000-01-01 00:00:00'), kind === 'timestamptz') };
+  return null;
+}
+
 /** An open transaction older than this that holds an append read back is worth a warning. */
 const LONG_OPEN_MS = 5 * 60_000;
 

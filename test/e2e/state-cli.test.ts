@@ -119,12 +119,14 @@ describe('keys and cursors the catalog decides', () => {
     expect((await duckdbQuery(target, 'SELECT count(*) AS n FROM items'))[0]!.n).toBe(1200n);
   });
 
-  it('lookback on an integer cursor is refused by validate (naming the field), plan and the first run', async () => {
-    const config = await writeYaml(
-      dir,
-      'p.yaml',
-      pipelineYaml({ source, destination: { type: 'duckdb', path: target }, stream: { cursor: 'id', lookback: '5m', write: 'merge', checkpoint_rows: 100 } }),
-    );
+  it('lookback on an integer cursor is the same config error (exit 2) in validate (naming the field), plan and every run', async () => {
+    const withLookback = (lookback?: string) =>
+      writeYaml(
+        dir,
+        'p.yaml',
+        pipelineYaml({ source, destination: { type: 'duckdb', path: target }, stream: { cursor: 'id', ...(lookback ? { lookback } : {}), write: 'merge', checkpoint_rows: 100 } }),
+      );
+    const config = await withLookback('5m');
     const message = /lookback is a duration and needs a date or timestamp cursor, but cursor id of stream items is int64; remove lookback/;
     const validate = await cli(['validate', config]);
     expect(validate.code).toBe(2);
@@ -134,8 +136,16 @@ describe('keys and cursors the catalog decides', () => {
     expect(plan.code).toBe(2);
     expect(plan.stderr).toMatch(message);
     const run = await cli(['run', config]);
-    expect(run.code).not.toBe(0);
+    expect(run.code).toBe(2);
     expect(run.stderr).toMatch(message);
     expect(await duckdbQuery(target, `SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 'items'`)).toEqual([{ n: 0n }]);
+    // A stream that already has an integer watermark when lookback is added: the same error, not a failed stream.
+    expect((await cli(['run', await withLookback()])).code).toBe(0);
+    const second = await cli(['run', await withLookback('5m')]);
+    expect(second.code, second.stderr).toBe(2);
+    expect(second.stderr).toMatch(message);
+    const planned = await cli(['plan', config]);
+    expect(planned.code).toBe(2);
+    expect(planned.stderr).toMatch(message);
   });
 });

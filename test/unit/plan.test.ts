@@ -4,10 +4,10 @@ import { capAtSafeMark, heldBackWarning, safeMarkOf, timeUnitMicros } from '../.
 
 describe('planning helpers', () => {
   it('subtracts a lookback from time cursors only', () => {
-    expect(subtractLookback({ type: 'timestamp', value: '2024-03-01 00:02:00.000001' }, 5 * 60_000, 's').value).toBe('2024-02-29 23:57:00.000001');
-    expect(subtractLookback({ type: 'timestamptz', value: '2024-01-01T00:00:00.000000Z' }, 3_600_000, 's').value).toBe('2023-12-31T23:00:00.000000Z');
-    expect(subtractLookback({ type: 'date', value: '2024-01-03' }, 2 * 86_400_000, 's').value).toBe('2024-01-01');
-    expect(() => subtractLookback({ type: 'int64', value: '5' }, 1000, 'orders')).toThrow(/orders is int64/);
+    expect(subtractLookback({ type: 'timestamp', value: '2024-03-01 00:02:00.000001' }, 5 * 60_000, { name: 's', cursor: 'c' }).value).toBe('2024-02-29 23:57:00.000001');
+    expect(subtractLookback({ type: 'timestamptz', value: '2024-01-01T00:00:00.000000Z' }, 3_600_000, { name: 's', cursor: 'c' }).value).toBe('2023-12-31T23:00:00.000000Z');
+    expect(subtractLookback({ type: 'date', value: '2024-01-03' }, 2 * 86_400_000, { name: 's', cursor: 'c' }).value).toBe('2024-01-01');
+    expect(() => subtractLookback({ type: 'int64', value: '5' }, 1000, { name: 'orders', cursor: 'id' })).toThrow('lookback: lookback is a duration and needs a date or timestamp cursor, but cursor id of stream orders is int64; remove lookback');
   });
 
   it('never moves a watermark backwards', () => {

@@ -7,19 +7,35 @@ import mysql from 'mysql2/promise';
 import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
-import { coerceValue, encodeValue } from '../../core/values.js';
+import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 
 const ALIAS = '`t`';
 const q = (name: string) => quoteIdent(name, 'backtick');
 const UTC_FORMAT = `'%Y-%m-%dT%H:%i:%s.%fZ'`;
 /**
- * innodb_trx.trx_started has whole seconds and is set at a transaction's first InnoDB access, a little after the
- * NOW() of the statement that stamps its rows: one second below it covers both.
+ * A statement stamps NOW() when it starts, and InnoDB lists its transaction a little later (once the tables are opened
+ * and locked); innodb_trx.trx_started is that moment cut to whole seconds. Statements still running are bounded by
+ * the processlist (see openOnServer); this covers the instant between a statement's start and its listing.
  */
-const MARGIN = 'INTERVAL 1 SECOND';
+const MARGIN_MICROS = 100_000n;
+const MARGIN = `INTERVAL ${MARGIN_MICROS} MICROSECOND`;
+/**
+ * InnoDB refreshes innodb_trx only once it has gone unread for 100 ms. Waits of random length, so that sources asking
+ * at once leave it such a gap; then the uncached InnoDB status is read instead.
+ */
+const STALE_WAIT_MS = [120, 320] as const;
+const STALE_TRIES = 3;
+
+/** The server's clock and what innodb_trx and the processlist said; `fresh`: innodb_trx listed this source's probe. */
+interface OpenOnServer {
+  readonly now: string;
+  readonly fresh: boolean;
+  readonly oldestTransaction: string | null;
+  readonly oldestStatement: string | null;
+}
 
 interface MysqlStream {
   readonly schema: StreamSchema;
@@ -59,7 +75,10 @@ export class MysqlSource implements Source {
   private conn: mysql.Connection | undefined;
   private writerOffsetMinutes = 0;
   private warned = false;
+  private warnedStale = false;
   private seesTransactions = true;
+  /** How long each running statement has been running, in ms: MariaDB's TIME_MS, or MySQL's whole seconds rounded up. */
+  private statementAge = 'TIME_MS';
 
   private constructor(private readonly options: ServerSourceOptions) {}
 
@@ -170,12 +189,16 @@ export class MysqlSource implements Source {
     await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
     try {
       const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
-      const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, request.from ?? request.after?.cursor, timeUnitMicros(described.decimals.get(cursor.name))) : undefined;
+      const readStart = request.from ?? request.after?.cursor;
+      const safeMark = !incremental || !horizon ? undefined
+        : horizon === 'stale' ? standingMark(cursor.type.kind, readStart)
+        : safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart, timeUnitMicros(described.decimals.get(cursor.name)));
       const bounds = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
       const bound = predicate(schema, request, cursor, bounds.until);
       const warnings = [
         ...(incremental && !this.seesTransactions && !this.warned ? [this.privilegeWarning()] : []),
-        ...(incremental ? heldBackWarning(found.until, bounds.until, horizon) : []),
+        ...(horizon === 'stale' && !this.warnedStale ? [this.staleWarning(safeMark)] : []),
+        ...(incremental && horizon !== 'stale' ? heldBackWarning(found.until, bounds.until, horizon) : []),
       ];
       const estimatedRows = readsWholeTable(request) && request.stream.table !== undefined ? await this.tableRows(request.stream.table) : undefined;
       return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings, estimatedRows });
@@ -207,33 +230,112 @@ export class MysqlSource implements Source {
     );
   }
 
+  private staleWarning(mark: TypedValue | null | undefined): string {
+    this.warnedStale = true;
+    return (
+      `information_schema.innodb_trx kept serving an old copy (InnoDB refreshes it only after 100 ms unread) and SHOW ENGINE INNODB STATUS ` +
+      `did not list every transaction, so the open transactions are unknown: the safe mark stays at ${mark?.value ?? 'the start'} ` +
+      `for this read and newer rows wait for a later run`
+    );
+  }
+
   /**
-   * Two autocommit statements just before the read view is taken: the highest cursor first, then the clock and the
-   * open transactions, so every transaction missed by the second began after the first (see SnapshotHorizon).
+   * What the server saw just before the read view is taken: the highest cursor first (sequence cursors), then the
+   * clock and the open transactions, so every transaction missed by the second began after the first (see
+   * SnapshotHorizon). 'stale': the server served an old copy of innodb_trx every time it was asked.
    */
-  private async horizon(relation: string, cursor: Column): Promise<SnapshotHorizon | undefined> {
+  private async horizon(relation: string, cursor: Column): Promise<SnapshotHorizon | 'stale' | undefined> {
     const sequence = ['int16', 'int32', 'int64', 'uint64', 'decimal'].includes(cursor.type.kind);
     const max = sequence ? (await this.rows(`SELECT MAX(${ALIAS}.${q(cursor.name)}) AS m FROM ${relation}`))[0]!.m : null;
-    let open: mysql.RowDataPacket;
-    try {
-      open = (
-        await this.rows(
-          `SELECT DATE_FORMAT(UTC_TIMESTAMP(6) - ${MARGIN}, ${UTC_FORMAT}) AS now_utc,
-                  (SELECT DATE_FORMAT(MIN(trx_started) - ${MARGIN}, ${UTC_FORMAT}) FROM information_schema.innodb_trx
-                    WHERE trx_mysql_thread_id <> CONNECTION_ID()) AS oldest`,
-        )
-      )[0]!;
-    } catch (error) {
-      if ((error as { errno?: number }).errno !== 1227) throw error;
-      this.seesTransactions = false;
-      return undefined;
-    }
-    return {
-      now: String(open.now_utc),
-      oldestOpen: open.oldest === null ? null : String(open.oldest),
+    const horizonWith = (open: Pick<SnapshotHorizon, 'now' | 'oldestOpen'>): SnapshotHorizon => ({
+      ...open,
       writerOffsetMinutes: this.writerOffsetMinutes,
       maxCursorAtNow: max === null || max === undefined ? null : canonical(cursor.type, max),
-    };
+    });
+    for (let tries = 1; ; tries += 1) {
+      const open = await this.openOnServer();
+      if (open === undefined) return undefined;
+      if (open.fresh) {
+        const starts = [open.oldestTransaction, open.oldestStatement].filter((v): v is string => v !== null).sort();
+        return horizonWith({ now: open.now, oldestOpen: starts[0] ?? null });
+      }
+      if (tries === STALE_TRIES) {
+        const fromStatus = await this.openFromInnodbStatus();
+        if (fromStatus === undefined) return 'stale';
+        const starts = [fromStatus.oldestOpen, open.oldestStatement].filter((v): v is string => v !== null).sort();
+        return horizonWith({ now: fromStatus.now, oldestOpen: starts[0] ?? null });
+      }
+      const [low, high] = STALE_WAIT_MS;
+      await new Promise((resolve) => setTimeout(resolve, low + Math.random() * (high - low)));
+    }
+  }
+
+  /**
+   * The open transactions from SHOW ENGINE INNODB STATUS, which InnoDB writes afresh for each call: each one's age in
+   * whole seconds of the server's clock. Undefined when the list is cut short (a server with very many transactions)
+   * or not in the expected form.
+   */
+  private async openFromInnodbStatus(): Promise<Pick<SnapshotHorizon, 'now' | 'oldestOpen'> | undefined> {
+    const clock = (await this.rows(`SELECT DATE_FORMAT(UTC_TIMESTAMP(6) - ${MARGIN}, ${UTC_FORMAT}) AS now_utc, UNIX_TIMESTAMP() AS now_s, CONNECTION_ID() AS me`))[0]!;
+    const status = String((await this.rows('SHOW ENGINE INNODB STATUS'))[0]?.Status ?? '');
+    const oldestAge = oldestTransactionAge(status, String(clock.me));
+    if (oldestAge === undefined) return undefined;
+    // Ages are differences of whole seconds: a transaction `age` old began no earlier than the current second minus it.
+    const oldest = oldestAge === null ? null : formatMicros((BigInt(clock.now_s) - BigInt(oldestAge)) * 1_000_000n - MARGIN_MICROS, true);
+    return { now: String(clock.now_utc), oldestOpen: oldest };
+  }
+
+  /**
+   * The clock, then the transactions and statements open on the server. innodb_trx is a copy InnoDB refreshes at most
+   * every 100 ms, and not at all while someone reads it more often; it is fresh when it lists the transaction this
+   * source opened after reading the clock, so every transaction begun before that reading and still open is in it.
+   * A statement's NOW() is its start, before InnoDB lists its transaction: a statement still running (waiting on a
+   * table lock, say) is bounded by how long it has been running.
+   */
+  private async openOnServer(): Promise<OpenOnServer | undefined> {
+    const clock = (await this.rows(`SELECT DATE_FORMAT(UTC_TIMESTAMP(6) - ${MARGIN}, ${UTC_FORMAT}) AS now_utc`))[0]!;
+    const open = await this.inProbeTransaction(() => this.rows(this.openTransactionsSql())).catch((error: { errno?: number }) => {
+      if (error.errno === 1054 && this.statementAge === 'TIME_MS') return 'no TIME_MS' as const;
+      if (error.errno !== 1227) throw error;
+      this.seesTransactions = false;
+      return undefined;
+    });
+    if (open === 'no TIME_MS') {
+      this.statementAge = '(TIME + 1) * 1000';
+      return this.openOnServer();
+    }
+    if (open === undefined) return undefined;
+    const [seen] = open;
+    const text = (v: unknown): string | null => (v === null || v === undefined ? null : String(v));
+    const fresh = Number(seen!.own) > 0;
+    return { now: String(clock.now_utc), fresh, oldestTransaction: text(seen!.oldest), oldestStatement: text(fresh ? seen!.oldest_statement : seen!.any_statement) };
+  }
+
+  /** `work` inside a transaction of this connection that InnoDB lists, so that innodb_trx can be checked for it. */
+  private async inProbeTransaction<T>(work: () => Promise<T>): Promise<T> {
+    const conn = await this.connection();
+    await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
+    try {
+      return await work();
+    } finally {
+      await conn.query('COMMIT').catch(() => undefined);
+    }
+  }
+
+  /**
+   * A transaction still read-only (declared so, or a lone autocommit SELECT: another pipeline's read, a report) has
+   * written nothing and cannot write with an earlier stamp than its next statement's start, so it holds no mark back;
+   * nor do its running statements. That exclusion needs a fresh innodb_trx: `any_statement` counts every statement.
+   */
+  private openTransactionsSql(): string {
+    const writers = `trx_mysql_thread_id <> CONNECTION_ID() AND trx_is_read_only = 0 AND trx_autocommit_non_locking = 0`;
+    const readers = `SELECT trx_mysql_thread_id FROM information_schema.innodb_trx WHERE trx_is_read_only = 1 OR trx_autocommit_non_locking = 1`;
+    const statements = `FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND command IN ('Query', 'Execute')`;
+    const started = `DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL ROUND(MAX(${this.statementAge}) * 1000) MICROSECOND - ${MARGIN}, ${UTC_FORMAT})`;
+    return `SELECT (SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = CONNECTION_ID()) AS own,
+                   (SELECT DATE_FORMAT(MIN(trx_started) - ${MARGIN}, ${UTC_FORMAT}) FROM information_schema.innodb_trx WHERE ${writers}) AS oldest,
+                   (SELECT ${started} ${statements} AND id NOT IN (${readers})) AS oldest_statement,
+                   (SELECT ${started} ${statements}) AS any_statement`;
   }
 
   private async bounds(relation: string, cursor: Column): Promise<{ until: TypedValue | null; nullCursorRows: number }> {
@@ -431,4 +533,24 @@ function fillMarks(
     const index = components.indexOf(values[i++]!);
     return mark(names[index]!);
   });
+}
+
+/**
+ * The age in seconds of the oldest transaction in an InnoDB status text other than connection `me`'s; null when none
+ * is active; undefined when the list is cut short or missing.
+ */
+export function oldestTransactionAge(status: string, me: string): number | null | undefined {
+  const start = status.indexOf('LIST OF TRANSACTIONS FOR EACH SESSION:');
+  if (start < 0) return undefined;
+  const end = status.indexOf('\n--------\n', start);
+  const list = status.slice(start, end < 0 ? undefined : end);
+  if (end < 0 || /truncated/i.test(list)) return undefined;
+  let oldest: number | null = null;
+  for (const block of list.split('\n---TRANSACTION ').slice(1)) {
+    const age = /^[^\n]*, ACTIVE (?:\([A-Z ]+\) )?(\d+) sec/.exec(block)?.[1];
+    if (age === undefined) continue; // not started: holds no read view and has written nothing
+    if (/(?:MySQL|MariaDB) thread id (\d+)/.exec(block)?.[1] === me) continue;
+    oldest = Math.max(oldest ?? 0, Number(age));
+  }
+  return oldest;
 }

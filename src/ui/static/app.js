@@ -64,8 +64,16 @@
     return [w.cursor.value, ...w.pk.map((p) => p.value)].join(' / ');
   }
 
+  const OUTCOME_TITLE = {
+    committed: 'finished; all it read is committed',
+    failed: 'failed; what it had committed is kept',
+    running: 'still running, or ended without a word (the next run says which)',
+    stopped: 'stopped on purpose (SIGTERM or Ctrl-C); what it had committed is kept, the rest rolled back',
+  };
+
   function outcomeBadge(outcome) {
-    return h('span', { class: `badge outcome-${String(outcome).replace(/[^a-z]/g, '')}` }, outcome);
+    const name = String(outcome).replace(/[^a-z]/g, '');
+    return h('span', { class: `badge outcome-${name}`, title: OUTCOME_TITLE[name] ?? '' }, outcome);
   }
 
   // ---- data -------------------------------------------------------------------------------------------------
@@ -390,7 +398,9 @@
         h('td', { class: 'mono small' }, r.cursorMin === null ? '—' : `${r.cursorMin} … ${r.cursorMax}`),
         h('td', { class: 'small' }, r.worker),
       ));
-      if (r.error) body.append(h('tr', { class: 'error-row' }, h('td', { colspan: String(cols.length) }, h('pre', { class: 'error-text', dataset: { role: 'run-error' } }, r.error))));
+      // A stopped run's message says why it stopped, which is not an error.
+      const textClass = r.outcome === 'stopped' ? 'error-text stop-text' : 'error-text';
+      if (r.error) body.append(h('tr', { class: 'error-row' }, h('td', { colspan: String(cols.length) }, h('pre', { class: textClass, dataset: { role: 'run-error' } }, r.error))));
     }
     section.append(h('div', { class: 'scroll' }, h('table', { class: 'grid' }, h('thead', {}, h('tr', {}, cols.map((c) => h('th', {}, c)))), body)));
     return section;

@@ -11,10 +11,10 @@ import Database from 'better-sqlite3';
 import { DuckDBInstance } from '@duckdb/node-api';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { cli } from '../../helpers/cli.js';
+import { cli, startCli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { createItems, itemRange, pipelineYaml } from '../../helpers/shop.js';
-import { duckdbQuery } from '../../helpers/warehouse.js';
+import { destinationQuery, duckdbQuery } from '../../helpers/warehouse.js';
 import { launchBrowser, startUi, type RunningUi } from './helpers.js';
 
 const SCREENSHOT = fileURLToPath(new URL('../../../docs/ui-overview.png', import.meta.url));
@@ -109,6 +109,8 @@ describe('tidemark ui', () => {
     }
     expect(await page.locator('[data-action]').count()).toBe(0);
     expect(await page.locator('#mode').textContent()).toBe('read-only');
+    // The third run found nothing and left no run record; the pipeline still shows when it was last checked.
+    expect(await page.locator('section[data-pipeline="shop"] [data-role="checked"]').textContent()).toMatch(/^last checked (just now|.+ ago)$/);
     if (!existsSync(SCREENSHOT) || process.env.UPDATE_SCREENSHOTS) {
       await mkdir(join(SCREENSHOT, '..'), { recursive: true });
       await page.setViewportSize({ width: 1280, height: 300 });
@@ -209,6 +211,38 @@ destination: { type: duckdb, path: ${JSON.stringify(join(dir, 'warehouse.duckdb'
 
     expect(await page.evaluate(() => (globalThis as unknown as InPage).__pwned)).toBeUndefined();
     expect(await page.locator('main script, main img').count()).toBe(0);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('shows a run stopped by SIGTERM as stopped, in its own colour, with its reason as a note rather than an error', async () => {
+    const source = join(dir, 'source.sqlite');
+    const target = join(dir, 'warehouse.sqlite');
+    createItems(source, itemRange(1, 50, 1));
+    const config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: 'sqlite', path: target }, stream: { checkpoint_rows: 10, batch_rows: 10 } }));
+    const run = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'load.after_commit=1:sleep(3000)' });
+    const committed = async () =>
+      (await destinationQuery('sqlite', target, 'SELECT count(*) AS n FROM _tidemark_state').catch(() => [{ n: 0n }]))[0]!.n === 1n;
+    for (let i = 0; i < 200 && !(await committed()); i += 1) await new Promise((r) => setTimeout(r, 100));
+    run.child.kill('SIGTERM');
+    expect((await run.done).code).toBe(143);
+
+    ui = await startUi([config]);
+    await open(page, ui.url);
+    const badge = page.locator('tr[data-stream="items"] td.outcome .badge');
+    expect(await badge.textContent()).toBe('stopped');
+    expect(await badge.getAttribute('class')).toContain('outcome-stopped');
+    expect(await badge.getAttribute('title')).toContain('stopped on purpose');
+    const colours = await badge.evaluate((el) => {
+      const style = (globalThis as unknown as { getComputedStyle(e: unknown): { backgroundColor: string; color: string } }).getComputedStyle(el);
+      return `${style.backgroundColor} ${style.color}`;
+    });
+    // Not the grey of an unstyled badge, nor the colours of failed, running or committed.
+    for (const other of ['rgb(238, 241, 245)', 'rgb(253, 236, 236)', 'rgb(232, 241, 255)', 'rgb(231, 246, 236)']) expect(colours).not.toContain(other);
+
+    await go(page, '#/p/items/s/items');
+    const note = page.locator('pre[data-role="run-error"]');
+    expect(await note.textContent()).toMatch(/stopped \(interrupted by SIGTERM\)/);
+    expect(await note.getAttribute('class')).toContain('stop-text');
     expect(pageErrors).toEqual([]);
   });
 

@@ -26,7 +26,8 @@ const mysqlDialect: Dialect = {
   itemsTable: (t) => `CREATE TABLE ${t} (id bigint PRIMARY KEY, updated_at datetime(6), value varchar(200)) ENGINE=InnoDB`,
   sequenceTable: (t) => `CREATE TABLE ${t} (id bigint AUTO_INCREMENT PRIMARY KEY, value varchar(50)) ENGINE=InnoDB`,
   now: 'NOW(6)',
-  secondsTable: (t) => `CREATE TABLE ${t} (id varchar(40) PRIMARY KEY, updated_at datetime NOT NULL, value varchar(50)) ENGINE=InnoDB`,
+  secondsTable: (t, type) => `CREATE TABLE ${t} (id varchar(40) PRIMARY KEY, updated_at ${type} NOT NULL, value varchar(50)) ENGINE=InnoDB`,
+  secondsTypes: ['datetime', 'timestamp'],
   nowSeconds: 'NOW()',
   seriesInsert: (t, n) =>
     `INSERT INTO ${t} SELECT g, TIMESTAMP('2024-01-01') + INTERVAL g * 1000 MICROSECOND, CONCAT('v-', g) FROM (` +
@@ -185,4 +186,62 @@ describe('mysql row path across many batches', () => {
       await cleanup();
     }
   });
+});
+
+describe('mysql safe mark while information_schema.innodb_trx is stale', () => {
+  // InnoDB refreshes innodb_trx only after it has gone unread for 100 ms: a session that polls it more often (a
+  // monitor, another pipeline's runs) freezes it, and a transaction begun since is not in it.
+  it('does not pass a transaction begun after the frozen view: its row, stamped before newer committed rows, is loaded', async () => {
+    const db = await createMysqlDb();
+    const { dir, cleanup } = await tempDir();
+    const poller = await db.connect();
+    let polling = true;
+    const polls = (async () => {
+      while (polling) {
+        await poller.query('SELECT COUNT(*) FROM information_schema.innodb_trx');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    })();
+    try {
+      await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, updated_at datetime(6), value varchar(20)) ENGINE=InnoDB`);
+      const target = join(dir, 'w.duckdb');
+      const config = await writeYaml(
+        dir,
+        'p.yaml',
+        serverPipelineYaml({
+          name: 'p',
+          source: { type: 'mysql', url: db.url },
+          streams: [{ table: 'items', primary_key: ['id'], cursor: 'updated_at', write: 'append' }],
+          destination: { type: 'duckdb', path: target },
+        }),
+      );
+      await new Promise((r) => setTimeout(r, 200));
+      const late = await db.connect();
+      await late.query('BEGIN');
+      await late.query(`INSERT INTO items VALUES (100, NOW(6), 'late')`);
+      // The run comes more than a second after rows 1 and 2: a margin of up to a second below the clock passes them and
+      // the open row below them. The poller runs for about two seconds; other suites on the server wait meanwhile.
+      await new Promise((r) => setTimeout(r, 200));
+      await db.sql(`INSERT INTO items VALUES (1, NOW(6), 'a'), (2, NOW(6), 'b')`);
+      await new Promise((r) => setTimeout(r, 1200));
+      const first = await cli(['run', config, '--json']);
+      expect(first.code, first.stderr).toBe(0);
+      // The frozen innodb_trx misses the open transaction; the InnoDB status, written afresh, has it.
+      expect(JSON.parse(first.stdout).streams[0].rows_loaded).toBe(0);
+      polling = false;
+      await polls;
+      await late.query('COMMIT');
+      const ids = async () => (await destinationQuery('duckdb', target, `SELECT id FROM items ORDER BY id`).catch(() => [])).map((r) => Number(r.id));
+      for (let i = 0; i < 20 && (await ids()).length < 3; i += 1) {
+        await new Promise((r) => setTimeout(r, 300));
+        expect((await cli(['run', config])).code).toBe(0);
+      }
+      expect(await ids()).toEqual([1, 2, 100]);
+    } finally {
+      polling = false;
+      await polls;
+      await db.drop();
+      await cleanup();
+    }
+  }, 60_000);
 });

@@ -159,14 +159,16 @@ export class HttpSource implements Source {
     };
     const lastCursor = (records: readonly ExactJson[]): string | undefined =>
       records.length === 0 ? undefined : cursorOf(recordToRow(records[records.length - 1]!, columns, spec.columns, inferred));
-    /** Sorted pages by `{{since}}`: the cursor the next request starts from, when the page got past the one it was asked from. */
-    const advanceTo = (page: PageState, records: readonly ExactJson[]): string | undefined => {
+    /** Sorted pages by `{{since}}`: where the next request starts, when the page got past the cursor it was asked from. */
+    const advanceTo = (page: PageState, records: readonly ExactJson[]): Tail | undefined => {
       if (!keyset) return undefined;
       const last = lastCursor(records);
       // The window's first page is asked from the window's own lower bound.
       const since = 'since' in page && page.since !== undefined ? page.since : window.since;
       if (last === undefined || (since !== undefined && compareCanonical(cursorType!.kind, last, since) <= 0)) return undefined;
-      return last;
+      // A page that is one cursor group is the first page asked from that value: asking it again would not advance.
+      const oneGroup = compareCanonical(cursorType!.kind, lastCursor(records.slice(0, 1))!, last) === 0;
+      return { since: last, skip: oneGroup ? records.length : 0 };
     };
 
     const self = this;
@@ -326,17 +328,16 @@ export class HttpSource implements Source {
    * next request asks from it on at the first page, so records that change and move never shift what is left to
    * read; while a page ends on the cursor value it was asked from (one value fills the page), it pages on.
    */
-  private nextPage(p: HttpPagination, current: PageState, response: JsonResponse, count: number, tail?: string): PageState | null {
+  private nextPage(p: HttpPagination, current: PageState, response: JsonResponse, count: number, tail?: Tail): PageState | null {
     const since = 'since' in current ? current.since : undefined;
-    const moved = tail !== undefined;
     switch (p.type) {
       case 'none':
         return null;
       case 'page':
-        if (moved) return { page: p.start, since: tail };
+        if (tail) return { page: p.start + (tail.skip > 0 ? 1 : 0), since: tail.since };
         return { page: ('page' in current ? current.page : p.start) + 1, ...(since !== undefined ? { since } : {}) };
       case 'offset':
-        if (moved) return { offset: 0, since: tail };
+        if (tail) return { offset: tail.skip, since: tail.since };
         return { offset: ('offset' in current ? current.offset : 0) + count, ...(since !== undefined ? { since } : {}) };
       case 'cursor': {
         const token = jsonPath(response.body, p.token);
@@ -362,6 +363,12 @@ export class HttpSource implements Source {
     }
     return this.withoutCredential(url);
   }
+}
+
+/** Where a sorted window continues: from cursor `since`, past the first `skip` records asked from it (already read). */
+interface Tail {
+  readonly since: string;
+  readonly skip: number;
 }
 
 function duration(text: string | undefined, fallback: number): number {

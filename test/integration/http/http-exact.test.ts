@@ -205,6 +205,23 @@ describe('page/offset pagination that cannot follow changes', () => {
   });
 });
 
+describe.each([['page', PAGE] as const, ['offset', OFFSET] as const])('a sorted %s window whose pages are one cursor group', (_pagination, stream) => {
+  it.each([70, 50])('reads groups of %i (pages of 50) at the start of a window and after its watermark', async (group) => {
+    server.order = 'cursor';
+    // Groups at least a page long: the first page of each window is one group, later ones straddle or end on it.
+    server.seed(1, 3 * group, 'v1', 0, group);
+    const config = await writeYaml(dir, 'p.yaml', pipeline('sqlite', 'merge', `${stream}\n    ordered: true`));
+    const first = await run(config);
+    expect(first.code, first.stderr).toBe(0);
+    expect(await landed('sqlite')).toEqual(expected(current()));
+    // The next window starts at the watermark's second; what follows is again one group bigger than a page.
+    server.seed(3 * group + 1, 2 * group, 'v1', 10, group);
+    const second = await run(config);
+    expect(second.code, second.stderr).toBe(0);
+    expect(await landed('sqlite')).toEqual(expected(current()));
+  });
+});
+
 describe('a sorted page/offset API that breaks what ordered: true needs', () => {
   it('stops when the API answers {{since}} from a later value (an exclusive filter would skip the rest of a group)', async () => {
     server.order = 'cursor';

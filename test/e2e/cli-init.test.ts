@@ -207,7 +207,7 @@ describe('docs/cli-init.md', () => {
     const section = page.slice(page.indexOf('## Try it'));
     const commands = /```sh\n([\s\S]*?)```/.exec(section)![1]!.trim().split('\n');
     for (const line of commands) {
-      const out = await cli(line.replace(/^npx tidemark /, '').split(' '), { cwd: dir });
+      const out = await cli(line.replace(/^(npx )?tidemark /, '').split(' '), { cwd: dir });
       expect(out.code, `${line}: ${out.stderr}`).toBe(0);
     }
     const shown = /```yaml\n([\s\S]*?)```/.exec(section)![1]!;

@@ -239,7 +239,7 @@ function httpAdapter(pagination: Pagination, ordered: boolean, inclusive: boolea
   };
 }
 
-/** Each pagination kind ordered and `>`, unordered and `>=`; page pagination in all four combinations, offset also sorted and `>=` (the one it is read with). */
+/** Each pagination kind ordered and `>`, unordered and `>=`; page pagination in all four combinations, offset also sorted and `>=` (the way it is exact). */
 export const httpSources: readonly SourceAdapter[] = [
   ...(['page', 'offset', 'cursor', 'link', 'next_url'] as const).flatMap((p) => [httpAdapter(p, true, false), httpAdapter(p, false, true)]),
   httpAdapter('page', true, true),

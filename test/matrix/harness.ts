@@ -149,7 +149,9 @@ class Cell {
    * `>=` API or tap does: the engine drops them). A full stream reads and rebuilds everything every run.
    */
   async quietRun(): Promise<void> {
+    // What the runs before it left must already be right: a full run rebuilds everything and would hide it.
     const before = await this.rows();
+    checkRows(before, this.source.expected(this.spec.write), this.spec.write === 'append' ? 'version' : 'id');
     const r = await this.ok();
     const loaded = r.json?.streams.reduce((n, s) => n + s.rows_loaded, 0);
     const read = r.json?.streams.reduce((n, s) => n + s.rows_read, 0);

@@ -9,7 +9,7 @@
  * `TIDEMARK_MATRIX_RESUME=1` the cells it records as passed or refused are not run again, so a long run resumes).
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { appendFile, mkdir } from 'node:fs/promises';
+import { appendFile, mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { tempDir } from '../helpers/fs.js';
@@ -204,13 +204,15 @@ describe(`conformance matrix (TIDEMARK_MATRIX_SEED=${SEED})`, { concurrent: CONC
         const outcome = await runCell(entry.cell, sources.get(entry.cell.source)!, destinations.get(entry.cell.destination)!, { dir, uid }, profile);
         entry.status = outcome.status;
         if (outcome.notFired) entry.notFired = outcome.notFired;
+        // A passed cell's files are of no further use; a whole run's would fill the disk (a failed one's are kept).
+        await rm(dir, { recursive: true, force: true });
       } catch (e) {
         entry.status = bug ? 'known-bug' : 'failed';
         entry.reason = e instanceof Error ? e.message : String(e);
         throw new Error(`${cellId(entry.cell)} failed (reproduce: TIDEMARK_MATRIX_SEED=${SEED} TIDEMARK_MATRIX_ONLY=${JSON.stringify(cellId(entry.cell))}): ${entry.reason}`);
       } finally {
         entry.ms = Date.now() - t0;
-        if (LOG) await appendFile(LOG, `${new Date().toISOString()} ${entry.status} ${(entry.ms / 1000).toFixed(1)}s ${cellId(entry.cell)} [${profile}]${entry.notFired ? ` (not fired: ${entry.notFired})` : ''}${entry.reason ? ` :: ${entry.reason.slice(0, 400)}` : ''}\n`);
+        if (LOG) await appendFile(LOG, `${new Date().toISOString()} ${entry.status} ${(entry.ms / 1000).toFixed(1)}s ${cellId(entry.cell)} [${profile}]${entry.notFired ? ` (not fired: ${entry.notFired})` : ''}${entry.reason ? ` :: ${entry.reason.slice(0, 400)} (files kept in ${dir})` : ''}\n`);
       }
     });
     const test = CONCURRENCY > 1 ? (bug ? it.concurrent.fails : it.concurrent) : bug ? it.fails : it;

@@ -186,7 +186,8 @@ afterAll(async () => {
   if (LOG) await appendFile(LOG, `${table}\n`);
   if (s3) await (await s3).stop();
   await endPg();
-  await cleanup();
+  // Passed cells removed their files; a failed cell's stay for a look (named in its log line and error).
+  if (!entries.some((e) => e.status === 'failed')) await cleanup();
 });
 
 describe(`conformance matrix (TIDEMARK_MATRIX_SEED=${SEED})`, { concurrent: CONCURRENCY > 1 }, () => {

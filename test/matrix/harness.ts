@@ -161,8 +161,11 @@ class Cell {
 }
 
 export async function runCell(spec: CellSpec, sourceAdapter: SourceAdapter, destinationAdapter: DestinationAdapter, ctx: CellContext, profile = new Profile()): Promise<CellOutcome> {
-  const verdict = sourceAdapter.validate(spec) ?? destinationAdapter.validate(spec);
-  if (verdict && 'skip' in verdict) throw new Error(`cell ${spec.source}/${spec.destination} is not valid: ${verdict.skip}`);
+  const verdicts = [sourceAdapter.validate(spec), destinationAdapter.validate(spec)];
+  const invalid = verdicts.find((v) => v !== undefined && 'skip' in v);
+  if (invalid && 'skip' in invalid) throw new Error(`cell ${spec.source}/${spec.destination} is not valid: ${invalid.skip}`);
+  // Refused by the source, the destination or both: either refusal may be the one tidemark names first.
+  const refusals = verdicts.filter((v): v is { refuse: RegExp; why: string } => v !== undefined && 'refuse' in v);
   const source = await profile.time('source setup', () => sourceAdapter.setup(ctx));
   const destination = await profile.time('destination setup', () => destinationAdapter.setup(ctx)).catch(async (e: unknown) => {
     await source.cleanup();
@@ -173,10 +176,10 @@ export async function runCell(spec: CellSpec, sourceAdapter: SourceAdapter, dest
     const config = join(ctx.dir, 'pipeline.yaml');
     await writeFile(config, `name: ${name}\n${source.yaml(spec.write)}\n${destination.yaml}\n`);
     const cell = new Cell(spec, name, config, source, destination, profile);
-    if (verdict && 'refuse' in verdict) {
+    if (refusals.length > 0) {
       const r = await cell.run();
-      if (r.code === 0) throw new OracleError(`expected a refusal (${verdict.why}), got exit 0`);
-      if (!verdict.refuse.test(r.stderr)) throw new OracleError(`refusal message ${JSON.stringify(r.stderr.trim())} does not match ${verdict.refuse}`);
+      if (r.code === 0) throw new OracleError(`expected a refusal (${refusals.map((v) => v.why).join('; or ')}), got exit 0`);
+      if (!refusals.some((v) => v.refuse.test(r.stderr))) throw new OracleError(`refusal message ${JSON.stringify(r.stderr.trim())} does not match ${refusals.map((v) => v.refuse).join(' or ')}`);
       const rows = await cell.rows();
       if (rows.length > 0) throw new OracleError(`a refused pipeline loaded ${rows.length} rows`);
       return { status: 'refused', runs: cell.runs };

@@ -94,6 +94,11 @@ class StreamLoader {
   private readonly cursorIndex: number;
   private readonly pkIndexes: readonly number[];
   private readonly building: boolean;
+  /**
+   * Rows are placed by their `(cursor, key)`: incremental streams, and builds read in cursor order through the
+   * source's own resume tokens (a Singer tap), whose resumed read re-sends what the build committed (`>=`).
+   */
+  private readonly byCursor: boolean;
   private state: PipelineState;
   private txn: LoadTransaction | undefined;
   private pendingRows: Row[] = [];
@@ -141,12 +146,16 @@ class StreamLoader {
     this.watermark = this.building ? state.streams[stream.name]?.build?.watermark : plan.startWatermark;
     this.position = { group: null, ...(this.watermark ? { watermark: this.watermark } : {}) };
     this.resume = state.streams[stream.name]?.resume;
-    this.floor = stream.strategy === 'incremental' ? ReadFloor.of(plan.request, this.pkIndexes.length > 0) : undefined;
+    const incremental = stream.strategy === 'incremental';
+    this.byCursor = incremental || (this.building && read.resumable === true && read.ordered === true && this.cursorIndex >= 0);
+    // A full stream's request has no lower edge: a resumed build's is the position the build committed.
+    const edge = incremental ? plan.request : { ...plan.request, ...(this.watermark && plan.request.resume !== undefined ? { after: this.watermark } : {}) };
+    this.floor = this.byCursor ? ReadFloor.of(edge, this.pkIndexes.length > 0) : undefined;
     // A resumed unordered read saw part of its window in an earlier run; its high point counts too.
     if (this.unordered && plan.request.resume !== undefined) this.highest = state.streams[stream.name]?.resumeHigh;
     // Token-resumed reads commit where the source's tokens fall, which may be inside a group of equal cursors; an
     // unordered window ends at its highest cursor, whose group a record changed meanwhile may still join.
-    const tracked = stream.strategy === 'incremental' && (read.resumable === true || this.unordered);
+    const tracked = this.byCursor && (read.resumable === true || this.unordered);
     this.group = tracked ? new CursorGroup(this.highest ?? this.watermark) : undefined;
   }
 
@@ -270,7 +279,7 @@ class StreamLoader {
    * position stays where it was).
    */
   private positionOf(raw: Row): Position | undefined {
-    if (this.stream.strategy === 'incremental') {
+    if (this.byCursor) {
       if (this.cursorIndex < 0) return { ...this.position, inherited: true };
       const cursorRaw = raw[this.cursorIndex];
       if (cursorRaw === null || cursorRaw === undefined) return { ...this.position, group: '\u0000null', inherited: true };
@@ -427,7 +436,8 @@ class StreamLoader {
         streamState = {
           ...base,
           generation: (prior?.generation ?? 0) + 1,
-          ...(this.watermark ? { watermark: this.watermark } : {}),
+          // A full stream's build placed its rows by cursor only to resume; its next run builds from the start.
+          ...(this.watermark && this.stream.strategy === 'incremental' ? { watermark: this.watermark } : {}),
           ...(safeMark ? { safeMark } : {}),
           ...(resume !== undefined && resume !== null ? { resume } : {}),
         };

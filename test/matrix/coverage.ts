@@ -20,7 +20,7 @@ export function coverageTable(entries: readonly CoverageEntry[], seed: number, m
     row[e.status] += 1;
     if (e.status === 'passed' || e.status === 'refused' || e.status === 'failed' || e.status === 'known-bug') row.run += 1;
     paths.set(path, row);
-    if (e.notFired) notFired.set(path, (notFired.get(path) ?? new Set()).add(e.notFired));
+    if (e.notFired) notFired.set(path, (notFired.get(path) ?? new Set()).add(`${e.notFired} (${e.cell.write})`));
   }
   const header = ['path', 'run', 'passed', 'refused', 'failed', 'known-bug', 'skipped', 'not-sampled', 'failpoints that never fired'];
   // A sample touches few paths: the ones it did not run are counted in one line rather than listed.

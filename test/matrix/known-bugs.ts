@@ -12,13 +12,8 @@ export interface KnownBug {
   readonly matches: (cell: CellSpec) => boolean;
 }
 
-// Emptied as the fixes of issue 16 landed (16.1 file reads, 16.2/16.3 Singer, 16.4 unordered HTTP, 16.6 page/offset).
-export const KNOWN_BUGS: readonly KnownBug[] = [
-  {
-    item: 5,
-    what: 'a sorted page-number window (ordered: true, pages asked from the last cursor read) that failed on a bad page, resumed: the records after the last committed page up to the bad one land, the rest of the window (252 of 1,000) does not',
-    matches: (c) => c.source.startsWith('http-page-ordered-') && c.fault.kind === 'bad',
-  },];
+// Emptied as the fixes of issue 16 landed (16.1 file reads, 16.2/16.3 Singer, 16.4 unordered HTTP, 16.5 resumed windows, 16.6 page/offset).
+export const KNOWN_BUGS: readonly KnownBug[] = [];
 
 export function knownBug(cell: CellSpec): KnownBug | undefined {
   return KNOWN_BUGS.find((b) => b.matches(cell));

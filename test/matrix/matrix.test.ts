@@ -5,9 +5,11 @@
  * `TIDEMARK_MATRIX_SEED=n` replays a sample, `TIDEMARK_MATRIX=all` runs every cell, `TIDEMARK_MATRIX_CELLS=n` sets
  * the sample's budget (a plain cell costs 1, a bucket or an extra run more), `TIDEMARK_MATRIX_ONLY=<regex>` runs the cells whose name matches, `TIDEMARK_MATRIX_SHARD=i/n` runs every
  * n-th of them, `TIDEMARK_MATRIX_CONCURRENCY=k` runs k cells at once (each cell is its own processes and files) and
- * `TIDEMARK_MATRIX_LOG=<file>` appends one line per finished cell (vitest prints only at the end).
+ * `TIDEMARK_MATRIX_LOG=<file>` appends one line per finished cell (vitest prints only at the end; with
+ * `TIDEMARK_MATRIX_RESUME=1` the cells it records as passed or refused are not run again, so a long run resumes).
  */
-import { appendFile, mkdir } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { appendFile, mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { tempDir } from '../helpers/fs.js';
@@ -16,7 +18,8 @@ import { startS3, type LocalS3 } from '../helpers/s3.js';
 import { lakeDirDestination, lakeS3Destination } from './destinations/lake.js';
 import { duckdbDestination, sqliteDestination } from './destinations/embedded.js';
 import { postgresDestination } from './destinations/postgres.js';
-import { runCell } from './harness.js';
+import { endPg } from './pg.js';
+import { Profile, runCell } from './harness.js';
 import { knownBug } from './known-bugs.js';
 import { bucketFilesSources, filesSources } from './sources/files.js';
 import { httpSources } from './sources/http.js';
@@ -24,7 +27,7 @@ import { mysqlSource } from './sources/mysql.js';
 import { postgresSource } from './sources/postgres.js';
 import { singerSource } from './sources/singer.js';
 import { sqliteSource } from './sources/sqlite.js';
-import { cellId, FAILPOINTS, WRITES, type CellSpec, type DestinationAdapter, type Fault, type SourceAdapter, type Verdict } from './types.js';
+import { cellId, FAILPOINTS, WRITES, type CellSpec, type Failpoint, type DestinationAdapter, type Fault, type SourceAdapter, type Verdict } from './types.js';
 
 /** One local S3 server for the whole matrix, started by the first cell that needs it. */
 let s3: Promise<LocalS3> | undefined;
@@ -44,6 +47,8 @@ const ONLY = process.env.TIDEMARK_MATRIX_ONLY;
 const SHARD = /^(\d+)\/(\d+)$/.exec(process.env.TIDEMARK_MATRIX_SHARD ?? '');
 const CONCURRENCY = Number(process.env.TIDEMARK_MATRIX_CONCURRENCY ?? 2);
 const LOG = process.env.TIDEMARK_MATRIX_LOG;
+/** With a LOG: the cells it records as passed or refused are counted from it, not run again (a long run resumed). */
+const RESUME = process.env.TIDEMARK_MATRIX_RESUME === '1';
 
 /** At most CONCURRENCY cell bodies at once, whatever vitest's maxConcurrency. */
 let running = 0;
@@ -113,7 +118,8 @@ function sample(entries: readonly CoverageEntry[], budget: number, seed: number)
     [`f:${c.fault.kind === 'kill' ? c.fault.point : c.fault.kind}`, 4],
     [`d:${c.destination}`, 2],
     [`w:${c.write}`, 2],
-    [`s:${c.source.replace(/-(ordered|unordered)-(gt|ge)$/, '')}`, 1.5],
+    // Each kind of source (http and files as one each, their variants below), so a new variant never crowds one out.
+    [`s:${c.source.replace(/^http-.*/, 'http').replace(/-(dir|s3)$/, '')}`, 1.5],
     [`s:${c.source}`, 0.5],
     [`p:${c.source}>${c.destination}`, 0.25],
     // One bucket cell per sample at least: object storage is its own code path, slow on s3rver.
@@ -136,10 +142,32 @@ function sample(entries: readonly CoverageEntry[], budget: number, seed: number)
   }
 }
 
+/** Cells a LOG records as done: `<time> <status> <secs>s <cell id> [<profile>] (not fired: <point>)…`. */
+function loggedDone(log: string): Map<string, Pick<CoverageEntry, 'status' | 'notFired'>> {
+  const done = new Map<string, Pick<CoverageEntry, 'status' | 'notFired'>>();
+  for (const line of readFileSync(log, 'utf8').split('\n')) {
+    const m = /^\S+ (passed|refused) \S+s (.+?) \[[^\]]*\](?: \(not fired: ([\w.]+)\))?/.exec(line);
+    if (m) done.set(m[2]!, { status: m[1] as 'passed' | 'refused', ...(m[3] ? { notFired: m[3] as Failpoint } : {}) });
+  }
+  return done;
+}
+
+const inOrder = (picked: ReadonlySet<CoverageEntry>) => entries.filter((e) => picked.has(e));
+
+/** Every cell in a seeded order: a long run stopped part way has covered every source and destination alike. */
+function shuffled(open: readonly CoverageEntry[], seed: number): CoverageEntry[] {
+  const rnd = random(seed);
+  return open.map((e) => ({ e, r: rnd() })).sort((a, b) => a.r - b.r).map((x) => x.e);
+}
+
 const entries = buildCells();
+if (RESUME && LOG && existsSync(LOG)) {
+  const done = loggedDone(LOG);
+  for (const e of entries) Object.assign(e, e.status === 'not-sampled' ? done.get(cellId(e.cell)) : undefined);
+}
 function choose(): Set<CoverageEntry> {
   const open = entries.filter((e) => e.status === 'not-sampled');
-  const picked = ONLY ? open.filter((e) => new RegExp(ONLY).test(cellId(e.cell))) : ALL ? open : [...sample(entries, SAMPLE_BUDGET, SEED)];
+  const picked = ONLY ? open.filter((e) => new RegExp(ONLY).test(cellId(e.cell))) : ALL ? shuffled(open, SEED) : inOrder(sample(entries, SAMPLE_BUDGET, SEED));
   return new Set(SHARD ? picked.filter((_, i) => i % Number(SHARD[2]) === Number(SHARD[1]) - 1) : picked);
 }
 const chosen = choose();
@@ -153,14 +181,17 @@ beforeAll(async () => {
   started = Date.now();
 });
 afterAll(async () => {
-  console.log(coverageTable(entries, SEED, ONLY ? `only ${ONLY}` : ALL ? 'all cells' : `sample of ${chosen.size}`, Date.now() - started));
+  const table = coverageTable(entries, SEED, ONLY ? `only ${ONLY}` : ALL ? 'all cells' : `sample of ${chosen.size}`, Date.now() - started);
+  console.log(table);
+  if (LOG) await appendFile(LOG, `${table}\n`);
   if (s3) await (await s3).stop();
-  await cleanup();
+  await endPg();
+  // Passed cells removed their files; a failed cell's stay for a look (named in its log line and error).
+  if (!entries.some((e) => e.status === 'failed')) await cleanup();
 });
 
 describe(`conformance matrix (TIDEMARK_MATRIX_SEED=${SEED})`, { concurrent: CONCURRENCY > 1 }, () => {
-  for (const entry of entries) {
-    if (!chosen.has(entry)) continue;
+  for (const entry of chosen) {
     const bug = knownBug(entry.cell);
     const name = `${cellId(entry.cell)}${bug ? ` [KNOWN BUG 16.${bug.item}]` : ''} (seed ${SEED})`;
     const body = () => slot(async () => {
@@ -169,17 +200,20 @@ describe(`conformance matrix (TIDEMARK_MATRIX_SEED=${SEED})`, { concurrent: CONC
       const dir = join(root, uid);
       await mkdir(dir, { recursive: true });
       const t0 = Date.now();
+      const profile = new Profile();
       try {
-        const outcome = await runCell(entry.cell, sources.get(entry.cell.source)!, destinations.get(entry.cell.destination)!, { dir, uid });
+        const outcome = await runCell(entry.cell, sources.get(entry.cell.source)!, destinations.get(entry.cell.destination)!, { dir, uid }, profile);
         entry.status = outcome.status;
         if (outcome.notFired) entry.notFired = outcome.notFired;
+        // A passed cell's files are of no further use; a whole run's would fill the disk (a failed one's are kept).
+        await rm(dir, { recursive: true, force: true });
       } catch (e) {
         entry.status = bug ? 'known-bug' : 'failed';
         entry.reason = e instanceof Error ? e.message : String(e);
         throw new Error(`${cellId(entry.cell)} failed (reproduce: TIDEMARK_MATRIX_SEED=${SEED} TIDEMARK_MATRIX_ONLY=${JSON.stringify(cellId(entry.cell))}): ${entry.reason}`);
       } finally {
         entry.ms = Date.now() - t0;
-        if (LOG) await appendFile(LOG, `${new Date().toISOString()} ${entry.status} ${(entry.ms / 1000).toFixed(1)}s ${cellId(entry.cell)}${entry.notFired ? ` (not fired: ${entry.notFired})` : ''}${entry.reason ? ` :: ${entry.reason.slice(0, 400)}` : ''}\n`);
+        if (LOG) await appendFile(LOG, `${new Date().toISOString()} ${entry.status} ${(entry.ms / 1000).toFixed(1)}s ${cellId(entry.cell)} [${profile}]${entry.notFired ? ` (not fired: ${entry.notFired})` : ''}${entry.reason ? ` :: ${entry.reason.slice(0, 400)} (files kept in ${dir})` : ''}\n`);
       }
     });
     const test = CONCURRENCY > 1 ? (bug ? it.concurrent.fails : it.concurrent) : bug ? it.fails : it;

@@ -27,6 +27,8 @@ export class ApiServer {
   beforeServe: ((request: number, url: URL) => void) | undefined;
   /** A `/v1/cursor` request for token `from` is answered as if it asked for `to` (a paginator that went back). */
   rewind: { from: string; to: string } | undefined;
+  /** The record of this id is served as text that is not JSON, failing its whole page. */
+  badId: number | undefined;
   /** `updated_after` compares with `>` instead of `>=`. */
   exclusive = false;
   private server!: Server;
@@ -79,7 +81,7 @@ export class ApiServer {
 
   private json(items: Item[], extra: Record<string, unknown> = {}): string {
     // Big integers and long decimals as JSON numbers, as an API would send them.
-    const records = items.map((i) => `{"id":${i.id},"updated_at":"${i.updated_at}","name":${JSON.stringify(i.name)},"big":${9007199254740990n + BigInt(i.id)},"amount":12345678901234567890.0${i.id}}`);
+    const records = items.map((i) => i.id === this.badId ? `{"id":${i.id},"big":12x3}` : `{"id":${i.id},"updated_at":"${i.updated_at}","name":${JSON.stringify(i.name)},"big":${9007199254740990n + BigInt(i.id)},"amount":12345678901234567890.0${i.id}}`);
     return `{"data":[${records.join(',')}]${Object.entries(extra).map(([k, v]) => `,${JSON.stringify(k)}:${JSON.stringify(v)}`).join('')}}`;
   }
 

@@ -168,6 +168,35 @@ describe.each(PAIRS_B)('a killed sorted window resumed into %s, write %s', (kind
     });
 });
 
+describe.each([...PAIRS_A.map((p) => [...p, 'page', PAGE] as const), ...PAIRS_B.map((p) => [...p, 'offset', OFFSET] as const), ['duckdb', 'merge', 'cursor', CURSOR] as const])(
+  'a sorted window failing on a bad page deep in it, into %s, write %s, %s pagination',
+  (kind, write, _pagination, stream) => {
+    it('keeps what its checkpoints committed and the resumed window loads the rest of it, once', async () => {
+      server.order = 'cursor';
+      server.seed(1, 700, 'v1', 0, 4); // four records per second: sorted page/offset reads overlap by a group
+      server.badId = 560;
+      const config = await writeYaml(dir, 'p.yaml', pipeline(kind, write, `${stream}\n    ordered: true`));
+      const failed = await run(config);
+      expect(failed.code).toBe(1);
+      expect(failed.result.streams[0].error).toMatch(/JSON/);
+      // A prefix of the sorted window, up to a checkpoint (at least two of them) before the bad page.
+      const mid = await landed(kind);
+      expect(mid.length).toBeGreaterThanOrEqual(240);
+      expect(mid.length).toBeLessThan(560);
+      expect(mid).toEqual(expected(current().slice(0, mid.length)));
+      expect((await streamState(config)).resume).toBeDefined();
+
+      server.badId = undefined;
+      const resumed = await run(config);
+      expect(resumed.code, resumed.stderr).toBe(0);
+      expect(resumed.result.streams[0]).toMatchObject({ rows_loaded: 700 - mid.length });
+      expect(await landed(kind)).toEqual(expected(current()));
+      const quiet = await run(config);
+      expect(quiet.result.streams[0], quiet.stderr).toMatchObject({ rows_read: 0, rows_loaded: 0 });
+    });
+  },
+);
+
 describe.each([...PAIRS_A.map((p) => [...p, 'page', PAGE] as const), ...PAIRS_B.map((p) => [...p, 'offset', OFFSET] as const)])(
   'records changing during a window into %s, write %s, %s pagination',
   (kind, write, _pagination, stream) => {

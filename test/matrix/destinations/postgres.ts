@@ -1,22 +1,7 @@
 /** Postgres destination: its own schema per cell in the shared `test` database, dropped afterwards. */
-import pg from 'pg';
-import { PG_BASE } from '../../integration/postgres/pg-db.js';
 import { canonicalRow, COLUMN_NAMES, type Canonical } from '../fixture.js';
+import { MATRIX_PG_URL as URL, pgQuery as query } from '../pg.js';
 import type { DestinationAdapter } from '../types.js';
-
-const URL = `${PG_BASE}/test`;
-const TEXT = { getTypeParser: () => (v: string) => v } as unknown as pg.CustomTypesConfig;
-
-async function query(sql: string, values: readonly unknown[] = []): Promise<Record<string, string | null>[]> {
-  const client = new pg.Client({ connectionString: URL, types: TEXT });
-  await client.connect();
-  try {
-    await client.query(`SET TIME ZONE 'UTC'`);
-    return (await client.query(sql, values as unknown[])).rows;
-  } finally {
-    await client.end();
-  }
-}
 
 export const postgresDestination: DestinationAdapter = {
   name: 'postgres',

@@ -2,6 +2,7 @@
  * Files sources: CSV, JSONL and Parquet partitions in a directory (or a bucket), one file per partition, each
  * file longer than three DuckDB streaming chunks (2,048 rows) so that a bad line lands well past the first one.
  */
+import { createHash } from 'node:crypto';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { DuckDBInstance } from '@duckdb/node-api';
@@ -42,9 +43,27 @@ function jsonlText(rows: readonly FixtureRow[]): string {
   return rows.map((r) => `{"id":${r.id},"updated_at":"${r.updated_at.replace(' ', 'T')}Z","big":${r.big},"amount":${r.amount},"note":${JSON.stringify(r.note)}}`).join('\n') + '\n';
 }
 
+/**
+ * Parquet bytes by the CSV text they were written from: the fixture is deterministic, so most cells write the same
+ * files, and a DuckDB instance per file is the slow part of a files cell's setup.
+ */
+const parquetCache = new Map<string, Promise<Buffer>>();
+
 async function writeParquet(path: string, rows: readonly FixtureRow[]): Promise<void> {
+  const text = csvText(rows);
+  const key = createHash('sha256').update(text).digest('hex');
+  let bytes = parquetCache.get(key);
+  if (bytes === undefined) {
+    bytes = convertToParquet(path, text).then(() => readFile(path));
+    parquetCache.set(key, bytes);
+    bytes.catch(() => parquetCache.delete(key));
+  }
+  await writeFile(path, await bytes);
+}
+
+async function convertToParquet(path: string, text: string): Promise<void> {
   const csv = `${path}.csv`;
-  await writeFile(csv, csvText(rows));
+  await writeFile(csv, text);
   const instance = await DuckDBInstance.create(':memory:');
   const c = await instance.connect();
   try {

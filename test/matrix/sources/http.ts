@@ -49,6 +49,9 @@ function serveOrder(rows: FixtureRow[], ordered: boolean): FixtureRow[] {
 async function startApi(pagination: Pagination, ordered: boolean, inclusive: boolean): Promise<Api> {
   const api: Api = { base: '', rows: [], onThirdPage: undefined, badId: undefined, stop: async () => undefined };
   let served = 0;
+  // A window is known by its upper bound, fixed when it starts: a sorted page/offset read asks every page as the
+  // first one from a later cursor, so page numbers cannot tell a window's start.
+  let windowUntil: string | null | undefined;
   const window = (url: URL) => {
     const after = url.searchParams.get('updated_after');
     const before = url.searchParams.get('updated_before');
@@ -60,8 +63,9 @@ async function startApi(pagination: Pagination, ordered: boolean, inclusive: boo
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? '/', api.base);
     if (req.headers.authorization !== `Bearer ${TOKEN}`) return void res.writeHead(401).end('{"error":"unauthorized"}');
-    const first = !['page', 'offset', 'cursor', 'after'].some((k) => url.searchParams.has(k)) || ['1', '0'].includes(url.searchParams.get('page') ?? url.searchParams.get('offset') ?? '');
-    served = first ? 1 : served + 1;
+    const until = url.searchParams.get('updated_before');
+    served = until !== windowUntil ? 1 : served + 1;
+    windowUntil = until;
     if (served === 3 && api.onThirdPage) {
       const change = api.onThirdPage;
       api.onThirdPage = undefined;
@@ -100,6 +104,31 @@ async function startApi(pagination: Pagination, ordered: boolean, inclusive: boo
     return new Promise((resolve) => server.close(() => resolve()));
   };
   return api;
+}
+
+/**
+ * Where each page of a first window ends in the serving order (an index past its last new record). A sorted
+ * page/offset read asks each page from the last cursor read, so its next page starts at the first record of that
+ * cursor value and the records already read are dropped: pages overlap by the rest of a cursor group.
+ */
+function pageEnds(order: readonly FixtureRow[], pagination: Pagination, ordered: boolean): number[] {
+  const ends: number[] = [];
+  const keyset = ordered && (pagination === 'page' || pagination === 'offset');
+  let start = 0;
+  let end = 0;
+  while (end < order.length) {
+    const last = Math.min(start + PAGE_SIZE, order.length);
+    end = Math.max(end, last);
+    ends.push(end);
+    if (!keyset) start = last;
+    else {
+      const tail = order[last - 1]!.updated_at;
+      const groupStart = order.findIndex((r) => r.updated_at === tail);
+      // A page that is one cursor value throughout pages on from where it stopped.
+      start = groupStart > start ? groupStart : last;
+    }
+  }
+  return ends;
 }
 
 const PAGINATION_YAML: Record<Pagination, Record<string, unknown>> = {
@@ -182,11 +211,17 @@ function httpAdapter(pagination: Pagination, ordered: boolean, inclusive: boolea
           api.badId = rejected;
           return { kind: 'fail', message: /items|JSON|json/ };
         },
-        // The failing run committed its checkpoints before the bad page (each commit at a page end, every 500 rows).
+        // The failing run committed its checkpoints before the bad page: at the end of the first page that brings
+        // the rows since the last commit to 500 or more.
         expectedAfterBad: () => {
           const order = serveOrder(all(), ordered);
-          const at = order.findIndex((r) => r.id === rejected);
-          return order.slice(0, Math.floor(at / HTTP_CHECKPOINT_ROWS) * HTTP_CHECKPOINT_ROWS).map(toCanonical);
+          const bad = order.findIndex((r) => r.id === rejected);
+          let committed = 0;
+          for (const end of pageEnds(order, pagination, ordered)) {
+            if (end > bad) break;
+            if (end - committed >= HTTP_CHECKPOINT_ROWS) committed = end;
+          }
+          return order.slice(0, committed).map(toCanonical);
         },
         async repair() {
           api.badId = undefined;
@@ -204,9 +239,10 @@ function httpAdapter(pagination: Pagination, ordered: boolean, inclusive: boolea
   };
 }
 
-/** Each pagination kind ordered and `>`, unordered and `>=`; page pagination in all four combinations. */
+/** Each pagination kind ordered and `>`, unordered and `>=`; page pagination in all four combinations, offset also sorted and `>=` (the way it is exact). */
 export const httpSources: readonly SourceAdapter[] = [
   ...(['page', 'offset', 'cursor', 'link', 'next_url'] as const).flatMap((p) => [httpAdapter(p, true, false), httpAdapter(p, false, true)]),
   httpAdapter('page', true, true),
   httpAdapter('page', false, false),
+  httpAdapter('offset', true, true),
 ];

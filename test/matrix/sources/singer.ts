@@ -60,8 +60,9 @@ export const singerSource: SourceAdapter = {
         await flush();
         return { kind: 'fail', message: /items|JSON|json|RECORD|message/i };
       },
-      // The records before the tap's last STATE ahead of the broken line committed with it.
-      expectedAfterBad: () => all().slice(0, Math.floor(BAD_AT / STATE_EVERY) * STATE_EVERY).map(toCanonical),
+      // The records before the tap's last STATE ahead of the broken line committed with it; a full run's build
+      // publishes nothing until it ends (the destination keeps the previous generation: none).
+      expectedAfterBad: (w) => (w === 'full' ? [] : all().slice(0, Math.floor(BAD_AT / STATE_EVERY) * STATE_EVERY).map(toCanonical)),
       async repair() {
         bad = undefined;
         await flush();

@@ -36,5 +36,7 @@ export function startCli(args: readonly string[], env: Record<string, string> = 
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   const done = new Promise<CliResult>((resolve) => child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr })));
-  return { child, done };
+  /** What the process printed so far, for a failure message while it still runs. */
+  const output = () => ({ stdout, stderr });
+  return { child, done, output };
 }

@@ -4,15 +4,7 @@
 // "state_every": N}. Each line of the data file is a record; a line that is not JSON is passed through as it is
 // (a tap writing a broken message).
 import { readFileSync } from 'node:fs';
-
-const args = process.argv.slice(2);
-const arg = (name) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
-const config = JSON.parse(readFileSync(arg('--config'), 'utf8'));
-const state = arg('--state') ? JSON.parse(readFileSync(arg('--state'), 'utf8')) : {};
-const out = (line) => process.stdout.write(line + '\n');
+import { args, config, out, state } from '../../integration/singer/taps/tap-io.mjs';
 const schema = {
   type: 'object',
   properties: {

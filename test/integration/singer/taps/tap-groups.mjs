@@ -3,16 +3,7 @@
 // bookmark is the updated_at of the last record, and a resumed or later run sends the bookmark's whole group again.
 // Within a group, ids are not in order. Config: {"count": N, "group": G, "state_every": S, "crash_after": K?}.
 // Stream: events (key id, replication key updated_at, amount as numeric(12,2)).
-import { readFileSync } from 'node:fs';
-
-const args = process.argv.slice(2);
-const arg = (name) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
-const config = JSON.parse(readFileSync(arg('--config'), 'utf8'));
-const state = arg('--state') ? JSON.parse(readFileSync(arg('--state'), 'utf8')) : {};
-const out = (line) => process.stdout.write(line + '\n');
+import { config, out, state } from './tap-io.mjs';
 const schema = {
   type: 'object',
   properties: {

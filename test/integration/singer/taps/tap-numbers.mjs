@@ -1,16 +1,7 @@
 #!/usr/bin/env node
 // A small Singer tap for tests. Config: {"count": N, "crash_after": K?, "state_every": S?}.
 // Streams: numbers (bookmark last_id; big integers and decimals written as exact JSON text) and letters.
-import { readFileSync } from 'node:fs';
-
-const args = process.argv.slice(2);
-const arg = (name) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
-const config = JSON.parse(readFileSync(arg('--config'), 'utf8'));
-const state = arg('--state') ? JSON.parse(readFileSync(arg('--state'), 'utf8')) : {};
-const out = (line) => process.stdout.write(line + '\n');
+import { args, config, out, state } from './tap-io.mjs';
 const schema = {
   type: 'object',
   properties: {

@@ -11,7 +11,7 @@ import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { startS3, type LocalS3 } from '../../helpers/s3.js';
 import { createItems, itemRange, upsertItems } from '../../helpers/shop.js';
-import { bucketLake, committed, dirLake, orphans, tableRows, type LakeAccess } from './helpers.js';
+import { bucketLake, committed, dirLake, lakeDestinationYaml, orphans, tableRows, type LakeAccess } from './helpers.js';
 
 let root: string;
 let cleanup: () => Promise<void>;
@@ -29,17 +29,7 @@ type Where = 'dir' | 's3';
 const ROWS = 6000;
 
 function destination(where: Where, dir: string, prefix: string, partitionBy?: string): string {
-  const common = `  keep_manifests: 3\n${partitionBy !== undefined ? `  partition_by: ${partitionBy}\n` : ''}`;
-  if (where === 'dir') return `destination:\n  type: files\n  location: ${JSON.stringify(join(dir, 'lake'))}\n${common}`;
-  return `destination:
-  type: files
-  location: s3://${s3.bucket}/${prefix}
-  endpoint: ${s3.endpoint}
-  credentials:
-    access_key_id: \${env:TM_S3_KEY}
-    secret_access_key: \${env:TM_S3_SECRET}
-  lock: {type: file, path: ${JSON.stringify(join(dir, 'locks'))}}
-${common}`;
+  return lakeDestinationYaml(where, dir, s3, prefix, `  keep_manifests: 3\n${partitionBy !== undefined ? `  partition_by: ${partitionBy}\n` : ''}`);
 }
 
 /**

@@ -3,7 +3,7 @@ import { readFile, readdir } from 'node:fs/promises';
 import { join, relative, sep } from 'node:path';
 import { GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { DuckDBInstance } from '@duckdb/node-api';
-import type { LocalS3 } from '../../helpers/s3.js';
+import { bucketYaml, type LocalS3 } from '../../helpers/s3.js';
 import { tempDir } from '../../helpers/fs.js';
 
 export interface LakeAccess {
@@ -103,4 +103,10 @@ export async function orphans(lake: LakeAccess, pipeline: string): Promise<strin
     else if (key.startsWith(`_tidemark/manifests/${pipeline}/`) && Number(base.slice(0, 12)) > (c?.manifest.commit ?? 0)) out.push(key);
   }
   return out;
+}
+
+/** A pipeline's `destination:` section for a lake in `<dir>/lake`, or in the bucket under `prefix` (its lease in `<dir>/locks`). */
+export function lakeDestinationYaml(where: 'dir' | 's3', dir: string, s3: LocalS3, prefix: string, extra = ''): string {
+  if (where === 'dir') return `destination:\n  type: files\n  location: ${JSON.stringify(join(dir, 'lake'))}\n${extra}`;
+  return `destination:\n  type: files\n${bucketYaml(s3, prefix)}  lock: {type: file, path: ${JSON.stringify(join(dir, 'locks'))}}\n${extra}`;
 }

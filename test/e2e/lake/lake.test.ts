@@ -12,7 +12,7 @@ import { cli, startCli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { startS3, type LocalS3 } from '../../helpers/s3.js';
 import { createItems, itemRange, upsertItems } from '../../helpers/shop.js';
-import { bucketLake, committed, dirLake, orphans, tableRows, type LakeAccess } from './helpers.js';
+import { bucketLake, committed, dirLake, lakeDestinationYaml, orphans, tableRows, type LakeAccess } from './helpers.js';
 
 const POINTS = [
   'lock.after_acquire=1',
@@ -39,18 +39,7 @@ afterAll(async () => {
 type Where = 'dir' | 's3';
 
 function destinationYaml(where: Where, dir: string, prefix: string, extra = ''): string {
-  if (where === 'dir') return `destination:\n  type: files\n  location: ${JSON.stringify(join(dir, 'lake'))}\n${extra}`;
-  return `destination:
-  type: files
-  location: s3://${s3.bucket}/${prefix}
-  endpoint: ${s3.endpoint}
-  credentials:
-    access_key_id: \${env:TM_S3_KEY}
-    secret_access_key: \${env:TM_S3_SECRET}
-  lock:
-    type: file
-    path: ${JSON.stringify(join(dir, 'locks'))}
-${extra}`;
+  return lakeDestinationYaml(where, dir, s3, prefix, extra);
 }
 
 function pipeline(source: string, destination: string, stream: Record<string, unknown> = {}, name = 'items'): string {
@@ -204,7 +193,7 @@ describe('a lake on a local directory', () => {
 describe('a lake in a bucket whose server ignores conditional writes (s3rver)', () => {
   it('refuses bucket locking with a clear message asking for lock: in a file/SQLite/Postgres store', async () => {
     const { dir, source, prefix } = await setup('s3', 'refused', 10);
-    const destination = destinationYaml('s3', dir, prefix).replace(/  lock:\n    type: file\n    path: .*\n/, '');
+    const destination = destinationYaml('s3', dir, prefix).replace(/  lock: \{type: file, path: .*\}\n/, '');
     expect(destination).not.toMatch(/lock:/);
     const config = await writeYaml(dir, 'p.yaml', pipeline(source, destination));
     const out = await cli(['run', config], { env: s3.env });

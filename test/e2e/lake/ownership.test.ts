@@ -11,7 +11,7 @@ import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { startS3, type LocalS3 } from '../../helpers/s3.js';
 import { createItems, itemRange } from '../../helpers/shop.js';
-import { bucketLake, committed, dirLake, tableRows, type LakeAccess } from './helpers.js';
+import { bucketLake, committed, dirLake, lakeDestinationYaml, tableRows, type LakeAccess } from './helpers.js';
 
 let root: string;
 let cleanup: () => Promise<void>;
@@ -28,16 +28,7 @@ afterAll(async () => {
 type Where = 'dir' | 's3';
 
 function destination(where: Where, dir: string, prefix: string): string {
-  if (where === 'dir') return `destination:\n  type: files\n  location: ${JSON.stringify(join(dir, 'lake'))}\n`;
-  return `destination:
-  type: files
-  location: s3://${s3.bucket}/${prefix}
-  endpoint: ${s3.endpoint}
-  credentials:
-    access_key_id: \${env:TM_S3_KEY}
-    secret_access_key: \${env:TM_S3_SECRET}
-  lock: {type: file, path: ${JSON.stringify(join(dir, 'locks'))}}
-`;
+  return lakeDestinationYaml(where, dir, s3, prefix);
 }
 
 async function pipeline(where: Where, dir: string, name: string, rows: number): Promise<string> {

@@ -28,6 +28,7 @@ const commands = {
   runs: () => import('./commands/runs.js'),
   rejects: () => import('./commands/rejects.js'),
   target: () => import('./commands/target.js'),
+  airbyteDestination: () => import('./commands/airbyte-destination.js'),
   validate: () => import('./commands/validate.js'),
   init: () => import('./commands/init.js'),
   demo: () => import('./commands/demo.js'),
@@ -161,6 +162,14 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
     .description('act as a Singer target: load the Singer messages on stdin, print each STATE once it is committed')
     .option('--config <file>', 'pipeline YAML file (destination and optional stream settings)')
     .action(act(async (o: { config?: string }) => (await commands.target()).targetCommand(o)));
+
+  cli
+    .command('airbyte-destination')
+    .description('act as an Airbyte destination: spec, check, or write the RECORD/STATE messages on stdin, echoing each STATE once it is committed')
+    .argument('<action>', 'spec, check or write')
+    .option('--config <file>', 'the destination config (JSON, as described by spec)')
+    .option('--catalog <file>', 'write: the configured catalog (JSON)')
+    .action(act(async (action: string, o: { config?: string; catalog?: string }) => (await commands.airbyteDestination()).airbyteDestinationCommand(action, o)));
 
   cli
     .command('validate')

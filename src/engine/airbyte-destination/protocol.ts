@@ -120,6 +120,8 @@ export interface CatalogStream {
   readonly table: string;
   readonly mode: DestinationSyncMode;
   readonly schema: StreamSchema;
+  /** The platform's id of the sync (protocol `sync_id`), the same for every attempt of it; absent from older platforms. */
+  readonly syncId?: string;
 }
 
 function catalogError(message: string): ConfigError {
@@ -161,7 +163,15 @@ export function parseCatalog(text: string): CatalogStream[] {
     for (const key of primaryKey) if (!columns.some((c) => c.name === key)) throw catalogError(`stream ${name}: primary key field ${key} is not in its json_schema`);
     // The cursor orders a merge's duplicates (the highest wins); append and overwrite keep every record as sent.
     const dedupCursor = mode === 'append_dedup' && cursor !== undefined && columns.some((c) => c.name === cursor) ? cursor : undefined;
-    streams.push({ stream: name, namespace, table, mode: mode as DestinationSyncMode, schema: { name: table, columns, primaryKey, ...(dedupCursor !== undefined ? { cursor: dedupCursor } : {}) } });
+    const syncId = entry.sync_id !== undefined && entry.sync_id !== null ? stringifyExactJson(entry.sync_id) : undefined;
+    streams.push({
+      stream: name,
+      namespace,
+      table,
+      mode: mode as DestinationSyncMode,
+      schema: { name: table, columns, primaryKey, ...(dedupCursor !== undefined ? { cursor: dedupCursor } : {}) },
+      ...(syncId !== undefined ? { syncId } : {}),
+    });
   }
   return streams;
 }

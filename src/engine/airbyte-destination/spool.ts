@@ -12,7 +12,7 @@ import { recordToRow } from '../../sources/singer/singer-messages.js';
 import { DATA_COLUMN, type CatalogStream } from './protocol.js';
 
 export class AirbyteSpool implements Source {
-  private checkpoint: JsonValue | undefined;
+  private checkpoint: (table: string) => JsonValue | undefined = () => undefined;
   /** Records of each stream that arrived before the latest STATE: a checkpoint reads no further. */
   private readonly beforeState = new Map<string, number>();
 
@@ -50,7 +50,8 @@ export class AirbyteSpool implements Source {
     return this.files.total() - this.committableRows();
   }
 
-  setCheckpoint(position: JsonValue | undefined): void {
+  /** Each stream's position the next checkpoint commits with its records (undefined: the stored one stays). */
+  setCheckpoint(position: (table: string) => JsonValue | undefined): void {
     this.checkpoint = position;
   }
 
@@ -78,7 +79,7 @@ export class AirbyteSpool implements Source {
     const files = this.files;
     const table = request.stream.name;
     const limit = this.committable(table);
-    const checkpoint = this.checkpoint;
+    const checkpoint = this.checkpoint(table);
     const whole = schema.columns.length === 1 && schema.columns[0]!.name === DATA_COLUMN;
     return {
       schema,

@@ -48,6 +48,8 @@ type StateInput = Extract<AirbyteInput, { type: 'STATE' }>;
 /** What a stream's commits store as its resume position: the identities of the STATE messages they covered. */
 interface CommittedStates {
   readonly airbyte: readonly string[];
+  /** The sync (`sync_id`) they belong to, where the platform names it. */
+  readonly sync?: string;
 }
 
 function committedStates(resume: unknown): readonly string[] {
@@ -165,8 +167,9 @@ class AirbyteWrite {
   /**
    * At the first STATE of the input: a stream whose last commit covered this state was sent records it already
    * holds (the platform resends from the last state it received): those spooled are dropped, and so are the ones up
-   * to the last state of that commit. Any other stream loads what it is sent; an overwrite stream whose previous
-   * write was cut short, and is not being resumed, starts its new generation over.
+   * to the last state of that commit. Any other stream loads what it is sent. An overwrite stream whose previous write
+   * was cut short goes on with the generation it was building (the platform's next attempt resends from the last
+   * state it received), unless the catalog names another sync than the one that began it: that one starts over.
    */
   private async decide(spool: AirbyteSpool, first: string | undefined): Promise<void> {
     this.skip = new Map();
@@ -179,23 +182,28 @@ class AirbyteWrite {
         this.resent += dropped;
         this.skip.set(stream.table, covered.length - 1 - at);
         if (dropped > 0 || covered.length - 1 - at > 0) this.logger.log('info', `stream ${stream.stream}: resumed after a committed state; records already committed are dropped`);
-      } else if (stream.mode === 'overwrite' && prior?.build !== undefined) {
+      } else if (stream.mode === 'overwrite' && prior?.build !== undefined && stream.syncId !== undefined && (prior.resume as Partial<CommittedStates> | undefined)?.sync !== stream.syncId) {
         const { build: _build, resume: _resume, ...rest } = prior;
         this.state = { ...this.state, streams: { ...this.state.streams, [stream.table]: rest } };
-        this.logger.log('info', `stream ${stream.stream}: the unfinished generation of an earlier write is started over`);
+        this.logger.log('info', `stream ${stream.stream}: the unfinished generation of an earlier sync is started over`);
       }
     }
   }
 
   /** Commits every stream's records before the latest STATE with the states they precede, then echoes those states. */
   private async checkpoint(spool: AirbyteSpool, final: boolean): Promise<void> {
-    const covered: CommittedStates | undefined = this.pendingStates.length > 0 ? { airbyte: this.pendingStates.map((p) => p.state.identity) } : undefined;
-    spool.setCheckpoint(covered === undefined ? undefined : { airbyte: [...covered.airbyte] });
+    const identities = this.pendingStates.map((p) => p.state.identity);
+    spool.setCheckpoint((table) => (identities.length > 0 ? this.position(table, identities) : undefined));
     const tables = spool.committableStreams();
     if (final) for (const s of this.catalog) if (s.mode === 'overwrite' && !tables.includes(s.table) && this.publishes(s.table)) tables.push(s.table);
     for (const table of tables) await this.load(spool, table, !final);
     await spool.clear();
     await this.echo();
+  }
+
+  private position(table: string, identities: readonly string[]): { airbyte: string[]; sync?: string } {
+    const syncId = this.catalog.find((s) => s.table === table)?.syncId;
+    return { airbyte: [...identities], ...(syncId !== undefined ? { sync: syncId } : {}) };
   }
 
   /**
@@ -212,7 +220,7 @@ class AirbyteWrite {
    * (a full refresh sends the same empty state every time) and must not be taken for a resend.
    */
   private async finish(spool: AirbyteSpool): Promise<void> {
-    spool.setCheckpoint({ airbyte: [] });
+    spool.setCheckpoint((table) => this.position(table, []));
     for (const s of this.catalog) {
       if (committedStates(this.state.streams[s.table]?.resume).length === 0) continue;
       // Only the position moves: an overwrite stream's live generation stays as it is, no new one is begun.

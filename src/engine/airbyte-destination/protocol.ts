@@ -1,13 +1,13 @@
 /**
  * The destination side of the Airbyte protocol: the messages a `write` reads on stdin (RECORD, STATE; anything
- * else is passed over), the configured catalog, the Airbyte type system mapped onto tidemark's column types, and
+ * else is passed over), the configured catalog (column types as the Airbyte source maps them), and
  * the messages the destination itself writes to stdout (SPEC, CONNECTION_STATUS, STATE echoes, LOG, TRACE).
  */
 import { createHash } from 'node:crypto';
 import { ConfigError, SourceError } from '../../core/errors.js';
-import type { Column, ColumnType, StreamSchema } from '../../core/types.js';
+import type { Column, StreamSchema } from '../../core/types.js';
 import { isJsonObject, parseExactJson, stringifyExactJson, type ExactJson } from '../../shared/exact-json.js';
-import { jsonSchemaType } from '../../sources/singer/singer-messages.js';
+import { airbyteColumnType } from '../../sources/airbyte/airbyte-messages.js';
 import { NAME_RE } from '../../config/names.js';
 
 type JsonObject = { readonly [key: string]: ExactJson };
@@ -208,57 +208,7 @@ function columnsOf(jsonSchema: ExactJson | undefined, primaryKey: readonly strin
     return [{ name: DATA_COLUMN, type: { kind: 'json' }, nullable: true }];
   }
   return Object.entries(properties).map(([name, property]) => {
-    const mapped = airbyteType(property);
+    const mapped = airbyteColumnType(property);
     return { name, type: mapped.type, nullable: mapped.nullable && !primaryKey.includes(name) };
   });
-}
-
-/** Airbyte's well-known types (protocol v1 `$ref`s) → column types. */
-const WELL_KNOWN: Readonly<Record<string, ColumnType>> = {
-  String: { kind: 'text' },
-  BinaryData: { kind: 'bytes' },
-  Boolean: { kind: 'boolean' },
-  Date: { kind: 'date' },
-  TimestampWithTimezone: { kind: 'timestamptz' },
-  TimestampWithoutTimezone: { kind: 'timestamp' },
-  TimeWithTimezone: { kind: 'text' },
-  TimeWithoutTimezone: { kind: 'time' },
-  Number: { kind: 'decimal' },
-  Integer: { kind: 'int64' },
-};
-
-/**
- * A property of a stream's json_schema → a column type: `airbyte_type` refines what JSON Schema says (an integer
- * written as `number`, a timestamp with or without its zone), protocol v1 `$ref`s name well-known types, and plain
- * JSON Schema is read as a Singer tap's is (numbers exact decimals, objects and arrays JSON).
- */
-export function airbyteType(property: ExactJson | undefined): { type: ColumnType; nullable: boolean } {
-  if (!isJsonObject(property)) return { type: { kind: 'json' }, nullable: true };
-  const ref = typeof property.$ref === 'string' ? /WellKnownTypes\.json#\/definitions\/(\w+)$/.exec(property.$ref)?.[1] : undefined;
-  if (ref !== undefined && WELL_KNOWN[ref] !== undefined) return { type: WELL_KNOWN[ref]!, nullable: true };
-  const variants = Array.isArray(property.oneOf) ? property.oneOf : Array.isArray(property.anyOf) ? property.anyOf : undefined;
-  if (variants !== undefined) {
-    const concrete = (variants as ExactJson[]).filter((v) => !(isJsonObject(v) && v.type === 'null'));
-    if (concrete.length === 1) return { type: airbyteType(concrete[0]).type, nullable: concrete.length < variants.length };
-  }
-  const base = jsonSchemaType(property);
-  switch (property.airbyte_type) {
-    case 'integer':
-    case 'big_integer':
-      return { type: { kind: 'int64' }, nullable: base.nullable };
-    case 'timestamp_without_timezone':
-      return { type: { kind: 'timestamp' }, nullable: base.nullable };
-    case 'timestamp_with_timezone':
-      return { type: { kind: 'timestamptz' }, nullable: base.nullable };
-    case 'time_without_timezone':
-      return { type: { kind: 'time' }, nullable: base.nullable };
-    // tidemark has no time-with-zone type: kept as the text the source wrote, never shifted.
-    case 'time_with_timezone':
-      return { type: { kind: 'text' }, nullable: base.nullable };
-    case 'big_number':
-      return { type: { kind: 'decimal' }, nullable: base.nullable };
-    default:
-      // A `format: time` without airbyte_type is a time with zone in Airbyte's type system.
-      return base.type.kind === 'time' ? { type: { kind: 'text' }, nullable: base.nullable } : base;
-  }
 }

@@ -10,7 +10,7 @@
  * dropped: nothing is lost and nothing loads twice.
  */
 import type { Destination, Lease } from '../../core/connector.js';
-import { SourceError, TidemarkError, withContext } from '../../core/errors.js';
+import { ConfigError, SourceError, TidemarkError, withContext } from '../../core/errors.js';
 import { newRunId } from '../../core/ids.js';
 import { silentLogger, type Logger } from '../../core/logger.js';
 import type { PipelineState, StreamResult } from '../../core/types.js';
@@ -99,6 +99,14 @@ class AirbyteWrite {
   }
 
   async run(): Promise<AirbyteWriteResult> {
+    for (const s of this.catalog) {
+      const write = this.configs.get(s.table)!.write;
+      if (!this.destination.capabilities.writes.includes(write)) {
+        throw new ConfigError(`stream ${s.stream}: destination_sync_mode ${s.mode} needs write ${write}, which a ${this.config.pipeline.destination.type} destination does not do (it does ${this.destination.capabilities.writes.join(', ')})`, {
+          context: { pipeline: this.pipelineName, stream: s.stream },
+        });
+      }
+    }
     await this.destination.state.closeInterruptedRuns(this.pipelineName);
     this.state = (await this.destination.state.load(this.pipelineName)) ?? emptyState(this.pipelineName);
     const spool = await AirbyteSpool.create(this.catalog);

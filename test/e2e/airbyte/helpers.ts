@@ -55,7 +55,8 @@ export async function warehouse(kind: Kind, dir: string, pipeline: string): Prom
       return {
         kind,
         destination: { type: 'files', location, format: 'parquet' },
-        rows: (table, expression) => tableRows(lake, pipeline, table, expression),
+        // The objects are read in id order only: ties sort by the rest of the text, numbers by value.
+        rows: async (table, expression) => (await tableRows(lake, pipeline, table, expression)).sort((a, b) => a.localeCompare(b, 'en', { numeric: true })),
         drop: async () => undefined,
       };
     }

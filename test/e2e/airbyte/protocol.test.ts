@@ -93,6 +93,8 @@ describe('write', () => {
         sent.push(state);
       }
     }
+    // What else a source writes (LOG, TRACE) is passed over.
+    input.splice(3, 0, '{"type":"LOG","log":{"level":"INFO","message":"hello"}}', '{"type":"TRACE","trace":{"type":"STREAM_STATUS","emitted_at":1,"stream_status":{"stream_descriptor":{"name":"users"},"status":"RUNNING"}}}');
     const out = await airbyte(args, input.join('\n') + '\n');
     expect(out.code, out.stdout + out.stderr).toBe(0);
     const echoed = states(out.stdout);
@@ -232,6 +234,25 @@ describe('write', () => {
     // A sync sending no record at all leaves the stream empty.
     expect((await airbyte(args, '')).code).toBe(0);
     expect(ids()).toEqual([]);
+  });
+
+  it('an overwrite build cut short is started over when the catalog names another sync_id', async () => {
+    const entry: CatalogEntry = { name: 'snap', mode: 'overwrite', properties: { id: { type: 'integer' } }, primaryKey: ['id'] };
+    const { path, args } = await setup([entry], { checkpoint_rows: 1 });
+    const withSync = async (syncId: number) => {
+      const parsed = JSON.parse(catalog([entry])) as { streams: Record<string, unknown>[] };
+      parsed.streams[0]!.sync_id = syncId;
+      await writeFile(args[4]!, JSON.stringify(parsed));
+    };
+    const ids = () => sqliteQuery(path, 'SELECT id FROM snap ORDER BY id').map((r) => Number(r.id));
+    await withSync(1);
+    // Sync 1 commits ids 1 and 2 into its build, then its input ends with a record after the last state.
+    expect((await airbyte(args, [record('snap', '{"id":1}'), record('snap', '{"id":2}'), streamState('snap', { p: 2 }), record('snap', '{"id":3}')].join('\n'))).code).toBe(0);
+    // Sync 2 starts from scratch: sync 1's unfinished generation is not part of it.
+    await withSync(2);
+    const second = await airbyte(args, [record('snap', '{"id":7}'), streamState('snap', { p: 7 })].join('\n'));
+    expect(second.code, second.stdout).toBe(0);
+    expect(ids()).toEqual([7]);
   });
 
   it('a new sync whose STATE messages repeat the previous sync\'s is not taken for a resend', async () => {

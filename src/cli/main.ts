@@ -22,6 +22,7 @@ const collect = (value: string, previous: string[] = []): string[] => [...previo
 const commands = {
   run: () => import('./commands/run.js'),
   plan: () => import('./commands/plan.js'),
+  check: () => import('./commands/check.js'),
   state: () => import('./commands/state.js'),
   ledger: () => import('./commands/ledger.js'),
   lake: () => import('./commands/lake.js'),
@@ -91,6 +92,13 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .action(act(async (file: string, o: { full?: boolean; stream?: string[]; json?: boolean }) => (await commands.plan()).planCommand(file, o)));
 
   cli
+    .command('check')
+    .description("run the source connector's own connection check (Airbyte sources) and print its status")
+    .argument('<pipeline>', 'pipeline file')
+    .option('--json', 'print the status as JSON')
+    .action(act(async (file: string, o: { json?: boolean }) => (await commands.check()).checkCommand(file, o)));
+
+  cli
     .command('state')
     .description('inspect or edit state: list | show | set | reset | history | rollback | export | import | migrate | delete')
     .argument('<action>')
@@ -102,6 +110,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--from <store>', 'migrate: destination | file:<dir> | sqlite:<file> | postgres://…[?schema=s]')
     .option('--to <store>', 'migrate: the store to copy state and history into')
     .option('--force', 'migrate: write over a target that already holds a different state')
+    .option('--format <format>', 'export / import: singer or airbyte (default: airbyte for an Airbyte source, else singer)')
     .option('--store <store>', 'list | delete: this store instead of the one --config names (file:<dir> | sqlite:<file> | postgres://…[?schema=s])')
     .option('--yes', 'delete: do not ask for confirmation')
     .addHelpText(

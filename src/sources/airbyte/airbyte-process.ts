@@ -15,6 +15,8 @@ import { parseAirbyteMessage, type AirbyteMessage } from './airbyte-messages.js'
 
 export interface ConnectorRunOptions {
   readonly command: readonly string[];
+  /** The connector's name in messages. */
+  readonly name: string;
   readonly verb: 'spec' | 'check' | 'discover' | 'read';
   /** Files written into the temp directory and passed as `--<name> <file>` (config, catalog, state). */
   readonly files: readonly { readonly flag: string; readonly text: string }[];
@@ -67,7 +69,7 @@ export class ConnectorRun {
   }
 
   private get program(): string {
-    return this.options.command[0]!;
+    return this.options.name;
   }
 
   /** Messages as they arrive; a connector silent for longer than `idleMs` is killed and reported. */

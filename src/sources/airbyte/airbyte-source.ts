@@ -64,7 +64,16 @@ export class AirbyteSource implements Source {
 
   /** The config, read (exact numbers kept), checked against the spec, its `airbyte_secret` values registered. */
   connectorConfig(): Promise<ExactJson> {
-    return (this.config ??= (async () => {
+    if (this.config === undefined) {
+      this.config = this.readConfig();
+      // A refused config is refused again, with a fresh error, by every stream that asks.
+      this.config.catch(() => (this.config = undefined));
+    }
+    return this.config;
+  }
+
+  private readConfig(): Promise<ExactJson> {
+    return ((async () => {
       const spec = await this.spec();
       let config: ExactJson;
       const file = this.settings.config_file;
@@ -161,7 +170,7 @@ export class AirbyteSource implements Source {
       { flag: 'catalog', text: this.configuredCatalog(entry, schema, request.incremental) },
       ...(request.resume !== undefined && request.resume !== null ? [{ flag: 'state', text: JSON.stringify(request.resume) }] : []),
     ];
-    const run = await ConnectorRun.start({ command: this.command, verb: 'read', files, idleMs: this.idleMs, ...(this.settings.env ? { env: this.settings.env } : {}), ...(request.signal ? { signal: request.signal } : {}) });
+    const run = await ConnectorRun.start({ command: this.command, name: this.program, verb: 'read', files, idleMs: this.idleMs, ...(this.settings.env ? { env: this.settings.env } : {}), ...(request.signal ? { signal: request.signal } : {}) });
     const messages = run.messages();
     // Messages before the first record or state are read now: an ESTIMATE among them sizes the progress display.
     const leading: AirbyteMessage[] = [];
@@ -282,7 +291,7 @@ export class AirbyteSource implements Source {
 
   /** Runs a short command to its end and returns its messages (LOG lines go to the log). */
   private async collect(verb: 'spec' | 'check' | 'discover', files: { flag: string; text: string }[]): Promise<AirbyteMessage[]> {
-    const run = await ConnectorRun.start({ command: this.command, verb, files, idleMs: this.idleMs, ...(this.settings.env ? { env: this.settings.env } : {}) });
+    const run = await ConnectorRun.start({ command: this.command, name: this.program, verb, files, idleMs: this.idleMs, ...(this.settings.env ? { env: this.settings.env } : {}) });
     const out: AirbyteMessage[] = [];
     try {
       for await (const message of run.messages()) {

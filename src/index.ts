@@ -9,6 +9,8 @@ export type { TargetOptions, TargetResult } from './engine/singer-target.js';
 export { run, emptyState } from './engine/run.js';
 export type { RunOptions } from './engine/run.js';
 export { catalogProblems, planPipeline } from './engine/plan-report.js';
+export { checkSource } from './engine/source-check.js';
+export type { SourceCheck } from './engine/source-check.js';
 export type { StreamPlanReport } from './engine/plan-report.js';
 export { deleteStoredPipeline, listStoredPipelines, openStateStore, stateCommands, storedPipeline } from './engine/state-admin.js';
 export type { ShownState, StoredPipeline } from './engine/state-admin.js';

@@ -22,12 +22,14 @@ const collect = (value: string, previous: string[] = []): string[] => [...previo
 const commands = {
   run: () => import('./commands/run.js'),
   plan: () => import('./commands/plan.js'),
+  check: () => import('./commands/check.js'),
   state: () => import('./commands/state.js'),
   ledger: () => import('./commands/ledger.js'),
   lake: () => import('./commands/lake.js'),
   runs: () => import('./commands/runs.js'),
   rejects: () => import('./commands/rejects.js'),
   target: () => import('./commands/target.js'),
+  airbyteDestination: () => import('./commands/airbyte-destination.js'),
   validate: () => import('./commands/validate.js'),
   init: () => import('./commands/init.js'),
   demo: () => import('./commands/demo.js'),
@@ -44,13 +46,14 @@ const RUN_OPTIONS = {
   stream: { type: 'string', multiple: true, flag: '--stream <name>', help: 'only this stream (repeatable)' },
   json: { type: 'boolean', flag: '--json', help: 'print the RunResult as JSON' },
   strict: { type: 'boolean', flag: '--strict', help: 'fail a files stream whose pattern matches no file (default: a warning)' },
+  verbose: { type: 'boolean', flag: '--verbose', help: "log at debug level (a connector's LOG lines and error stacks included)" },
 } as const;
 
 /**
  * A well-formed `tidemark run …` skips commander (~12 ms to load, a tenth of a no-op run); anything else — help, a
  * typo, another command — goes through commander, which explains it.
  */
-function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean } } | undefined {
+function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; verbose?: boolean } } | undefined {
   if (argv[0] !== 'run') return undefined;
   try {
     const { values, positionals } = parseArgs({ args: argv.slice(1), options: RUN_OPTIONS, allowPositionals: true, strict: true });
@@ -79,7 +82,8 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option(RUN_OPTIONS.stream.flag, RUN_OPTIONS.stream.help, collect)
     .option(RUN_OPTIONS.json.flag, RUN_OPTIONS.json.help)
     .option(RUN_OPTIONS.strict.flag, RUN_OPTIONS.strict.help)
-    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean }) => (await commands.run()).runCommand(files, o)));
+    .option(RUN_OPTIONS.verbose.flag, RUN_OPTIONS.verbose.help)
+    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; verbose?: boolean }) => (await commands.run()).runCommand(files, o)));
 
   cli
     .command('plan')
@@ -89,6 +93,13 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--stream <name>', 'only this stream (repeatable)', collect)
     .option('--json', 'print JSON')
     .action(act(async (file: string, o: { full?: boolean; stream?: string[]; json?: boolean }) => (await commands.plan()).planCommand(file, o)));
+
+  cli
+    .command('check')
+    .description("run the source connector's own connection check (Airbyte sources) and print its status")
+    .argument('<pipeline>', 'pipeline file')
+    .option('--json', 'print the status as JSON')
+    .action(act(async (file: string, o: { json?: boolean }) => (await commands.check()).checkCommand(file, o)));
 
   cli
     .command('state')
@@ -102,6 +113,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--from <store>', 'migrate: destination | file:<dir> | sqlite:<file> | postgres://…[?schema=s]')
     .option('--to <store>', 'migrate: the store to copy state and history into')
     .option('--force', 'migrate: write over a target that already holds a different state')
+    .option('--format <format>', 'export / import: singer or airbyte (default: airbyte for an Airbyte source, else singer)')
     .option('--store <store>', 'list | delete: this store instead of the one --config names (file:<dir> | sqlite:<file> | postgres://…[?schema=s])')
     .option('--yes', 'delete: do not ask for confirmation')
     .addHelpText(
@@ -161,6 +173,14 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
     .description('act as a Singer target: load the Singer messages on stdin, print each STATE once it is committed')
     .option('--config <file>', 'pipeline YAML file (destination and optional stream settings)')
     .action(act(async (o: { config?: string }) => (await commands.target()).targetCommand(o)));
+
+  cli
+    .command('airbyte-destination')
+    .description('act as an Airbyte destination: spec, check, or write the RECORD/STATE messages on stdin, echoing each STATE once it is committed')
+    .argument('<action>', 'spec, check or write')
+    .option('--config <file>', 'the destination config (JSON, as described by spec)')
+    .option('--catalog <file>', 'write: the configured catalog (JSON)')
+    .action(act(async (action: string, o: { config?: string; catalog?: string }) => (await commands.airbyteDestination()).airbyteDestinationCommand(action, o)));
 
   cli
     .command('validate')

@@ -14,8 +14,13 @@ type At = (field: string) => string;
 
 const HTTP_FIELDS = ['path', 'params', 'headers', 'records', 'pagination', 'ordered'] as const;
 
-export function isApiSource(type: SourceConfig['type']): type is 'http' | 'singer' {
-  return type === 'http' || type === 'singer';
+export function isApiSource(type: SourceConfig['type']): type is 'http' | 'singer' | 'airbyte' {
+  return type === 'http' || type === 'singer' || type === 'airbyte';
+}
+
+/** Sources that keep their own bookmarks (Singer STATE, Airbyte state): incremental without a cursor column. */
+export function bookmarksOwnState(type: SourceConfig['type']): boolean {
+  return type === 'singer' || type === 'airbyte';
 }
 
 /** Refuses fields that belong to another kind of source, and checks what defines an API stream. */
@@ -35,9 +40,13 @@ export function checkStreamFields(type: SourceConfig['type'], s: StreamDocument,
     }
     return;
   }
+  if (type === 'airbyte') {
+    if (s.columns !== undefined) throw new ConfigError(`${at('columns')}: an airbyte stream's columns come from the connector's catalog (discover)`);
+    if (s.name === undefined) throw new ConfigError(`${at('name')}: a stream of an airbyte source needs the name of a stream the connector discovers`);
+  }
   if (Array.isArray(s.columns)) throw new ConfigError(`${at('columns')}: declare the columns of an ${type} stream with their types (columns: {id: int64, name: text})`);
   if (s.table !== undefined || s.query !== undefined) {
-    throw new ConfigError(`${at(s.table !== undefined ? 'table' : 'query')}: a stream of an ${type} source is defined by ${type === 'http' ? 'path' : 'name or tap_stream'}, not table or query`);
+    throw new ConfigError(`${at(s.table !== undefined ? 'table' : 'query')}: a stream of an ${type} source is defined by ${type === 'http' ? 'path' : type === 'airbyte' ? 'name' : 'name or tap_stream'}, not table or query`);
   }
   if (type === 'http' && s.path === undefined) throw new ConfigError(`${at('path')}: a stream of an http source needs a path (e.g. /v1/orders)`);
   if (type === 'singer' && s.name === undefined && s.tap_stream === undefined) throw new ConfigError(`${at('name')}: a stream of a singer source needs a name or tap_stream`);
@@ -131,6 +140,14 @@ export function resolveApiSource<T extends SourceConfig>(source: T, file: string
       ...(typeof source.config === 'string' ? { config: local(source.config) } : {}),
       ...(typeof source.catalog === 'string' ? { catalog: local(source.catalog) } : {}),
     };
+  }
+  if (source.type === 'airbyte') {
+    const local = (p: string): string => (isAbsolute(p) ? p : resolve(baseDir, p));
+    if (source.config !== undefined && source.config_file !== undefined) throw new ConfigError(`${file}: source.config_file: give either config or config_file, not both`);
+    const command = typeof source.command === 'string' ? source.command.split(/\s+/).filter(Boolean) : source.command;
+    const program = /^\.\.?\//.test(command[0]!) ? local(command[0]!) : command[0]!;
+    if (source.idle_timeout !== undefined && parseDuration(source.idle_timeout) === undefined) throw new ConfigError(`${file}: source.idle_timeout: expected ${DURATION_HINT}`);
+    return { ...source, command: [program, ...command.slice(1)], ...(source.config_file !== undefined ? { config_file: local(source.config_file) } : {}) };
   }
   return source;
 }

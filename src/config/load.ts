@@ -14,7 +14,7 @@ import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
 import { nodeCrypto } from '../shared/lazy-modules.js';
 import type { NullCursorPolicy, OnChange, OnMissing, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
-import { apiStreamName, apiStreamSpec, checkPositionalPaging, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
+import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
 
@@ -292,9 +292,9 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     if (names.has(streamName)) throw new ConfigError(`${at('name')}: stream ${streamName} appears twice`);
     names.add(streamName);
     const primaryKey = s.primary_key === undefined ? [] : Array.isArray(s.primary_key) ? s.primary_key : [s.primary_key];
-    const strategy: Strategy = s.strategy ?? (filesSource ? 'partitioned' : s.cursor !== undefined || doc.source.type === 'singer' ? 'incremental' : 'full');
+    const strategy: Strategy = s.strategy ?? (filesSource ? 'partitioned' : s.cursor !== undefined || bookmarksOwnState(doc.source.type) ? 'incremental' : 'full');
     // A Singer stream is incremental by the tap's own bookmarks; a cursor column is optional there.
-    if (strategy === 'incremental' && s.cursor === undefined && doc.source.type !== 'singer') throw new ConfigError(`${at('cursor')}: strategy incremental needs a cursor column`);
+    if (strategy === 'incremental' && s.cursor === undefined && !bookmarksOwnState(doc.source.type)) throw new ConfigError(`${at('cursor')}: strategy incremental needs a cursor column`);
     checkPositionalPaging(doc.source, s, strategy === 'incremental', at);
     if (filesSource !== (strategy === 'partitioned')) {
       throw new ConfigError(
@@ -312,7 +312,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     // An incremental stream without primary_key takes the key its source declares at run time: a database table's
     // own, or a Singer tap's key_properties.
     const keyFromSource =
-      strategy === 'incremental' && primaryKey.length === 0 && ((s.table !== undefined && TABLE_KEY_SOURCES.has(doc.source.type)) || doc.source.type === 'singer');
+      strategy === 'incremental' && primaryKey.length === 0 && ((s.table !== undefined && TABLE_KEY_SOURCES.has(doc.source.type)) || bookmarksOwnState(doc.source.type));
     const keyed = primaryKey.length > 0 || keyFromSource;
     const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : keyed && !lake ? 'merge' : 'append');
     if (lake && write === 'merge') {

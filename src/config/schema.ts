@@ -165,8 +165,22 @@ export const singerSourceSchema = z
   .strict()
   .describe('Runs a Singer tap and loads its records; its STATE messages become the bookmarks.');
 
+export const airbyteSourceSchema = z
+  .object({
+    type: z.literal('airbyte').describe('An Airbyte source connector.'),
+    command: z
+      .union([z.string().min(1), z.array(z.string().min(1)).min(1)])
+      .describe('The connector executable and its arguments (`[source-faker]`, `[npx, source-x]`); tidemark adds `spec`, `check`, `discover` or `read`.'),
+    config: z.record(z.string(), z.unknown()).optional().describe("The connector's config, checked against its spec and passed in a private temp file removed afterwards."),
+    config_file: z.string().min(1).optional().describe("A JSON file with the connector's config instead; refreshed credentials the connector sends (CONTROL) are written back to it."),
+    env: z.record(z.string(), z.string()).optional().describe('Environment variables for the connector.'),
+    idle_timeout: z.string().min(1).optional().describe('A connector that writes nothing for this long is stopped and the stream fails (default 10m).'),
+  })
+  .strict()
+  .describe('Runs an Airbyte source connector; its STATE messages (STREAM, GLOBAL or LEGACY) become the checkpoints.');
+
 export const sourceSchema = z
-  .discriminatedUnion('type', [sqliteSourceSchema, postgresSourceSchema, mysqlSourceSchema, filesSourceSchema, httpSourceSchema, singerSourceSchema])
+  .discriminatedUnion('type', [sqliteSourceSchema, postgresSourceSchema, mysqlSourceSchema, filesSourceSchema, httpSourceSchema, singerSourceSchema, airbyteSourceSchema])
   .describe('Where the data comes from; `type` selects the connector.');
 
 export const paginationSchema = z
@@ -348,6 +362,7 @@ export const targetPipelineSchema = pipelineSchema.extend({
 export type PipelineDocument = z.infer<typeof pipelineSchema>;
 export type HttpSourceConfig = z.infer<typeof httpSourceSchema>;
 export type SingerSourceConfig = z.infer<typeof singerSourceSchema>;
+export type AirbyteSourceConfig = z.infer<typeof airbyteSourceSchema>;
 export type PaginationConfig = z.infer<typeof paginationSchema>;
 export type StreamDocument = z.infer<typeof streamSchema>;
 export type SourceConfig = z.infer<typeof sourceSchema>;

@@ -85,7 +85,7 @@ async function openEnds(pipeline: PipelineConfig, logger: Logger): Promise<{ des
     openPipelineDestination(pipeline, logger).catch((e: unknown) => {
       throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'destination');
     }),
-    openSource(pipeline.source).catch((e: unknown) => {
+    openSource(pipeline.source, logger).catch((e: unknown) => {
       throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'source');
     }),
   ]);

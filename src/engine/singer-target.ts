@@ -9,11 +9,10 @@ import { newRunId } from '../core/ids.js';
 import { silentLogger, type Logger } from '../core/logger.js';
 import type { PipelineState, StreamResult } from '../core/types.js';
 import { DEFAULT_CHECKPOINT_ROWS, type PipelineConfig, type StreamConfig } from '../config/load.js';
-import { leaseProviderFor, openSingerSpool } from '../registry/index.js';
+import { openSingerSpool } from '../registry/index.js';
 import { emptyState } from './run.js';
-import { aboveFence } from './lease-fence.js';
-import { openPipelineDestination } from './state-sync.js';
 import { loadStream } from './stream-load.js';
+import { withTargetSession } from './target-session.js';
 
 export interface TargetOptions {
   /** The Singer message stream (stdin). */
@@ -45,21 +44,7 @@ export async function runTarget(pipeline: PipelineConfig, options: TargetOptions
   }
   const runId = newRunId();
   const startedAt = new Date().toISOString();
-  const leases = leaseProviderFor(pipeline.destination, pipeline.state);
-  let lease = await leases.acquire(pipeline.name, { ttlMs: pipeline.lockTtlMs });
-  try {
-    const destination = await openPipelineDestination(pipeline, logger).catch((e: unknown) => {
-      throw withContext(e, { pipeline: pipeline.name, phase: 'connect' }, 'destination');
-    });
-    try {
-      lease = await aboveFence(leases, lease, destination, pipeline.lockTtlMs);
-      return await new TargetRun(pipeline, runId, startedAt, destination, lease, options).run();
-    } finally {
-      await destination.close();
-    }
-  } finally {
-    await lease.release();
-  }
+  return withTargetSession(pipeline, logger, (destination, lease) => new TargetRun(pipeline, runId, startedAt, destination, lease, options).run());
 }
 
 class TargetRun {

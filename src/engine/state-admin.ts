@@ -2,7 +2,8 @@
  * `tidemark state …`: inspect and edit a pipeline's state. Every edit is a new version (compare-and-set, under
  * the pipeline's lease), so history keeps what was there and `rollback` can restore it.
  */
-import type { Destination, Lease, LeaseProvider, Source, StateStore } from '../core/connector.js';
+import type { Destination, JsonValue, Lease, LeaseProvider, Source, StateStore } from '../core/connector.js';
+import { exportAirbyteState, importAirbyteState } from './airbyte-state.js';
 import { newRunId } from '../core/ids.js';
 import { StateError, UsageError, errorMessage } from '../core/errors.js';
 import type { PipelineState, PipelineStateVersion, StreamState, TypedValue, Watermark } from '../core/types.js';
@@ -385,6 +386,15 @@ export function stateCommands(pipeline: PipelineConfig) {
         }
         return { ...target.state, streams };
       });
+    },
+
+    /** The connector's own state file (`state export --format airbyte`). */
+    async exportAirbyte(): Promise<JsonValue> {
+      return exportAirbyteState((await withStore((store) => store.load(name))) ?? emptyState(name));
+    },
+
+    async importAirbyte(input: unknown): Promise<PipelineState> {
+      return edit('import', (current) => importAirbyteState(input, pipeline.streams, current));
     },
 
     async exportSinger(): Promise<SingerState | TapState> {

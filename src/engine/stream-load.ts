@@ -43,6 +43,11 @@ export interface StreamContext {
   readonly onWarning?: (stream: string, message: string) => void;
   /** A files stream whose pattern matches no file fails instead of warning (`run --strict`). */
   readonly strict?: boolean;
+  /**
+   * The read is one checkpoint of a longer input (a target's stdin): a build commits its rows without being swapped
+   * in, and a later call, without this, publishes it.
+   */
+  readonly openEnded?: boolean;
 }
 
 export interface StreamOutcome {
@@ -218,7 +223,7 @@ class StreamLoader {
     // A run that read nothing writes nothing; a build always commits, since its swap publishes the generation.
     if (this.building || this.txnRowsRead > 0 || this.resumeMoved()) {
       await this.flush();
-      await this.commit(true);
+      await this.commit(!(this.building && this.ctx.openEnded === true));
     }
     return { state: this.state, result: this.result('committed') };
   }

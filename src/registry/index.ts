@@ -11,8 +11,9 @@ import { parseDuration } from '../core/duration.js';
 import { DEFAULT_MAX_SKEW_MS, type ServerSourceOptions } from '../sources/server-source.js';
 import { FileLeaseProvider } from '../state/file/file-lease.js';
 import type { ExternalStateStore } from '../state/state-store.js';
+import type { Logger } from '../core/logger.js';
 
-export async function openSource(config: SourceConfig): Promise<Source> {
+export async function openSource(config: SourceConfig, logger?: Logger): Promise<Source> {
   switch (config.type) {
     case 'sqlite': {
       const { SqliteSource } = await import('../sources/sqlite/sqlite-source.js');
@@ -34,6 +35,10 @@ export async function openSource(config: SourceConfig): Promise<Source> {
     case 'singer': {
       const { SingerSource } = await import('../sources/singer/singer-source.js');
       return new SingerSource(config);
+    }
+    case 'airbyte': {
+      const { AirbyteSource } = await import('../sources/airbyte/airbyte-source.js');
+      return new AirbyteSource(config, logger);
     }
     case 'files': {
       // The AWS SDK loads only when the location is a bucket (see shared/object-store.ts).

@@ -15,6 +15,8 @@ export interface RunCommandOptions {
   readonly json?: boolean;
   /** A files stream whose pattern matches no file fails instead of warning. */
   readonly strict?: boolean;
+  /** Log at debug level: a connector's LOG lines and the stacks of its errors. */
+  readonly verbose?: boolean;
 }
 
 export function describeWatermark(w: Watermark | null | undefined): string {
@@ -85,7 +87,7 @@ async function runAll(files: readonly string[], options: RunCommandOptions, sign
         ...(options.full ? { full: true } : {}),
         ...(options.stream?.length ? { streams: options.stream } : {}),
         ...(options.strict ? { strict: true } : {}),
-        logger: stderrLogger(undefined, { write: progress.write }),
+        logger: stderrLogger(options.verbose ? 'debug' : undefined, { write: progress.write }),
         signal,
         onProgress: progress.onProgress,
       }).catch(jsonOnError(options, file, pipeline.name, started));

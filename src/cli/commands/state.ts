@@ -39,12 +39,21 @@ export interface StateCommandOptions {
   readonly store?: string;
   /** delete: no question asked. */
   readonly yes?: boolean;
+  /** export / import: `singer` or `airbyte` (default: airbyte for an Airbyte source, else singer). */
+  readonly format?: string;
+}
+
+function stateFormat(options: StateCommandOptions, sourceType: string): 'singer' | 'airbyte' {
+  const format = options.format ?? (sourceType === 'airbyte' ? 'airbyte' : 'singer');
+  if (format !== 'singer' && format !== 'airbyte') throw new UsageError(`--format ${format}: expected singer or airbyte`);
+  return format;
 }
 
 export async function stateCommand(action: string, args: readonly string[], options: StateCommandOptions): Promise<number> {
   if (action === 'list' || action === 'delete') return catalogCommand(action, args, options);
   if (!options.config) throw new UsageError(`state ${action} needs --config <pipeline.yaml>`);
-  const commands = stateCommands(await loadPipelineOrTarget(options.config));
+  const pipeline = await loadPipelineOrTarget(options.config);
+  const commands = stateCommands(pipeline);
   switch (action) {
     case 'show': {
       const shown = await commands.inspect();
@@ -80,7 +89,7 @@ export async function stateCommand(action: string, args: readonly string[], opti
       return 0;
     }
     case 'export':
-      print(JSON.stringify(await commands.exportSinger(), null, 2));
+      print(JSON.stringify(stateFormat(options, pipeline.source.type) === 'airbyte' ? await commands.exportAirbyte() : await commands.exportSinger(), null, 2));
       return 0;
     case 'import': {
       const from = args[0];
@@ -92,7 +101,7 @@ export async function stateCommand(action: string, args: readonly string[], opti
       } catch (cause) {
         throw new UsageError(`${from}: not valid JSON: ${(cause as Error).message}`);
       }
-      const next = await commands.importSinger(parsed);
+      const next = stateFormat(options, pipeline.source.type) === 'airbyte' ? await commands.importAirbyte(parsed) : await commands.importSinger(parsed);
       options.json ? print(toJson(next)) : showState(next);
       return 0;
     }

@@ -5,10 +5,10 @@
 import type { DeclaredColumn, JsonValue } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema } from '../../core/types.js';
+import { MAX_LINE_BYTES, readLines } from '../../shared/lines.js';
 import { JsonNumber, isJsonObject, jsonPath, jsonToRaw, parseExactJson, toPlainJson, type ExactJson } from '../../shared/exact-json.js';
 
-/** A single message larger than this is refused instead of buffered without bound. */
-export const MAX_LINE_BYTES = 64 * 1024 * 1024;
+export { MAX_LINE_BYTES, readLines };
 
 export type SingerMessage =
   | { readonly type: 'SCHEMA'; readonly stream: string; readonly schema: ExactJson; readonly keyProperties: readonly string[]; readonly bookmarkProperties: readonly string[] }
@@ -16,31 +16,6 @@ export type SingerMessage =
   | { readonly type: 'STATE'; readonly value: JsonValue }
   | { readonly type: 'ACTIVATE_VERSION'; readonly stream: string; readonly version: string }
   | { readonly type: 'OTHER'; readonly name: string };
-
-/** Splits a byte stream into lines; memory stays at one chunk plus one line. */
-export async function* readLines(input: AsyncIterable<Buffer | string>, what: string): AsyncGenerator<string> {
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
-  for await (const chunk of input) {
-    let buffer = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
-    let newline = buffer.indexOf(0x0a);
-    while (newline >= 0) {
-      const head = buffer.subarray(0, newline);
-      const line = pending.length ? Buffer.concat([...pending, head]).toString('utf8') : head.toString('utf8');
-      pending = [];
-      pendingBytes = 0;
-      yield line.endsWith('\r') ? line.slice(0, -1) : line;
-      buffer = buffer.subarray(newline + 1);
-      newline = buffer.indexOf(0x0a);
-    }
-    if (buffer.length) {
-      pendingBytes += buffer.length;
-      if (pendingBytes > MAX_LINE_BYTES) throw new SourceError(`${what} wrote a line longer than ${MAX_LINE_BYTES} bytes`, { context: { phase: 'extract' } });
-      pending.push(Buffer.from(buffer));
-    }
-  }
-  if (pendingBytes) yield Buffer.concat(pending).toString('utf8');
-}
 
 export function parseMessage(line: string, what: string, lineNumber: number): SingerMessage | undefined {
   if (line.trim() === '') return undefined;

@@ -257,13 +257,13 @@ function singerSpec(stream: StreamSpec): SingerStreamSpec {
   return stream.singer ?? { tapStream: stream.name };
 }
 
-interface Exit {
+export interface Exit {
   readonly code: number | null;
   readonly signal: NodeJS.Signals | null;
   readonly error?: Error;
 }
 
-function exitOf(child: ChildProcess): Promise<Exit> {
+export function exitOf(child: ChildProcess): Promise<Exit> {
   return new Promise((resolve) => {
     child.once('error', (error) => resolve({ code: null, signal: null, error }));
     child.once('close', (code, signal) => resolve({ code, signal }));
@@ -282,7 +282,7 @@ function tapFailure(program: string, exit: Exit, stderr: Tail, mode = ''): Sourc
 }
 
 /** The last few kilobytes of a stream, for error messages. */
-class Tail {
+export class Tail {
   private text = '';
   push(chunk: Buffer): void {
     this.text = (this.text + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);

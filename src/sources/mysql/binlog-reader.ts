@@ -7,35 +7,38 @@
  *
  * The binlog names no columns (unless the server runs with binlog_row_metadata=FULL): row images are matched to
  * names by the table's columns in information_schema when a table first appears in the stream, so an ALTER TABLE
- * between the writing of a change and its reading can misname columns. Without FULL metadata, keep such changes
- * for a moment when no stream is behind (see docs/cdc.md).
+ * between the writing of a change and its reading can misname columns (docs/cdc.md: binlog_row_metadata=FULL).
  */
 import { SourceError } from '../../core/errors.js';
-import type { Column, Row } from '../../core/types.js';
-import { formatMicros, ValueRejection } from '../../core/values.js';
+import { formatMicros } from '../../core/values.js';
 import type { ServerSourceOptions } from '../server-source.js';
 import { comparePositions, fileNameOf, parsePosition, positionText } from './binlog-position.js';
-import { binlogRow, enumMembers, type RawBinlogValue } from './binlog-values.js';
+import { enumMembers, type RawBinlogValue } from './binlog-values.js';
 
-/** A table whose changes the reader decodes, with the columns (and types) the stream uses for it. */
+/** A table whose changes the reader decodes. */
 export interface LogTable {
   /** The database (schema) the table is in. */
   readonly database: string;
   readonly name: string;
-  readonly columns: readonly Column[];
 }
 
 export type ChangeOp = 'insert' | 'update' | 'delete';
 
-/** One changed row. Rows are in the order of the table's `columns`. */
+/** A row image as the decoder produced it: raw values by column name (see binlog-values.ts to make them canonical). */
+export type RowImage = Readonly<Record<string, RawBinlogValue>>;
+
+/**
+ * One changed row, its images still raw: the consumer decodes them against the columns it knows, and can notice a
+ * column it does not know (an ALTER TABLE) and look the table up again before it does.
+ */
 export interface RowChange {
   /** `database.name` of the table. */
   readonly table: string;
   readonly op: ChangeOp;
   /** The row before an update or delete. */
-  readonly before: Row | null;
+  readonly before: RowImage | null;
   /** The row after an insert or update. */
-  readonly after: Row | null;
+  readonly after: RowImage | null;
 }
 
 /** A statement (no row images) on a table the reader watches: TRUNCATE, or DDL that changes or removes it. */
@@ -123,8 +126,6 @@ interface BinlogEventLike {
   readonly tableMap?: Record<number, { parentSchema: string; tableName: string }>;
   readonly rows?: readonly unknown[];
 }
-
-type Image = Readonly<Record<string, RawBinlogValue>>;
 
 const TABLE_INFO = `SELECT COLUMN_NAME, COLLATION_NAME, CHARACTER_SET_NAME, COLUMN_COMMENT, COLUMN_TYPE
   FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`;
@@ -372,29 +373,12 @@ export class BinlogReader {
     const table = this.tables.get(key);
     if (!table) return;
     const pending = (this.pending ??= { changes: [], statements: [] });
-    const decode = (image: Image): Row => {
-      try {
-        const { row, unknown } = binlogRow(table.columns, image);
-        const missing = table.columns.filter((c) => !(c.name in image)).map((c) => c.name);
-        if (unknown.length || missing.length) {
-          throw new SourceError(
-            `the columns of ${key} changed (${[...unknown.map((n) => `added ${n}`), ...missing.map((n) => `removed ${n}`)].join(', ')}) ` +
-              `while its changes were in the binlog; the stream knows ${table.columns.map((c) => c.name).join(', ')}`,
-            { context: { phase: 'log' } },
-          );
-        }
-        return row;
-      } catch (error) {
-        if (error instanceof ValueRejection) throw new SourceError(`a change of ${key} has a value tidemark cannot keep: ${error.message}`, { cause: error, context: { phase: 'log' } });
-        throw error;
-      }
-    };
     for (const raw of event.rows ?? []) {
-      if (name === 'writerows') pending.changes.push({ table: key, op: 'insert', before: null, after: decode(raw as Image) });
-      else if (name === 'deleterows') pending.changes.push({ table: key, op: 'delete', before: decode(raw as Image), after: null });
+      if (name === 'writerows') pending.changes.push({ table: key, op: 'insert', before: null, after: raw as RowImage });
+      else if (name === 'deleterows') pending.changes.push({ table: key, op: 'delete', before: raw as RowImage, after: null });
       else {
-        const pair = raw as { before: Image; after: Image };
-        pending.changes.push({ table: key, op: 'update', before: decode(pair.before), after: decode(pair.after) });
+        const pair = raw as { before: RowImage; after: RowImage };
+        pending.changes.push({ table: key, op: 'update', before: pair.before, after: pair.after });
       }
     }
   }

@@ -2,11 +2,15 @@
  * What reading the binlog needs from the server, checked before anything is read, and the two positions a log
  * stream starts from: the end of the log now (where a `run` stops) and the point a consistent snapshot sees.
  */
-import type mysql from 'mysql2/promise';
 import { SourceError } from '../../core/errors.js';
 import { positionText } from './binlog-position.js';
 
-type Conn = Pick<mysql.Connection, 'query'>;
+/** The part of a mysql2 promise connection these checks use: a statement's rows come first in its result. */
+export interface LogConn {
+  query(sql: string): Promise<readonly [unknown, ...unknown[]]>;
+}
+
+type Conn = LogConn;
 
 async function rows(conn: Conn, sql: string): Promise<Record<string, unknown>[]> {
   const [result] = await conn.query(sql);

@@ -24,18 +24,21 @@ export function binlogValue(type: ColumnType, raw: RawBinlogValue): Value {
   return coerceValue(type, raw);
 }
 
-/**
- * A decoded row image (an object keyed by column name) as a row in the order of `columns`. Names the image has
- * that `columns` lacks are returned in `unknown` (a column added since the schema was read).
- */
-export function binlogRow(columns: readonly Column[], image: Readonly<Record<string, RawBinlogValue>>): { row: Row; unknown: string[] } {
+/** Whether a row image has exactly the columns of `columns` (else the table changed: look it up again). */
+export function imageMatches(columns: readonly Column[], image: Readonly<Record<string, RawBinlogValue>>): boolean {
+  let n = 0;
+  for (const _name in image) n += 1;
+  return n === columns.length && columns.every((c) => c.name in image);
+}
+
+/** A decoded row image (an object keyed by column name) as a row in the order of `columns` (see imageMatches). */
+export function binlogRow(columns: readonly Column[], image: Readonly<Record<string, RawBinlogValue>>): Row {
   const row: Row = new Array<Value>(columns.length);
   for (let i = 0; i < columns.length; i++) {
     const column = columns[i]!;
     row[i] = binlogValue(column.type, image[column.name]);
   }
-  const unknown = Object.keys(image).length > columns.length ? Object.keys(image).filter((name) => !columns.some((c) => c.name === name)) : [];
-  return { row, unknown };
+  return row;
 }
 
 /**

@@ -8,9 +8,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Column, Row } from '../../../src/core/types.js';
 import { coerceValue } from '../../../src/core/values.js';
 import { comparePositions, parsePosition } from '../../../src/sources/mysql/binlog-position.js';
-import { BinlogReader, type LogTable, type LogTransaction } from '../../../src/sources/mysql/binlog-reader.js';
+import { BinlogReader, type LogTable, type LogTransaction as RawTransaction } from '../../../src/sources/mysql/binlog-reader.js';
 import { checkLogSetup, currentPosition, logSettings, startSnapshot } from '../../../src/sources/mysql/binlog-setup.js';
-import { enumMembers } from '../../../src/sources/mysql/binlog-values.js';
+import { binlogRow, enumMembers, imageMatches } from '../../../src/sources/mysql/binlog-values.js';
 import { MysqlSource } from '../../../src/sources/mysql/mysql-source.js';
 import { createMysqlDb, MYSQL_BASE, type MysqlTestDb } from './mysql-db.js';
 
@@ -46,11 +46,11 @@ afterEach(async () => {
 
 const connection = () => ({ url: db.url });
 
-async function tableOf(name: string): Promise<LogTable & { schemaColumns: readonly Column[] }> {
+async function tableOf(name: string): Promise<LogTable & { columns: readonly Column[] }> {
   const source = await MysqlSource.connect({ url: db.url, maxSkewMs: 0 });
   try {
     const schema = await source.discover({ name, table: name, primaryKey: [] });
-    return { database: db.name, name, columns: schema.columns, schemaColumns: schema.columns };
+    return { database: db.name, name, columns: schema.columns };
   } finally {
     await source.close();
   }
@@ -69,11 +69,31 @@ async function tableRows(name: string): Promise<Row[]> {
   }
 }
 
-async function readAll(tables: LogTable[], from: string, until: string, highWaterRows?: number): Promise<LogTransaction[]> {
+interface DecodedChange {
+  readonly op: string;
+  readonly before: Row | null;
+  readonly after: Row | null;
+}
+
+interface LogTransaction extends Omit<RawTransaction, 'changes'> {
+  readonly changes: readonly DecodedChange[];
+}
+
+/** The reader's transactions with row images decoded against each table's columns (which must match them). */
+async function readAll(tables: (LogTable & { columns: readonly Column[] })[], from: string, until: string, highWaterRows?: number): Promise<LogTransaction[]> {
   const { basename } = await logSettings(admin);
   const reader = new BinlogReader({ connection: connection(), tables, from, until, basename, ...(highWaterRows !== undefined ? { highWaterRows } : {}) });
+  const columns = new Map(tables.map((t) => [`${t.database}.${t.name}`, t.columns]));
+  const decode = (table: string, image: RawTransaction['changes'][number]['after']): Row | null => {
+    if (image === null) return null;
+    const cols = columns.get(table)!;
+    expect(imageMatches(cols, image)).toBe(true);
+    return binlogRow(cols, image);
+  };
   const out: LogTransaction[] = [];
-  for await (const t of reader.transactions()) out.push(t);
+  for await (const t of reader.transactions()) {
+    out.push({ ...t, changes: t.changes.map((c) => ({ op: c.op, before: decode(c.table, c.before), after: decode(c.table, c.after) })) });
+  }
   return out;
 }
 

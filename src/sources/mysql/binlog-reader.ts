@@ -445,8 +445,10 @@ export class BinlogReader {
 
   private stopped: Promise<void> | undefined;
 
+  /** Stops the stream; a consumer waiting for the next transaction gets the end of the iteration. */
   async close(): Promise<void> {
     this.done = true;
+    this.notify();
     this.stopStream();
     await this.stopped;
   }

@@ -191,6 +191,23 @@ describe('binlog reader', () => {
     expect([...final.entries()].sort((a, b) => a[0] - b[0])).toEqual((await tableRows('t')).map((r) => [r[0], r[1]]));
   });
 
+  it('follows the log without a stop position until closed, even while waiting for the next transaction', async () => {
+    await admin.query('CREATE TABLE t (id int PRIMARY KEY)');
+    const table = await tableOf('t');
+    const from = await currentPosition(admin);
+    const { basename } = await logSettings(admin);
+    const reader = new BinlogReader({ connection: connection(), tables: [table], from, basename });
+    const seen: number[] = [];
+    const consumer = (async () => {
+      for await (const t of reader.transactions()) for (const c of t.changes) seen.push(binlogRow(table.columns, c.after!)[0] as number);
+    })();
+    for (let i = 1; i <= 3; i++) await admin.query(`INSERT INTO t VALUES (${i})`);
+    while (seen.length < 3) await new Promise((resolve) => setTimeout(resolve, 20));
+    await reader.close();
+    await consumer;
+    expect(seen).toEqual([1, 2, 3]);
+  });
+
   it('reports TRUNCATE, ALTER and DROP of a watched table as statements, and stops at changes of a table gone since', async () => {
     await admin.query('CREATE TABLE t (id int PRIMARY KEY)');
     await admin.query('CREATE TABLE u (id int PRIMARY KEY)');

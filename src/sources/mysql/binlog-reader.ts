@@ -184,12 +184,16 @@ export class BinlogReader {
   }
 
   private fail(error: Error): void {
+    // Once done, the decoder may still be parsing what was already received, with its connections gone.
+    if (this.done) return;
     this.failure ??= error;
     this.notify();
   }
 
   private async start(): Promise<void> {
-    const { default: ZongJi } = await import('@vlasky/zongji');
+    // The CLI bundle loads packages with require(): an ES module's namespace may then arrive wrapped once more.
+    const loaded = (await import('@vlasky/zongji')) as unknown as { default: unknown };
+    const ZongJi = (typeof loaded.default === 'function' ? loaded.default : (loaded.default as { default: unknown }).default) as new (settings: unknown) => unknown;
     const { url, host, port, user, password, database } = this.options.connection;
     const settings = {
       ...(url !== undefined ? { uri: url.replace(/^mariadb:/i, 'mysql:') } : {}),
@@ -207,7 +211,7 @@ export class BinlogReader {
       timezone: 'Z',
     };
     await this.readStartColumns(settings);
-    const zongji = new ZongJi(settings as never) as unknown as ZongJiLike;
+    const zongji = new ZongJi(settings) as ZongJiLike;
     this.zongji = zongji;
     zongji._fetchTableInfo = (event, next) => this.fetchTableInfo(zongji, event, next);
     const { fileNumber, offset } = parsePosition(this.options.from);

@@ -176,9 +176,12 @@ describe('mysql strategy log, crashes and concurrent writers (duckdb)', () => {
       }
     };
     const writers = [writer(0), writer(1)];
-    for (let r = 0; r < 4; r++) await runOk(config);
-    stop = true;
-    await Promise.all(writers);
+    try {
+      for (let r = 0; r < 4; r++) await runOk(config);
+    } finally {
+      stop = true;
+      await Promise.all(writers);
+    }
     await runOk(config);
     const source = await sourceRows();
     expect(source.length).toBeGreaterThan(100);

@@ -13,6 +13,8 @@ export type RawBinlogValue = null | undefined | number | string | bigint | boole
 /** One column's raw value → the canonical in-memory value of its column type (throws ValueRejection). */
 export function binlogValue(type: ColumnType, raw: RawBinlogValue): Value {
   if (raw === null || raw === undefined) return null;
+  // The common cases first, exact as they come: small integers and floats as numbers, big ones as digit strings.
+  if (typeof raw === 'number' && (type.kind === 'int32' || type.kind === 'float64' || type.kind === 'float32') && (type.kind !== 'int32' || Number.isInteger(raw))) return raw;
   if (raw instanceof Uint8Array && (type.kind === 'boolean' || type.kind === 'uint64' || type.kind === 'int64')) {
     // BIT(n): big-endian bytes; BIT(1) is a boolean and wider ones an unsigned integer, as in the table source.
     let n = 0n;

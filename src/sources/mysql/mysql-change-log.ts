@@ -201,9 +201,9 @@ export class MysqlChangeLog implements ChangeLogSource {
 }
 
 function rowChange(t: ResolvedTable, columns: readonly Column[], change: BinlogChange, position: string): Change {
-  const decode = (image: RowImage): Row => {
+  const decode = (image: RowImage, of: readonly Column[] = columns): Row => {
     try {
-      return binlogRow(columns, image);
+      return binlogRow(of, image);
     } catch (error) {
       if (!(error instanceof ValueRejection)) throw error;
       throw new SourceError(`a change of ${t.table} at binlog position ${position} has a value tidemark cannot keep exactly: ${error.message}`, {
@@ -215,11 +215,11 @@ function rowChange(t: ResolvedTable, columns: readonly Column[], change: BinlogC
   if (change.op === 'insert') return { kind: 'row', table: t.table, op: 'insert', row: decode(change.after!) };
   if (change.op === 'delete') return { kind: 'row', table: t.table, op: 'delete', row: decode(change.before!) };
   const after = decode(change.after!);
-  const before = decode(change.before!);
-  const keyIndexes = t.primaryKey.map((name) => columns.findIndex((c) => c.name === name));
-  const keyOf = (row: Row): Value[] => keyIndexes.map((i) => row[i]!);
-  const same = keyIndexes.every((i) => sameValue(columns[i]!, before[i]!, after[i]!));
-  return { kind: 'row', table: t.table, op: 'update', row: after, ...(same ? {} : { oldKey: keyOf(before) }) };
+  // Of the old row only its key matters: whether the update moved the row.
+  const keyColumns = t.primaryKey.map((name) => columns.find((c) => c.name === name)!);
+  const oldKey = decode(keyColumns.reduce<Record<string, RowImage[string]>>((image, c) => ((image[c.name] = change.before![c.name]), image), {}), keyColumns);
+  const same = keyColumns.every((c, i) => sameValue(c, oldKey[i]!, after[columns.indexOf(c)]!));
+  return { kind: 'row', table: t.table, op: 'update', row: after, ...(same ? {} : { oldKey }) };
 }
 
 function sameValue(column: Column, a: Value, b: Value): boolean {

@@ -6,9 +6,10 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { canonicalDecimal, canonicalTimestamp } from '../../../src/core/values.js';
-import { cli, type CliResult } from '../../helpers/cli.js';
+import { cli, startCli, type CliResult } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { destinationQuery } from '../../helpers/warehouse.js';
+import { createPgDb, type PgTestDb } from '../postgres/pg-db.js';
 import { createMysqlDb, type MysqlTestDb } from './mysql-db.js';
 
 const DDL = `CREATE TABLE items (
@@ -16,9 +17,11 @@ const DDL = `CREATE TABLE items (
 ) ENGINE=InnoDB`;
 const COLUMNS = ['id', 'acct', 'amount', 'note', 'changed'] as const;
 
-type Kind = 'duckdb' | 'sqlite';
+type Kind = 'duckdb' | 'sqlite' | 'postgres';
 
 let db: MysqlTestDb;
+/** The Postgres destination's database, for the tests into Postgres. */
+let pgDb: PgTestDb | undefined;
 let dir: string;
 let cleanup: () => Promise<void>;
 
@@ -30,17 +33,29 @@ beforeEach(async () => {
 
 afterEach(async () => {
   await db.drop();
+  await pgDb?.drop();
+  pgDb = undefined;
   await cleanup();
 });
 
-function pipeline(kind: Kind, extra: Record<string, unknown> = {}): Promise<string> {
+async function destinationSection(kind: Kind): Promise<string> {
+  if (kind !== 'postgres') return `  type: ${kind}\n  path: ${JSON.stringify(`${dir}/out.${kind}`)}\n`;
+  pgDb ??= await createPgDb('tm_cdc_dest');
+  return `  type: postgres\n  url: ${JSON.stringify(pgDb.url)}\n`;
+}
+
+async function pipeline(kind: Kind, extra: Record<string, unknown> = {}): Promise<string> {
   const stream = { table: 'items', strategy: 'log', checkpoint_rows: 50, batch_rows: 50, ...extra };
   const lines = Object.entries(stream).map(([k, v], i) => `${i === 0 ? '  - ' : '    '}${k}: ${JSON.stringify(v)}`);
   return writeYaml(
     dir,
-    'p.yaml',
-    `name: cdc_${db.name}\nsource:\n  type: mariadb\n  url: ${JSON.stringify(db.url)}\nstreams:\n${lines.join('\n')}\ndestination:\n  type: ${kind}\n  path: ${JSON.stringify(`${dir}/out.${kind}`)}\n`,
+    `${String(extra.name ?? 'p')}.yaml`,
+    `name: cdc_${String(extra.name ?? 'p')}_${db.name}\nsource:\n  type: mariadb\n  url: ${JSON.stringify(db.url)}\nstreams:\n${lines.join('\n')}\ndestination:\n${await destinationSection(kind)}`,
   );
+}
+
+async function query(kind: Kind, sql: string): Promise<Record<string, unknown>[]> {
+  return kind === 'postgres' ? pgDb!.sql(sql) : destinationQuery(kind, `${dir}/out.${kind}`, sql);
 }
 
 async function run(config: string, env: Record<string, string> = {}): Promise<CliResult> {
@@ -67,7 +82,7 @@ async function sourceRows(): Promise<string[]> {
 
 async function destinationRows(kind: Kind): Promise<string[]> {
   const cast = kind === 'duckdb' ? 'VARCHAR' : 'TEXT';
-  const rows = await destinationQuery(kind, `${dir}/out.${kind}`, `SELECT ${COLUMNS.map((c) => `CAST("${c}" AS ${cast}) AS "${c}"`).join(', ')} FROM items`);
+  const rows = await query(kind, `SELECT ${COLUMNS.map((c) => `CAST("${c}" AS ${cast}) AS "${c}"`).join(', ')} FROM items`);
   return rows.map(canonical).sort();
 }
 
@@ -75,7 +90,7 @@ async function destinationRows(kind: Kind): Promise<string[]> {
 const insertRows = (from: number, n: number, acct = 1) =>
   `INSERT INTO items SELECT seq, ${acct} + seq % 7, seq * 1.000001, CONCAT('n-', seq, ' ü'), TIMESTAMP('2024-01-01') + INTERVAL seq MICROSECOND FROM seq_${from}_to_${from + n - 1}`;
 
-describe.each(['duckdb', 'sqlite'] as const)('mysql strategy log into %s', (kind) => {
+describe.each(['duckdb', 'sqlite', 'postgres'] as const)('mysql strategy log into %s', (kind) => {
   it('mirrors inserts, updates, deletes and TRUNCATE, whole transactions larger than a checkpoint included', async () => {
     await db.sql(insertRows(1, 130));
     const config = await pipeline(kind);
@@ -111,14 +126,25 @@ describe.each(['duckdb', 'sqlite'] as const)('mysql strategy log into %s', (kind
     await db.sql('DELETE FROM items WHERE id IN (2, 4)');
     await db.sql(`UPDATE items SET note = 'x' WHERE id = 1`);
     await runOk(soft);
-    const rows = await destinationQuery(kind, `${dir}/out.${kind}`, `SELECT id, note, _tidemark_deleted_at IS NOT NULL AS gone FROM items ORDER BY id`);
-    expect(rows.map((r) => [String(r.id), r.note, Boolean(Number(r.gone))])).toEqual([
+    const rows = await query(kind, `SELECT id, note, CASE WHEN _tidemark_deleted_at IS NULL THEN 0 ELSE 1 END AS gone FROM items ORDER BY id`);
+    expect(rows.map((r) => [String(r.id), r.note, Number(r.gone) === 1])).toEqual([
       ['1', 'x', false],
       ['2', 'n-2 ü', true],
       ['3', 'n-3 ü', false],
       ['4', 'n-4 ü', true],
       ['5', 'n-5 ü', false],
     ]);
+    // A change log of the same table, in its own stream: the snapshot, then every version in commit order.
+    const append = await pipeline(kind, { name: 'items_log', write: 'append' });
+    await runOk(append);
+    await db.sql(`UPDATE items SET note = 'y' WHERE id = 1`);
+    await db.sql('DELETE FROM items WHERE id = 3');
+    await runOk(append);
+    const log = await query(kind, 'SELECT id, note, _tidemark_op AS op, _tidemark_lsn AS lsn, _tidemark_commit_ts AS ts FROM items_log');
+    const ops = log.map((r) => `${String(r.op)} ${String(r.id)} ${String(r.note)}`).sort();
+    expect(ops).toEqual(['delete 3 n-3 ü', 'snapshot 1 x', 'snapshot 3 n-3 ü', 'snapshot 5 n-5 ü', 'update 1 y']);
+    const changed = log.filter((r) => r.op !== 'snapshot');
+    expect(changed.every((r) => /^\d{10}:\d{10}$/.test(String(r.lsn)) && r.ts !== null)).toBe(true);
   });
 });
 
@@ -186,5 +212,32 @@ describe('mysql strategy log, crashes and concurrent writers (duckdb)', () => {
     const source = await sourceRows();
     expect(source.length).toBeGreaterThan(100);
     expect(await destinationRows('duckdb')).toEqual(source);
+  });
+
+  it('run --follow applies changes as they commit and keeps its last commit on SIGTERM (sqlite)', async () => {
+    await db.sql(insertRows(1, 20));
+    const config = await pipeline('sqlite', { commit_interval: '200ms' });
+    const follow = startCli(['run', '--follow', config]);
+    try {
+      const c = await db.connect();
+      for (let t = 0; t < 5; t++) {
+        await c.query('BEGIN');
+        await c.query(insertRows(100 + t * 10, 5));
+        await c.query(`DELETE FROM items WHERE id = ${t + 1}`);
+        await c.query('COMMIT');
+      }
+      const expected = await sourceRows();
+      // The follower commits on its interval: wait until the mirror has caught up (or the test times out).
+      for (;;) {
+        const got = await destinationRows('sqlite').catch(() => []);
+        if (JSON.stringify(got) === JSON.stringify(expected)) break;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    } finally {
+      follow.child.kill('SIGTERM');
+    }
+    const done = await follow.done;
+    expect(done.code, `${done.stdout}\n${done.stderr}`).toBe(0);
+    expect(await destinationRows('sqlite')).toEqual(await sourceRows());
   });
 });

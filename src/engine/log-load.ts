@@ -283,7 +283,8 @@ class LogLoader {
   async stream(): Promise<void> {
     const until = this.options.follow ? undefined : await this.log.currentPosition();
     const after = this.streams.map((s) => s.log!.position).reduce((a, b) => (this.log.compare(a, b) <= 0 ? a : b));
-    const byTable = new Map(this.streams.map((s) => [s.config.table!, s]));
+    const byTable = new Map<string, LogStream[]>();
+    for (const s of this.streams) byTable.set(s.config.table!, [...(byTable.get(s.config.table!) ?? []), s]);
     const interval = Math.min(...this.streams.map((s) => s.config.log?.commitIntervalMs ?? 1000));
     const checkpoint = Math.min(...this.streams.map((s) => s.config.checkpointRows));
     const batchChanges = Math.max(...this.streams.map((s) => s.config.batchRows));
@@ -349,28 +350,29 @@ class LogLoader {
   }
 
   /** Adds one source transaction to the pending changes; returns how many row changes it carried for these streams. */
-  private apply(txn: LogTransaction, byTable: ReadonlyMap<string, LogStream>): number {
+  private apply(txn: LogTransaction, byTable: ReadonlyMap<string, readonly LogStream[]>): number {
     let counted = 0;
     for (const change of txn.changes) {
       if (change.kind === 'relation') {
-        const s = byTable.get(change.table);
-        if (s !== undefined) this.relation(s, change.columns);
+        for (const s of byTable.get(change.table) ?? []) this.relation(s, change.columns);
         continue;
       }
       if (change.kind === 'truncate') {
         for (const table of change.tables) {
-          const s = byTable.get(table);
-          if (s === undefined || this.log.compare(txn.position, s.log!.position) <= 0) continue;
-          this.truncate(s, txn);
-          counted += 1;
+          for (const s of byTable.get(table) ?? []) {
+            if (this.log.compare(txn.position, s.log!.position) <= 0) continue;
+            this.truncate(s, txn);
+            counted += 1;
+          }
         }
         continue;
       }
-      const s = byTable.get(change.table);
-      if (s === undefined || this.log.compare(txn.position, s.log!.position) <= 0) continue;
-      s.changesRead += 1;
-      counted += 1;
-      this.rowChange(s, change, txn);
+      for (const s of byTable.get(change.table) ?? []) {
+        if (this.log.compare(txn.position, s.log!.position) <= 0) continue;
+        s.changesRead += 1;
+        counted += 1;
+        this.rowChange(s, change, txn);
+      }
     }
     return counted;
   }

@@ -44,13 +44,14 @@ const RUN_OPTIONS = {
   stream: { type: 'string', multiple: true, flag: '--stream <name>', help: 'only this stream (repeatable)' },
   json: { type: 'boolean', flag: '--json', help: 'print the RunResult as JSON' },
   strict: { type: 'boolean', flag: '--strict', help: 'fail a files stream whose pattern matches no file (default: a warning)' },
+  follow: { type: 'boolean', flag: '--follow', help: 'log streams (strategy: log): keep applying changes until SIGTERM (default: up to the log position at start)' },
 } as const;
 
 /**
  * A well-formed `tidemark run …` skips commander (~12 ms to load, a tenth of a no-op run); anything else — help, a
  * typo, another command — goes through commander, which explains it.
  */
-function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean } } | undefined {
+function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; follow?: boolean } } | undefined {
   if (argv[0] !== 'run') return undefined;
   try {
     const { values, positionals } = parseArgs({ args: argv.slice(1), options: RUN_OPTIONS, allowPositionals: true, strict: true });
@@ -79,7 +80,8 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option(RUN_OPTIONS.stream.flag, RUN_OPTIONS.stream.help, collect)
     .option(RUN_OPTIONS.json.flag, RUN_OPTIONS.json.help)
     .option(RUN_OPTIONS.strict.flag, RUN_OPTIONS.strict.help)
-    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean }) => (await commands.run()).runCommand(files, o)));
+    .option(RUN_OPTIONS.follow.flag, RUN_OPTIONS.follow.help)
+    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; follow?: boolean }) => (await commands.run()).runCommand(files, o)));
 
   cli
     .command('plan')

@@ -15,6 +15,8 @@ export interface RunCommandOptions {
   readonly json?: boolean;
   /** A files stream whose pattern matches no file fails instead of warning. */
   readonly strict?: boolean;
+  /** Log streams keep applying changes until SIGTERM/SIGINT. */
+  readonly follow?: boolean;
 }
 
 export function describeWatermark(w: Watermark | null | undefined): string {
@@ -85,6 +87,7 @@ async function runAll(files: readonly string[], options: RunCommandOptions, sign
         ...(options.full ? { full: true } : {}),
         ...(options.stream?.length ? { streams: options.stream } : {}),
         ...(options.strict ? { strict: true } : {}),
+        ...(options.follow ? { follow: true } : {}),
         logger: stderrLogger(undefined, { write: progress.write }),
         signal,
         onProgress: progress.onProgress,

@@ -119,6 +119,25 @@ describe.each(['duckdb', 'sqlite', 'postgres'] as const)('mysql strategy log int
     expect(await destinationRows(kind)).toEqual(await sourceRows());
   });
 
+  it('adds a column the source table grew while the stream was behind, older changes keeping theirs', async () => {
+    await db.sql(insertRows(1, 3));
+    const config = await pipeline(kind);
+    await runOk(config);
+    await db.sql(`UPDATE items SET note = 'before' WHERE id = 1`);
+    await db.sql('ALTER TABLE items ADD COLUMN extra varchar(10)');
+    await db.sql(`INSERT INTO items VALUES (50, 5, 5, 'after', NULL, 'new')`);
+    await db.sql(`UPDATE items SET extra = 'set' WHERE id = 2`);
+    await runOk(config);
+    const rows = await query(kind, 'SELECT id, note, extra FROM items ORDER BY id');
+    expect(rows.map((r) => [String(r.id), r.note, r.extra ?? null])).toEqual([
+      ['1', 'before', null],
+      ['2', 'n-2 ü', 'set'],
+      ['3', 'n-3 ü', null],
+      ['50', 'after', 'new'],
+    ]);
+    expect(await destinationRows(kind)).toEqual(await sourceRows());
+  });
+
   it('keeps deleted rows with deletes: soft, and records every version with write: append', async () => {
     await db.sql(insertRows(1, 5));
     const soft = await pipeline(kind, { deletes: 'soft' });

@@ -26,6 +26,7 @@ const commands = {
   ledger: () => import('./commands/ledger.js'),
   lake: () => import('./commands/lake.js'),
   runs: () => import('./commands/runs.js'),
+  cdc: () => import('./commands/cdc.js'),
   rejects: () => import('./commands/rejects.js'),
   target: () => import('./commands/target.js'),
   validate: () => import('./commands/validate.js'),
@@ -105,7 +106,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--to <store>', 'migrate: the store to copy state and history into')
     .option('--force', 'migrate: write over a target that already holds a different state')
     .option('--store <store>', 'list | delete: this store instead of the one --config names (file:<dir> | sqlite:<file> | postgres://…[?schema=s])')
-    .option('--yes', 'delete: do not ask for confirmation')
+    .option('--yes', 'delete, and reset of a log stream: do not ask for confirmation')
     .addHelpText(
       'after',
       `
@@ -140,6 +141,14 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
     .option('--target-size <size>', 'size of the rewritten files (default: the destination\'s compact_target_size, 128MB)')
     .option('--json', 'print JSON')
     .action(act(async (action: string, file: string, o: { stream?: string; targetSize?: string; json?: boolean }) => (await commands.lake()).lakeCommand(action, file, o)));
+
+  cli
+    .command('cdc')
+    .description('the change log of strategy: log streams: status (slot, retained WAL, lag) | drop (slot and publication)')
+    .argument('<action>', 'status | drop')
+    .argument('<pipeline>', 'pipeline YAML file')
+    .option('--json', 'print JSON')
+    .action(act(async (action: string, file: string, o: { json?: boolean }) => (await commands.cdc()).cdcCommand(action, file, o)));
 
   cli
     .command('runs')

@@ -172,9 +172,10 @@ class LogLoader {
   private async copy(s: LogStream, snapshot: LogSnapshot): Promise<void> {
     const resumedFrom = s.log?.snapshot?.afterPk;
     if (s.log === undefined || resumedFrom === undefined) {
-      // A new copy: the table is emptied in a commit of its own (a reset stream's old rows are not the source's).
+      // A new copy: a mirror is emptied in a commit of its own (a reset stream's old rows are not the source's); a
+      // change log keeps its history and records the new copy after it.
       s.log = { position: snapshot.position, snapshot: { done: false } };
-      s.truncate = {};
+      s.truncate = s.config.write === 'merge' ? {} : undefined;
       await this.commit([s]);
     } else {
       // A killed copy resumes above the key it reached, from a newer snapshot: that key range is a new segment.

@@ -327,6 +327,9 @@ export class PostgresChangeLog implements ChangeLogSource {
             if (done === undefined) break;
             if (message.endLsn > after && done.changes.length > 0) {
               yield { position: lsnPosition(message.endLsn), commitTime: pgTimestampText(message.commitTime), changes: done.changes };
+            } else {
+              // Columns announced in a transaction not passed on are announced again with the next change.
+              for (const c of done.changes) if (c.kind === 'relation') for (const rel of relations.values()) if (rel.table === c.table) rel.announced = false;
             }
             if (until !== undefined && message.endLsn >= until) return;
             break;

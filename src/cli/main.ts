@@ -27,6 +27,7 @@ const commands = {
   ledger: () => import('./commands/ledger.js'),
   lake: () => import('./commands/lake.js'),
   runs: () => import('./commands/runs.js'),
+  cdc: () => import('./commands/cdc.js'),
   rejects: () => import('./commands/rejects.js'),
   target: () => import('./commands/target.js'),
   airbyteDestination: () => import('./commands/airbyte-destination.js'),
@@ -47,13 +48,14 @@ const RUN_OPTIONS = {
   json: { type: 'boolean', flag: '--json', help: 'print the RunResult as JSON' },
   strict: { type: 'boolean', flag: '--strict', help: 'fail a files stream whose pattern matches no file (default: a warning)' },
   verbose: { type: 'boolean', flag: '--verbose', help: "log at debug level (a connector's LOG lines and error stacks included)" },
+  follow: { type: 'boolean', flag: '--follow', help: 'log streams (strategy: log): keep applying changes until SIGTERM (default: up to the log position at start)' },
 } as const;
 
 /**
  * A well-formed `tidemark run …` skips commander (~12 ms to load, a tenth of a no-op run); anything else — help, a
  * typo, another command — goes through commander, which explains it.
  */
-function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; verbose?: boolean } } | undefined {
+function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; verbose?: boolean; follow?: boolean } } | undefined {
   if (argv[0] !== 'run') return undefined;
   try {
     const { values, positionals } = parseArgs({ args: argv.slice(1), options: RUN_OPTIONS, allowPositionals: true, strict: true });
@@ -83,7 +85,8 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option(RUN_OPTIONS.json.flag, RUN_OPTIONS.json.help)
     .option(RUN_OPTIONS.strict.flag, RUN_OPTIONS.strict.help)
     .option(RUN_OPTIONS.verbose.flag, RUN_OPTIONS.verbose.help)
-    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; verbose?: boolean }) => (await commands.run()).runCommand(files, o)));
+    .option(RUN_OPTIONS.follow.flag, RUN_OPTIONS.follow.help)
+    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; verbose?: boolean; follow?: boolean }) => (await commands.run()).runCommand(files, o)));
 
   cli
     .command('plan')
@@ -115,7 +118,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--force', 'migrate: write over a target that already holds a different state')
     .option('--format <format>', 'export / import: singer or airbyte (default: airbyte for an Airbyte source, else singer)')
     .option('--store <store>', 'list | delete: this store instead of the one --config names (file:<dir> | sqlite:<file> | postgres://…[?schema=s])')
-    .option('--yes', 'delete: do not ask for confirmation')
+    .option('--yes', 'delete, and reset of a log stream: do not ask for confirmation')
     .addHelpText(
       'after',
       `
@@ -150,6 +153,14 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
     .option('--target-size <size>', 'size of the rewritten files (default: the destination\'s compact_target_size, 128MB)')
     .option('--json', 'print JSON')
     .action(act(async (action: string, file: string, o: { stream?: string; targetSize?: string; json?: boolean }) => (await commands.lake()).lakeCommand(action, file, o)));
+
+  cli
+    .command('cdc')
+    .description('the change log of strategy: log streams: status (slot, retained WAL, lag) | drop (slot and publication)')
+    .argument('<action>', 'status | drop')
+    .argument('<pipeline>', 'pipeline YAML file')
+    .option('--json', 'print JSON')
+    .action(act(async (action: string, file: string, o: { json?: boolean }) => (await commands.cdc()).cdcCommand(action, file, o)));
 
   cli
     .command('runs')

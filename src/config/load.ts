@@ -40,7 +40,19 @@ export interface StreamConfig extends StreamSpec {
    * the stream cannot run without one.
    */
   readonly sourceKey?: 'optional' | 'required';
+  /** `strategy: log`: what deletes do, how often `--follow` commits, and the retained-log warning threshold. */
+  readonly log?: LogStreamConfig;
 }
+
+export interface LogStreamConfig {
+  readonly deletes: 'hard' | 'soft';
+  readonly commitIntervalMs: number;
+  readonly maxRetainedBytes: number;
+}
+
+/** Sources whose database log tidemark reads (`strategy: log`). */
+const LOG_SOURCES: ReadonlySet<string> = new Set(['postgres', 'mysql', 'mariadb']);
+const DEFAULT_MAX_RETAINED_WAL = 1024 ** 3;
 
 /** Sources whose tables declare their primary key in a catalog the source reads. */
 const TABLE_KEY_SOURCES: ReadonlySet<string> = new Set(['postgres', 'mysql', 'mariadb', 'sqlite']);
@@ -269,6 +281,31 @@ function resolvePath<T extends object>(section: T, baseDir: string): T {
   return { ...section, path: resolve(baseDir, path) };
 }
 
+function checkLogStream(doc: PipelineDocument, s: StreamDocument, at: (field: string) => string): void {
+  if (!LOG_SOURCES.has(doc.source.type)) {
+    throw new ConfigError(`${at('strategy')}: strategy log reads a database's change log; a ${doc.source.type} source has none (postgres, mysql and mariadb do)`);
+  }
+  if (s.table === undefined) throw new ConfigError(`${at('table')}: strategy log captures the changes of a table; give table:, not query:`);
+  if (s.cursor !== undefined) throw new ConfigError(`${at('cursor')}: strategy log follows the database log, not a cursor column; drop cursor:`);
+  if (s.lookback !== undefined || s.on_null_cursor !== undefined) throw new ConfigError(`${at(s.lookback !== undefined ? 'lookback' : 'on_null_cursor')}: only cursor streams take this; strategy log has no cursor`);
+}
+
+function logStreamConfig(s: StreamDocument, at: (field: string) => string): LogStreamConfig {
+  let commitIntervalMs = 1000;
+  if (s.commit_interval !== undefined) {
+    const ms = parseDuration(s.commit_interval);
+    if (ms === undefined || ms <= 0) throw new ConfigError(`${at('commit_interval')}: expected ${DURATION_HINT}, got ${JSON.stringify(s.commit_interval)}`);
+    commitIntervalMs = ms;
+  }
+  let maxRetainedBytes = DEFAULT_MAX_RETAINED_WAL;
+  if (s.max_retained_wal !== undefined) {
+    const bytes = typeof s.max_retained_wal === 'number' ? s.max_retained_wal : parseByteSize(s.max_retained_wal);
+    if (bytes === undefined) throw new ConfigError(`${at('max_retained_wal')}: expected a size like 1GB or 500MB, got ${JSON.stringify(s.max_retained_wal)}`);
+    maxRetainedBytes = bytes;
+  }
+  return { deletes: s.deletes ?? 'hard', commitIntervalMs, maxRetainedBytes };
+}
+
 export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, sourceFile?: string): PipelineConfig {
   const names = new Set<string>();
   const streams = doc.streams.map((s, i): StreamConfig => {
@@ -303,6 +340,9 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
           : `${at('strategy')}: strategy partitioned needs a source that lists partitions (type: files)`,
       );
     }
+    const log = strategy === 'log';
+    if (log) checkLogStream(doc, s, at);
+    else for (const field of ['deletes', 'commit_interval', 'max_retained_wal'] as const) if (s[field] !== undefined) throw new ConfigError(`${at(field)}: only streams with strategy: log take ${field}`);
     if (strategy === 'partitioned' && s.cursor !== undefined) throw new ConfigError(`${at('cursor')}: a partitioned stream is tracked by its ledger, not a cursor`);
     if (strategy === 'partitioned' && s.write !== undefined && s.write !== 'append') {
       throw new ConfigError(`${at('write')}: a partitioned stream appends each partition and replaces it on reload; write must be append`);
@@ -312,9 +352,11 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     // An incremental stream without primary_key takes the key its source declares at run time: a database table's
     // own, or a Singer tap's key_properties.
     const keyFromSource =
-      strategy === 'incremental' && primaryKey.length === 0 && ((s.table !== undefined && TABLE_KEY_SOURCES.has(doc.source.type)) || bookmarksOwnState(doc.source.type));
+      (strategy === 'incremental' || log) && primaryKey.length === 0 && ((s.table !== undefined && TABLE_KEY_SOURCES.has(doc.source.type)) || bookmarksOwnState(doc.source.type));
     const keyed = primaryKey.length > 0 || keyFromSource;
-    const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : keyed && !lake ? 'merge' : 'append');
+    const write: WriteMode = s.write ?? (strategy === 'full' ? 'replace' : strategy === 'partitioned' ? 'append' : log ? (lake ? 'append' : 'merge') : keyed && !lake ? 'merge' : 'append');
+    if (log && write === 'replace') throw new ConfigError(`${at('write')}: strategy log mirrors the table (write: merge) or records every change (write: append); replace is not one of them`);
+    if (log && s.deletes === 'soft' && write !== 'merge') throw new ConfigError(`${at('deletes')}: deletes: soft keeps deleted rows in a mirrored table, so it needs write: merge (write: append records deletes as _tidemark_op delete)`);
     if (lake && write === 'merge') {
       throw new ConfigError(
         `${at('write')}: the files destination cannot merge (objects in a directory or bucket are never updated in place); use write: append (incremental rows added as new objects), strategy: full (write: replace — a new generation swapped in by the manifest) or strategy: partitioned (delete+insert by partition), or load into duckdb / postgres to merge`,
@@ -357,7 +399,9 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS, s.checkpoint_rows ?? DEFAULT_BATCH_ROWS),
       onChange: s.on_change ?? 'reload',
       onMissing: s.on_missing ?? 'keep',
-      ...(keyFromSource && write === 'merge' ? { sourceKey: s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
+      ...(keyFromSource && write === 'merge' ? { sourceKey: !log && s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
+      ...(keyFromSource && log && write === 'append' ? { sourceKey: 'required' as const } : {}),
+      ...(log ? { log: logStreamConfig(s, at) } : {}),
     };
   });
   let lockTtlMs = DEFAULT_LOCK_TTL_MS;

@@ -302,9 +302,18 @@ export const streamSchema = z
       .describe("A column or list of columns (default for a table: the table's own key from the catalog)."),
     cursor: columnName.optional().describe('The column whose growth marks new or changed rows; the watermark is (cursor, primary key).'),
     strategy: z
-      .enum(['incremental', 'full', 'partitioned'])
+      .enum(['incremental', 'full', 'partitioned', 'log'])
       .optional()
-      .describe('incremental reads after the watermark, full reads everything and replaces, partitioned loads files by partition (default: incremental with a cursor, partitioned for files, else full).'),
+      .describe('incremental reads after the watermark, full reads everything and replaces, partitioned loads files by partition, log copies the table once and then applies every change from the database log (default: incremental with a cursor, partitioned for files, else full).'),
+    deletes: z
+      .enum(['hard', 'soft'])
+      .optional()
+      .describe('strategy log: a deleted source row is deleted (hard), or kept with `_tidemark_deleted_at` set (soft) (default hard).'),
+    commit_interval: z.string().optional().describe('strategy log: `run --follow` commits at least this often while changes arrive (default 1s).'),
+    max_retained_wal: z
+      .union([z.number().int().positive(), z.string().min(1)])
+      .optional()
+      .describe("strategy log: warn on every run when the source keeps more log than this for the pipeline's slot (`1GB`, or bytes; default 1GB)."),
     write: z
       .enum(['append', 'merge', 'replace'])
       .optional()

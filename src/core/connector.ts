@@ -21,6 +21,7 @@ import type {
   Watermark,
   WriteMode,
 } from './types.js';
+import type { ChangeLogSource, ChangeSet } from './change-log.js';
 
 export type JsonValue = null | boolean | number | string | readonly JsonValue[] | { readonly [key: string]: JsonValue };
 
@@ -274,6 +275,8 @@ export interface Source {
   readonly partitions?: PartitionedSource;
   /** A stream's primary key is known only once its read is open (a Singer tap's SCHEMA), not from `discover`. */
   readonly keysWhileReading?: boolean;
+  /** Present on sources that can capture changes from their database's log (`strategy: log`). */
+  readonly changeLog?: ChangeLogSource;
   close(): Promise<void>;
 }
 
@@ -293,6 +296,18 @@ export interface DestinationCapabilities {
    * groups when it is at least half a group.
    */
   readonly bulkRowGroup?: number;
+  /**
+   * Write modes in which this destination applies `CommitRequest.changes` (`strategy: log`): `merge` applies deletes,
+   * upserts, patches and truncates; `append` only appends `upserts` (a change log). Absent: no log streams.
+   */
+  readonly changes?: readonly WriteMode[];
+}
+
+/** The changes of one table applied by a commit (`strategy: log`). */
+export interface TableChanges {
+  /** The table (its schema, write mode); never a build generation. */
+  readonly target: TableTarget;
+  readonly changes: ChangeSet;
 }
 
 /** Where a load goes: the live table, or a generation being built beside it. */
@@ -369,6 +384,12 @@ export interface CommitRequest {
    * never overwrites a newer one. Partitions left out are written unconditionally.
    */
   readonly ledgerExpect?: Readonly<Record<string, LedgerMark | null>>;
+  /**
+   * Log streams: changes of any number of tables applied in this same commit, after anything staged through the
+   * transaction (a snapshot chunk), so one source transaction touching several tables becomes visible at once.
+   * Tables are created, and grow new columns, as for staged rows. Only on destinations declaring `capabilities.changes`.
+   */
+  readonly changes?: readonly TableChanges[];
 }
 
 export interface LoadTransaction {

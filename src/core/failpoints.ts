@@ -15,7 +15,11 @@ export type FailpointName =
   /** `lake compact`: the new manifest is uploaded, right before `state.json` (the commit point) is written. */
   | 'compact.before_commit'
   /** `lake compact`: committed, before old manifests are pruned. */
-  | 'compact.after_commit';
+  | 'compact.after_commit'
+  /** `strategy: log`: a source transaction was added to the pending changes (not committed yet). */
+  | 'cdc.after_apply'
+  /** `strategy: log`: the changes and their position are committed; the source has not been told yet. */
+  | 'cdc.before_ack';
 
 type Action = 'kill' | 'throw' | 'hang' | 'sleep';
 

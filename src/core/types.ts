@@ -56,7 +56,7 @@ export interface StreamSchema {
   readonly cursor?: string;
 }
 
-export type Strategy = 'incremental' | 'full' | 'partitioned';
+export type Strategy = 'incremental' | 'full' | 'partitioned' | 'log';
 /** What a partitioned stream does when a loaded partition's files changed. */
 export type OnChange = 'reload' | 'ignore' | 'error';
 /** Partitioned streams: what a run does with a loaded partition whose files are gone from the source. */
@@ -109,6 +109,25 @@ export interface StreamState {
   readonly resumeHigh?: Watermark;
   readonly updatedAt?: string;
   readonly lastRunId?: string;
+  /** `strategy: log`: the log position applied and the snapshot's progress (see src/engine/log-load.ts). */
+  readonly log?: LogState;
+}
+
+/** Where a log stream stands. Positions are the source's opaque strings (`ChangeLogSource.compare` orders them). */
+export interface LogState {
+  /** The position of the last source transaction applied (or of the snapshot, before any). */
+  readonly position: string;
+  /**
+   * The table copy while it is not complete: its rows are copied in key order as of `position` of each segment; a
+   * copy resumed after a kill continues above `afterPk` from a newer snapshot (a new segment).
+   */
+  readonly snapshot?: { readonly afterPk?: readonly TypedValue[]; readonly done: boolean };
+  /**
+   * Key ranges copied from snapshots newer than `position`, lowest first: a change to a key at or below `upToPk`
+   * (and above the previous segment's) at or before the segment's `position` is already in the copy and is skipped.
+   * `upToPk` absent: to the end of the table. Dropped once the applied position passes them.
+   */
+  readonly segments?: readonly { readonly upToPk?: readonly TypedValue[]; readonly position: string }[];
 }
 
 /** The state document of one pipeline. `version` grows by one with every commit. */

@@ -37,7 +37,9 @@ export interface StreamPlanReport {
    * `incremental` reads past the watermark; `build` writes a new generation beside the live table; `partitions`
    * loads the partitions listed in `partitions` (the watermark fields are then empty).
    */
-  readonly mode: 'incremental' | 'build' | 'partitions';
+  readonly mode: 'incremental' | 'build' | 'partitions' | 'log';
+  /** Log streams: what set-up the next run does in the source (publication, slot), one line each. */
+  readonly setup?: readonly string[];
   readonly partitions?: readonly PartitionPlanReport[];
   readonly resumesBuild: boolean;
   readonly watermark: Watermark | null;
@@ -101,8 +103,9 @@ async function planStreams(
   source ??= await openSource(pipeline.source);
   try {
     const reports: StreamPlanReport[] = [];
+    const logged = await logReports(source, pipeline, streams.filter((s) => s.strategy === 'log'), states);
     for (const configured of streams) {
-      const planned = partitioned.get(configured.name);
+      const planned = partitioned.get(configured.name) ?? logged.get(configured.name);
       if (planned !== undefined) {
         reports.push(planned);
         continue;
@@ -145,6 +148,43 @@ async function planStreams(
   } finally {
     await source.close();
   }
+}
+
+/** Log streams: the set-up a run would do (a dry run in the source) and where each stream continues. */
+async function logReports(source: Source, pipeline: PipelineConfig, streams: readonly StreamConfig[], states: Readonly<Record<string, StreamState>>): Promise<Map<string, StreamPlanReport>> {
+  const out = new Map<string, StreamPlanReport>();
+  if (streams.length === 0) return out;
+  const log = source.changeLog;
+  if (log === undefined) throw withContext(new Error(`a ${pipeline.source.type} source has no change log (strategy: log)`), { stream: streams[0]!.name, phase: 'plan' }, 'config');
+  const keyed = await Promise.all(streams.map((s) => withSourceKey(source, s)));
+  const request = { pipeline: pipeline.name, tables: keyed.map((s) => ({ stream: s.name, table: s.table!, primaryKey: s.primaryKey })) };
+  const maxRetained = Math.min(...streams.map((s) => s.log?.maxRetainedBytes ?? Number.POSITIVE_INFINITY));
+  const setup = await log.setup(request, { dryRun: true, ...(Number.isFinite(maxRetained) ? { maxRetainedBytes: maxRetained } : {}) });
+  for (const stream of keyed) {
+    const state = states[stream.name]?.log;
+    const copying = state === undefined || !setup.exists || state.snapshot?.done === false;
+    const predicate = copying
+      ? `copy ${stream.table}${state?.snapshot?.afterPk ? ` above key ${state.snapshot.afterPk.map((v) => v.value).join(', ')}` : ''} from a snapshot consistent with the slot, then apply the changes after it`
+      : `apply the changes committed after log position ${state.position}`;
+    out.set(stream.name, {
+      stream: stream.name,
+      strategy: 'log',
+      write: stream.write,
+      mode: 'log',
+      setup: setup.actions,
+      resumesBuild: state?.snapshot?.done === false,
+      watermark: null,
+      from: null,
+      until: null,
+      predicate,
+      bindings: [],
+      nullCursorRows: 0,
+      storedSafeMark: null,
+      safeMark: null,
+      warnings: setup.warnings,
+    });
+  }
+  return out;
 }
 
 function partitionReport(stream: StreamConfig, plans: readonly PartitionPlan[], failures: readonly PartitionFailure[]): StreamPlanReport {

@@ -19,6 +19,7 @@ import { partitionLoader } from './partition-load.js';
 import type { ProgressListener } from './progress.js';
 import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
+import { loadLogStreams } from './log-load.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */
@@ -39,6 +40,8 @@ export interface RunOptions {
   readonly strict?: boolean;
   /** Called once the run holds its leases, before it opens anything (queue workers log "started" here, not before). */
   readonly onLeased?: () => void;
+  /** Log streams (`strategy: log`) keep applying changes until `signal` aborts, instead of stopping at the log position read at start. */
+  readonly follow?: boolean;
 }
 
 export function emptyState(pipeline: string): PipelineState {
@@ -167,7 +170,17 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
     throw withContext(error, { pipeline: pipeline.name }, 'config');
   });
   const results: StreamResult[] = [];
+  // Log streams read one change log together (a source transaction spanning tables commits once): loaded as one, at
+  // the place of the first.
+  const logStreams = ctx.streams.filter((s) => s.strategy === 'log');
   for (const stream of ctx.streams) {
+    if (stream.strategy === 'log') {
+      if (stream !== logStreams[0]) continue;
+      const outcome = await runLogStreams(ctx, logStreams, state);
+      state = outcome.state;
+      results.push(...outcome.results);
+      continue;
+    }
     const started = Date.now();
     let durable: StreamResult | undefined;
     try {
@@ -211,6 +224,46 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
     }
   }
   return results;
+}
+
+async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], state: PipelineState): Promise<{ state: PipelineState; results: readonly StreamResult[] }> {
+  const started = Date.now();
+  let durable: StreamResult | undefined;
+  const pipeline = ctx.pipeline;
+  try {
+    return await loadLogStreams(
+      {
+        pipeline: pipeline.name,
+        runId: ctx.runId,
+        startedAt: ctx.startedAt,
+        source: ctx.source,
+        destination: ctx.destination,
+        lease: ctx.lease,
+        full: false,
+        ...(ctx.options.signal ? { signal: ctx.options.signal } : {}),
+        ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
+        onCommit: (result: StreamResult) => (durable = result),
+        ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
+        onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`),
+      },
+      streams,
+      state,
+      { follow: ctx.options.follow === true },
+    );
+  } catch (error) {
+    const failure = withContext(error, { pipeline: pipeline.name, stream: streams[0]!.name }, 'source');
+    if (failure instanceof ConflictError) throw failure;
+    if (ctx.options.signal?.aborted) {
+      await recordFailure(ctx, failedResult(streams[0]!.name, failure, started, durable), 'stopped', stopReason(ctx.options.signal));
+      throw failure;
+    }
+    // A config refusal (no change log, a destination that cannot apply it) stops the run like other config errors.
+    if (failure.kind === 'config') throw failure;
+    ctx.logger.log('error', errorMessage(failure));
+    const failed = failedResult(streams[0]!.name, failure, started, durable);
+    await recordFailure(ctx, failed);
+    return { state: (await ctx.destination.state.load(pipeline.name)) ?? state, results: streams.map((s) => ({ ...failed, stream: s.name })) };
+  }
 }
 
 /** `on_reject: warn`: a run that rejected rows says so, with where to find them. */

@@ -14,6 +14,12 @@ export async function planCommand(file: string, options: { full?: boolean; strea
       printPartitions(`${pipeline.name}.${r.stream}`, r);
       continue;
     }
+    if (r.mode === 'log') {
+      print(`${pipeline.name}.${r.stream}: log, write ${r.write}; ${r.predicate}`);
+      for (const action of r.setup ?? []) print(`  setup: ${action}`);
+      for (const warning of r.warnings) print(`  warning: ${warning}`);
+      continue;
+    }
     print(`${pipeline.name}.${r.stream}: ${r.strategy}, write ${r.write}${r.mode === 'build' ? `, builds a new generation${r.resumesBuild ? ' (resuming)' : ''}` : ''}`);
     print(`  watermark: ${describeWatermark(r.watermark)}`);
     if (r.stateDiffers !== undefined) print(`  state: ${r.stateDiffers}`);

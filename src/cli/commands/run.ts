@@ -17,6 +17,8 @@ export interface RunCommandOptions {
   readonly strict?: boolean;
   /** Log at debug level: a connector's LOG lines and the stacks of its errors. */
   readonly verbose?: boolean;
+  /** Log streams keep applying changes until SIGTERM/SIGINT. */
+  readonly follow?: boolean;
 }
 
 export function describeWatermark(w: Watermark | null | undefined): string {
@@ -88,6 +90,7 @@ async function runAll(files: readonly string[], options: RunCommandOptions, sign
         ...(options.stream?.length ? { streams: options.stream } : {}),
         ...(options.strict ? { strict: true } : {}),
         logger: stderrLogger(options.verbose ? 'debug' : undefined, { write: progress.write }),
+        ...(options.follow ? { follow: true } : {}),
         signal,
         onProgress: progress.onProgress,
       }).catch(jsonOnError(options, file, pipeline.name, started));

@@ -71,6 +71,12 @@ export async function stateCommand(action: string, args: readonly string[], opti
       return 0;
     }
     case 'reset': {
+      // A log stream has no position to go back to: forgetting it means copying the table again from a new snapshot.
+      const logged = pipeline.streams.filter((s) => s.strategy === 'log' && (args[0] === undefined || s.name === args[0])).map((s) => s.name);
+      if (logged.length > 0 && options.yes !== true) {
+        const question = `reset of ${logged.join(', ')} (strategy: log): the next run copies ${logged.length === 1 ? 'the table' : 'the tables'} again from a new snapshot (a mirror is emptied first) and then follows the log from there; continue? [y/N] `;
+        if (!(await confirm(question))) throw new UsageError(`state reset: not confirmed; pass --yes to reset log streams without a question`);
+      }
       const next = await commands.reset(args[0]);
       options.json ? print(toJson(next)) : showState(next);
       return 0;

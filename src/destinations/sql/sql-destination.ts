@@ -15,13 +15,14 @@ import type {
   LoadTransaction,
   NativeScan,
   StateStore,
+  TableChanges,
 } from '../../core/connector.js';
 import { DestinationError, TidemarkError } from '../../core/errors.js';
 import { failpoint } from '../../core/failpoints.js';
 import type { Column, ColumnType, Reject, Row, Value } from '../../core/types.js';
 import { ValueRejection, coerceValue } from '../../core/values.js';
 import { quoteIdent } from '../../shared/sql.js';
-import type { FixedColumn, SqlDialect, SqlExecutor } from './sql-dialect.js';
+import type { FixedColumn, SqlDialect, SqlExecutor, SqlParam } from './sql-dialect.js';
 import { SqlMeta, SqlStateStore } from './sql-meta.js';
 
 export const SEQ_COLUMN = '_tidemark_seq';
@@ -38,6 +39,7 @@ export abstract class SqlDestination implements Destination {
     transactionalState: true,
     writes: ['append', 'merge', 'replace'],
     schemaEvolution: true,
+    changes: ['merge', 'append'],
   };
   readonly meta: SqlMeta;
   readonly state: StateStore;
@@ -275,6 +277,8 @@ class SqlLoadTransaction implements LoadTransaction {
     const { target, pipeline, fence, runId } = this.load;
     const stream = target.schema.name;
     const scanned = this.open;
+    // Change sets are staged before the transaction opens (as `write` stages rows), and applied inside it.
+    const changeStages = scanned || request.changes === undefined ? [] : await this.stageChanges(request.changes);
     if (!scanned) await this.exec.run(this.dialect.beginStatement);
     this.open = false;
     try {
@@ -293,6 +297,7 @@ class SqlLoadTransaction implements LoadTransaction {
       if (!scanned) await this.deletePartition(table);
       if (this.staged > 0) await this.applyStage(table);
       if (this.bulkStaged > 0) await this.applyBulk(table);
+      for (const staged of changeStages) await this.applyChanges(staged);
       if (request.ledger?.length) await this.meta.clearPartitionRejects(request.ledger);
       await this.meta.writeRejects(pipeline, stream, runId, request.rejects);
       if (request.ledger?.length) await this.meta.writeLedger(request.ledger, request.ledgerExpect);
@@ -329,6 +334,77 @@ class SqlLoadTransaction implements LoadTransaction {
     this.staged = 0;
     if (this.bulkStaged > 0) await this.exec.run(`DROP TABLE IF EXISTS ${quoteIdent(BULK_STAGE)}`);
     this.bulkStaged = 0;
+  }
+
+  /** Each table's deletes, upserts and patches into connection-local stage tables (outside the transaction). */
+  private async stageChanges(changes: readonly TableChanges[]): Promise<StagedChanges[]> {
+    const out: StagedChanges[] = [];
+    for (const [i, tc] of changes.entries()) {
+      const { schema } = tc.target;
+      const keyColumns = schema.primaryKey.map((name) => schema.columns.find((c) => c.name === name)!);
+      const stage = async (name: string, columns: readonly Column[], rows: readonly Row[]): Promise<string | undefined> => {
+        if (rows.length === 0) return undefined;
+        const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.stageType(c.type)}`), `${SEQ_COLUMN} BIGINT`].join(', ');
+        await this.dialect.createStage(this.exec, name, ddl);
+        await this.dialect.appendToStage(name, columns, rows as Row[], 0);
+        return name;
+      };
+      const deletes = await stage(`_tidemark_chg_del_${i}`, keyColumns, tc.changes.deletes as Row[]);
+      const upserts = await stage(`_tidemark_chg_up_${i}`, schema.columns, tc.changes.upserts);
+      // Patches grouped by the columns they set: one UPDATE per group.
+      const groups = new Map<string, { columns: number[]; rows: Row[] }>();
+      for (const p of tc.changes.patches) {
+        const id = p.columns.join(',');
+        let g = groups.get(id);
+        if (g === undefined) groups.set(id, (g = { columns: [...p.columns], rows: [] }));
+        g.rows.push([...p.key, ...p.values]);
+      }
+      const patches: { stage: string; columns: number[] }[] = [];
+      let n = 0;
+      for (const g of groups.values()) {
+        const cols = [...keyColumns, ...g.columns.map((c) => schema.columns[c]!)].map((c, k) => ({ ...c, name: k < keyColumns.length ? c.name : `_tidemark_v${k}` }));
+        const name = await stage(`_tidemark_chg_patch_${i}_${n++}`, cols, g.rows);
+        if (name !== undefined) patches.push({ stage: name, columns: g.columns });
+      }
+      out.push({ target: tc, keyColumns, ...(deletes ? { deletes } : {}), ...(upserts ? { upserts } : {}), patches });
+    }
+    return out;
+  }
+
+  /** Inside the commit's transaction: truncate, deletes, upserts, patches of one table (see ChangeSet). */
+  private async applyChanges(staged: StagedChanges): Promise<void> {
+    const { target, changes } = staged.target;
+    const { schema } = target;
+    const table = schema.name;
+    await this.ensureTable(table, schema.columns, false, schema.primaryKey);
+    const quoted = this.dialect.table(table);
+    const cast = (stageCol: string, c: Column) => this.dialect.castFromStage(quoteIdent(stageCol), c.type);
+    const pkList = staged.keyColumns.map((c) => quoteIdent(c.name)).join(', ');
+    const keysOf = (stage: string) => `SELECT ${staged.keyColumns.map((c) => cast(c.name, c)).join(', ')} FROM ${quoteIdent(stage)}`;
+    if (changes.truncate !== undefined) {
+      const mark = changes.truncate.mark;
+      if (mark === undefined) await this.exec.run(`DELETE FROM ${quoted}`);
+      else await this.exec.run(`UPDATE ${quoted} SET ${quoteIdent(mark.column)} = ? WHERE ${quoteIdent(mark.column)} IS NULL`, [sqlParam(mark.value)]);
+    }
+    if (staged.deletes !== undefined) await this.exec.run(`DELETE FROM ${quoted} WHERE (${pkList}) IN (${keysOf(staged.deletes)})`);
+    if (staged.upserts !== undefined) {
+      const names = schema.columns.map((c) => quoteIdent(c.name)).join(', ');
+      const casts = schema.columns.map((c) => `${cast(c.name, c)} AS ${quoteIdent(c.name)}`).join(', ');
+      if (target.write === 'merge') await this.exec.run(`DELETE FROM ${quoted} WHERE (${pkList}) IN (${keysOf(staged.upserts)})`);
+      await this.exec.run(`INSERT INTO ${quoted} (${names}) SELECT ${casts} FROM ${quoteIdent(staged.upserts)} ORDER BY ${SEQ_COLUMN}`);
+    }
+    for (const patch of staged.patches) {
+      const s = quoteIdent(patch.stage);
+      const match = staged.keyColumns.map((c) => `${s}.${quoteIdent(c.name)} = ${quoted}.${quoteIdent(c.name)}`).join(' AND ');
+      const sets = patch.columns
+        .map((ci, k) => {
+          const column = schema.columns[ci]!;
+          const v = `_tidemark_v${staged.keyColumns.length + k}`;
+          return `${quoteIdent(column.name)} = (SELECT ${this.dialect.castFromStage(`${s}.${quoteIdent(v)}`, column.type)} FROM ${s} WHERE ${match})`;
+        })
+        .join(', ');
+      await this.exec.run(`UPDATE ${quoted} SET ${sets} WHERE (${pkList}) IN (${keysOf(patch.stage)})`);
+    }
   }
 
   /**
@@ -378,7 +454,7 @@ class SqlLoadTransaction implements LoadTransaction {
   }
 
   /** Creates the table, or adds the columns the source grew since; inside the commit, so a failed run leaves none. */
-  private async ensureTable(table: string, columns: readonly Column[], fresh: boolean): Promise<void> {
+  private async ensureTable(table: string, columns: readonly Column[], fresh: boolean, primaryKey: readonly string[] = this.load.target.schema.primaryKey): Promise<void> {
     const known = this.ensured?.table === table ? this.ensured.names : this.knownColumns.get(table);
     if (!fresh && known !== undefined && columns.every((c) => known.has(c.name))) return;
     this.ensured = { table, names: new Set(columns.map((c) => c.name)) };
@@ -394,7 +470,7 @@ class SqlLoadTransaction implements LoadTransaction {
     if (existing === undefined) {
       const ddl = columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`).join(', ');
       await this.exec.run(`CREATE TABLE ${quoted} (${ddl})`);
-      await this.dialect.afterCreateTable?.(this.exec, table, this.load.target.schema.primaryKey);
+      await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
       this.created = table;
       return;
     }
@@ -426,6 +502,21 @@ class SqlLoadTransaction implements LoadTransaction {
       `INSERT INTO ${quoted} (${names}) SELECT ${names} FROM (SELECT ${casts}, row_number() OVER (PARTITION BY ${pkCasts} ORDER BY ${order}) AS _tidemark_rank FROM ${STAGE}) ranked WHERE _tidemark_rank = 1`,
     );
   }
+}
+
+interface StagedChanges {
+  readonly target: TableChanges;
+  readonly keyColumns: readonly Column[];
+  readonly deletes?: string;
+  readonly upserts?: string;
+  readonly patches: readonly { readonly stage: string; readonly columns: readonly number[] }[];
+}
+
+/** A bound value: text forms for what drivers do not bind (the mark of a soft delete is a timestamp text). */
+function sqlParam(value: Value): SqlParam {
+  if (value === null || typeof value === 'string' || typeof value === 'number' || typeof value === 'bigint') return value;
+  if (typeof value === 'boolean') return value ? 1 : 0;
+  return Buffer.from(value).toString('hex');
 }
 
 /** A row the bulk path refused, with the reason the row path would give for the same value. */

@@ -10,6 +10,8 @@ import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../co
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import type { ChangeLogSource } from '../../core/change-log.js';
+import { MysqlChangeLog } from './mysql-change-log.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 
 const ALIAS = '`t`';
@@ -80,6 +82,13 @@ export class MysqlSource implements Source {
   /** How long each running statement has been running, in ms: MariaDB's TIME_MS, or MySQL's whole seconds rounded up. */
   private statementAge = 'TIME_MS';
 
+  /**
+   * Set by a log snapshot (see mysql-change-log.ts): the connection already holds the consistent-snapshot
+   * transaction, and every read runs in it instead of opening and committing its own.
+   */
+  private heldSnapshot = false;
+  private log: MysqlChangeLog | undefined;
+
   private constructor(private readonly options: ServerSourceOptions) {}
 
   static async connect(options: ServerSourceOptions): Promise<MysqlSource> {
@@ -88,8 +97,34 @@ export class MysqlSource implements Source {
     return source;
   }
 
+  /** `strategy: log` over the binlog (see mysql-change-log.ts). */
+  get changeLog(): ChangeLogSource {
+    this.log ??= new MysqlChangeLog(this.options, {
+      query: async (sql, values) => (await (await this.connection()).query(sql, [...(values ?? [])]))[0],
+      discover: (stream) => this.discover(stream),
+    });
+    return this.log;
+  }
+
+  /**
+   * A source whose reads all see the snapshot `start` opens on its connection (the log's snapshot): their rows
+   * are exactly the transactions committed before the position `start` returns.
+   */
+  static async holdingSnapshot(options: ServerSourceOptions, start: (conn: mysql.Connection) => Promise<string>): Promise<{ source: MysqlSource; position: string }> {
+    const source = await MysqlSource.connect(options);
+    try {
+      const position = await start(await source.connection());
+      source.heldSnapshot = true;
+      return { source, position };
+    } catch (error) {
+      await source.close();
+      throw error;
+    }
+  }
+
   private async connection(): Promise<mysql.Connection> {
     if (this.conn) return this.conn;
+    if (this.heldSnapshot) throw new SourceError('the connection holding the log snapshot was lost; the next run takes the snapshot again', { context: { phase: 'snapshot' }, retryable: true });
     const { url, host, port, user, password, database } = this.options;
     const settings = {
       ...(host !== undefined ? { host } : {}),
@@ -186,7 +221,7 @@ export class MysqlSource implements Source {
     const incremental = request.incremental && cursor !== undefined;
     const horizon = incremental ? await this.horizon(relation, cursor) : undefined;
     const conn = await this.connection();
-    await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
+    if (!this.heldSnapshot) await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
     try {
       const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
       const readStart = request.from ?? request.after?.cursor;
@@ -203,7 +238,7 @@ export class MysqlSource implements Source {
       const estimatedRows = readsWholeTable(request) && request.stream.table !== undefined ? await this.tableRows(request.stream.table) : undefined;
       return this.opened(described, request, { ...bounds, bound, incremental, cursor, safeMark, warnings, estimatedRows });
     } catch (error) {
-      await conn.query('ROLLBACK').catch(() => undefined);
+      if (!this.heldSnapshot) await conn.query('ROLLBACK').catch(() => undefined);
       throw new SourceError(`cannot plan the read of ${request.stream.name}: ${(error as Error).message}`, {
         cause: error,
         context: { stream: request.stream.name, phase: 'plan' },
@@ -374,7 +409,7 @@ export class MysqlSource implements Source {
     const close = async (): Promise<void> => {
       if (finished) return;
       finished = true;
-      if (this.conn) await this.conn.query('COMMIT').catch(() => undefined);
+      if (this.conn && !this.heldSnapshot) await this.conn.query('COMMIT').catch(() => undefined);
     };
     return {
       schema,

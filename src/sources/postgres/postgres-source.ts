@@ -21,6 +21,7 @@ import { CopyTextParser } from './copy-text.js';
 import { CsvChunker, type FinishedChunk, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
 import { processAlive } from '../../shared/process.js';
+import { PostgresChangeLog } from './pg-change-log.js';
 
 const ALIAS = 't';
 const UTC_TEXT = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`;
@@ -50,12 +51,28 @@ interface Bound {
 }
 
 export class PostgresSource implements Source {
+  readonly changeLog: PostgresChangeLog;
   private client: pg.Client | undefined;
+  /** An exported snapshot the next read imports (`strategy: log`'s copy, consistent with its slot). */
+  private snapshotToImport: string | undefined;
   private writerZone = 'UTC';
   private seesAllSessions = true;
   private warned = false;
 
-  private constructor(private readonly options: ServerSourceOptions) {}
+  private constructor(private readonly options: ServerSourceOptions) {
+    this.changeLog = new PostgresChangeLog(options, this);
+  }
+
+  /** A read as `open` makes it, inside an exported snapshot (`SET TRANSACTION SNAPSHOT` right after BEGIN). */
+  async openInSnapshot(request: ReadRequest, snapshot: string): Promise<OpenedRead> {
+    if (!/^[0-9A-F-]+$/i.test(snapshot)) throw new SourceError(`not a snapshot id: ${JSON.stringify(snapshot)}`);
+    this.snapshotToImport = snapshot;
+    try {
+      return await this.open(request);
+    } finally {
+      this.snapshotToImport = undefined;
+    }
+  }
 
   static async connect(options: ServerSourceOptions): Promise<PostgresSource> {
     const source = new PostgresSource(options);
@@ -173,6 +190,7 @@ export class PostgresSource implements Source {
     const client = await this.connection();
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     try {
+      if (this.snapshotToImport !== undefined) await client.query(`SET TRANSACTION SNAPSHOT '${this.snapshotToImport}'`);
       const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
       const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart(request), timeUnitMicros(cursor.typmod >= 0 ? cursor.typmod : undefined)) : undefined;
       const bounds = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
@@ -495,6 +513,7 @@ export class PostgresSource implements Source {
   }
 
   async close(): Promise<void> {
+    await this.changeLog.close();
     await this.dropConnection();
   }
 }

@@ -1,0 +1,638 @@
+/**
+ * `strategy: log`: the log streams of a pipeline, loaded together from one change log (one Postgres slot).
+ *
+ * 1. Snapshot: a stream without a complete copy is copied from a snapshot consistent with a log position, chunk by
+ *    chunk, each chunk committed with the key it reached. A copy resumed after a kill continues from a newer
+ *    snapshot; the key range it copies from there is a segment whose changes up to that snapshot are skipped, so an
+ *    older version never overwrites a newer one and no change is lost.
+ * 2. Log: committed source transactions after the stream's position, whole and in commit order, collapsed per key
+ *    and applied by the destination in one commit with the new position (state), every `checkpoint_rows` changes
+ *    (at transaction ends) or `commit_interval` under `--follow`. The source is told the position only after that
+ *    commit; a restart skips everything at or below the committed position.
+ */
+import type { ChangeLogRequest, ChangeLogSource, ChangeSet, LogSnapshot, LogTransaction, RowChange } from '../core/change-log.js';
+import type { LoadTransaction, OpenedRead, TableChanges, TableTarget } from '../core/connector.js';
+import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
+import { failpoint } from '../core/failpoints.js';
+import type { Column, LogState, PipelineState, Reject, Row, RunRecord, StreamResult, StreamSchema, StreamState, TypedValue, Value } from '../core/types.js';
+import { ValueRejection, coerceValue, compareCanonical, encodeValue, rowToJson } from '../core/values.js';
+import type { StreamConfig } from '../config/load.js';
+import { withSourceKey } from './plan.js';
+import { runRecordFor, type StreamContext } from './stream-load.js';
+
+export const DELETED_AT = '_tidemark_deleted_at';
+export const OP_COLUMN = '_tidemark_op';
+export const LSN_COLUMN = '_tidemark_lsn';
+export const COMMIT_TS_COLUMN = '_tidemark_commit_ts';
+
+export interface LogLoadOptions {
+  /** Keep applying until the signal aborts (`run --follow`); otherwise stop at the log position read at start. */
+  readonly follow: boolean;
+}
+
+export interface LogOutcome {
+  readonly state: PipelineState;
+  readonly results: readonly StreamResult[];
+}
+
+/** One log stream while it loads. */
+interface LogStream {
+  readonly config: StreamConfig;
+  /** The source table's columns, then the columns tidemark adds, then columns the source grew during this run. */
+  schema: StreamSchema;
+  readonly sourceColumns: number;
+  readonly keyIndexes: readonly number[];
+  log: LogState | undefined;
+  /** Pending merge changes by key, in first-seen order. */
+  pending: Map<string, Pending>;
+  appended: Row[];
+  truncate: ChangeSet['truncate'] | undefined;
+  rejects: Reject[];
+  /** Relation column index → schema index, for the latest relation of the table. */
+  mapping: readonly number[] | undefined;
+  changesRead: number;
+  changesApplied: number;
+  rowsRejected: number;
+  commits: number;
+  readonly started: number;
+  warnedUnchanged: boolean;
+}
+
+type Pending =
+  | { readonly kind: 'upsert'; readonly key: readonly Value[]; readonly row: Row }
+  | { readonly kind: 'delete'; readonly key: readonly Value[] }
+  | { readonly kind: 'patch'; readonly key: readonly Value[]; readonly values: Map<number, Value> };
+
+export async function loadLogStreams(ctx: StreamContext, configured: readonly StreamConfig[], state: PipelineState, options: LogLoadOptions): Promise<LogOutcome> {
+  const log = ctx.source.changeLog;
+  const context = { pipeline: ctx.pipeline, stream: configured[0]!.name };
+  if (log === undefined) throw new ConfigError('this source cannot read a change log (strategy: log)', { context });
+  const caps = ctx.destination.capabilities;
+  for (const s of configured) {
+    if (caps.changes?.includes(s.write) !== true) {
+      throw new ConfigError(
+        `this destination cannot apply a change log with write: ${s.write} (it takes ${caps.changes?.length ? caps.changes.join(', ') : 'none'}); ${s.write === 'merge' ? 'use write: append, or a database destination to mirror the table' : 'use another destination'}`,
+        { context: { pipeline: ctx.pipeline, stream: s.name } },
+      );
+    }
+  }
+  const loader = new LogLoader(ctx, log, state, options);
+  try {
+    await loader.prepare(configured);
+    await loader.snapshots();
+    await loader.stream();
+  } catch (error) {
+    await loader.abandon();
+    if (error instanceof TidemarkError) throw withContext(error, { ...context, phase: error.context.phase ?? 'log' }, 'source');
+    throw withContext(error, { ...context, phase: 'log' }, 'source');
+  }
+  return { state: loader.state, results: loader.results() };
+}
+
+class LogLoader {
+  state: PipelineState;
+  private streams: LogStream[] = [];
+  private request!: ChangeLogRequest;
+  private slotExists = false;
+  private txn: LoadTransaction | undefined;
+
+  constructor(
+    private readonly ctx: StreamContext,
+    private readonly log: ChangeLogSource,
+    state: PipelineState,
+    private readonly options: LogLoadOptions,
+  ) {
+    this.state = state;
+  }
+
+  async prepare(configured: readonly StreamConfig[]): Promise<void> {
+    for (const raw of configured) {
+      const config = await withSourceKey(this.ctx.source, raw);
+      if (config.primaryKey.length === 0) {
+        throw new ConfigError(`strategy log needs a primary key to apply updates and deletes, and table ${config.table} has none; set primary_key`, {
+          context: { stream: config.name, phase: 'discover' },
+        });
+      }
+      const discovered = await this.ctx.source.discover(config);
+      const extras: Column[] =
+        config.write === 'append'
+          ? [
+              { name: OP_COLUMN, type: { kind: 'text' }, nullable: false },
+              { name: LSN_COLUMN, type: { kind: 'text' }, nullable: false },
+              { name: COMMIT_TS_COLUMN, type: { kind: 'timestamptz' }, nullable: true },
+            ]
+          : config.log?.deletes === 'soft'
+            ? [{ name: DELETED_AT, type: { kind: 'timestamptz' }, nullable: true }]
+            : [];
+      const schema: StreamSchema = { name: config.name, columns: [...discovered.columns, ...extras], primaryKey: config.primaryKey };
+      const prior = this.state.streams[config.name];
+      this.streams.push({
+        config,
+        schema,
+        sourceColumns: discovered.columns.length,
+        keyIndexes: config.primaryKey.map((k) => discovered.columns.findIndex((c) => c.name === k)),
+        log: prior?.strategy === 'log' ? prior.log : undefined,
+        pending: new Map(),
+        appended: [],
+        truncate: undefined,
+        rejects: [],
+        mapping: undefined,
+        changesRead: 0,
+        changesApplied: 0,
+        rowsRejected: 0,
+        commits: 0,
+        started: Date.now(),
+        warnedUnchanged: false,
+      });
+    }
+    this.request = { pipeline: this.ctx.pipeline, tables: this.streams.map((s) => ({ stream: s.config.name, table: s.config.table!, primaryKey: s.config.primaryKey })) };
+    const maxRetainedBytes = Math.min(...this.streams.map((s) => s.config.log?.maxRetainedBytes ?? Number.POSITIVE_INFINITY));
+    const setup = await this.log.setup(this.request, { dryRun: false, ...(Number.isFinite(maxRetainedBytes) ? { maxRetainedBytes } : {}) });
+    for (const w of setup.warnings) this.ctx.onWarning?.(this.streams[0]!.config.name, w);
+    this.slotExists = setup.exists;
+    if (!setup.exists && this.streams.some((s) => s.log !== undefined)) {
+      this.ctx.onWarning?.(this.streams[0]!.config.name, 'the replication slot is gone (dropped?): the changes since the last run cannot be read, so every log stream is copied again from a new snapshot');
+      for (const s of this.streams) s.log = undefined;
+    }
+  }
+
+  /** Copies every stream whose copy is not complete, from one snapshot. */
+  async snapshots(): Promise<void> {
+    const todo = this.streams.filter((s) => s.log === undefined || s.log.snapshot?.done === false);
+    if (todo.length === 0) return;
+    const snapshot = await this.log.snapshot(this.request, { initial: !this.slotExists });
+    this.slotExists = true;
+    try {
+      for (const s of todo) await this.copy(s, snapshot);
+    } finally {
+      await snapshot.close();
+    }
+  }
+
+  private async copy(s: LogStream, snapshot: LogSnapshot): Promise<void> {
+    const resumedFrom = s.log?.snapshot?.afterPk;
+    if (s.log === undefined || resumedFrom === undefined) {
+      // A new copy: a mirror is emptied in a commit of its own (a reset stream's old rows are not the source's); a
+      // change log keeps its history and records the new copy after it.
+      s.log = { position: snapshot.position, snapshot: { done: false } };
+      s.truncate = s.config.write === 'merge' ? {} : undefined;
+      await this.commit([s]);
+    } else {
+      // A killed copy resumes above the key it reached, from a newer snapshot: that key range is a new segment.
+      const segments = [...(s.log.segments ?? [])];
+      const last = segments.pop();
+      const closed = last === undefined ? { upToPk: resumedFrom, position: s.log.position } : { upToPk: resumedFrom, position: last.position };
+      s.log = { ...s.log, segments: [...segments, closed, { position: snapshot.position }] };
+    }
+    const read = await snapshot.open({
+      stream: s.config,
+      ...(resumedFrom !== undefined ? { afterPk: resumedFrom } : {}),
+      incremental: false,
+      nullCursor: 'include',
+      batchRows: s.config.batchRows,
+      ...(this.ctx.signal ? { signal: this.ctx.signal } : {}),
+    });
+    try {
+      const bulk = s.config.write === 'merge' && s.config.log?.deletes !== 'soft' && process.env.TIDEMARK_BULK !== '0' ? read.bulk : undefined;
+      const sourceColumns = s.schema.columns.slice(0, s.sourceColumns);
+      if (bulk !== undefined && this.ctx.destination.acceptsBulk?.(bulk.format, sourceColumns) === true) await this.copyBulk(s, read, sourceColumns);
+      else await this.copyRows(s, read, snapshot.position);
+    } finally {
+      await read.close();
+    }
+    s.log = { ...s.log!, snapshot: { done: true } };
+    const { snapshot: _done, ...rest } = s.log;
+    s.log = rest;
+    await this.commit([s]);
+  }
+
+  private async copyBulk(s: LogStream, read: OpenedRead, sourceColumns: readonly Column[]): Promise<void> {
+    const target: TableTarget = { schema: { ...s.schema, columns: sourceColumns }, write: 'merge' };
+    for await (const chunk of read.bulk!.chunks({ chunkRows: s.config.checkpointRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })) {
+      try {
+        this.ctx.signal?.throwIfAborted();
+        const txn = await this.begin(target);
+        const { loaded, rejects } = await txn.writeBulk!(chunk);
+        s.changesRead += chunk.rows;
+        s.changesApplied += loaded;
+        s.rowsRejected += rejects.length;
+        s.rejects.push(...rejects);
+        if (chunk.lastPk !== undefined) s.log = { ...s.log!, snapshot: { afterPk: chunk.lastPk, done: false } };
+        await failpoint('load.after_write');
+        await this.commit([s]);
+      } finally {
+        await chunk.release();
+      }
+      this.ctx.onProgress?.(s.config.name, s.changesRead);
+    }
+  }
+
+  private async copyRows(s: LogStream, read: OpenedRead, position: string): Promise<void> {
+    const columns = read.schema.columns;
+    const target: TableTarget = { schema: s.schema, write: s.config.write };
+    let rows: Row[] = [];
+    let lastKey: readonly TypedValue[] | undefined;
+    const flush = async () => {
+      if (rows.length === 0) return;
+      const txn = await this.begin(target);
+      await txn.write(rows);
+      rows = [];
+      await failpoint('load.after_write');
+      s.log = { ...s.log!, snapshot: { ...(lastKey ? { afterPk: lastKey } : {}), done: false } };
+      await this.commit([s]);
+    };
+    for await (const batch of read.batches()) {
+      this.ctx.signal?.throwIfAborted();
+      for (const raw of batch.rows) {
+        s.changesRead += 1;
+        const row = this.checked(s, columns, raw);
+        if (row === undefined) continue;
+        lastKey = s.keyIndexes.map((i) => ({ type: columns[i]!.type.kind, value: encodeValue(columns[i]!.type.kind, row[i]!) }));
+        if (s.config.write === 'append') row.push('snapshot', position, null);
+        else if (s.config.log?.deletes === 'soft') row.push(null);
+        rows.push(row);
+        s.changesApplied += 1;
+        if (rows.length >= s.config.checkpointRows) await flush();
+      }
+      this.ctx.onProgress?.(s.config.name, s.changesRead);
+    }
+    await flush();
+  }
+
+  /** Canonical, destination-checked values of the source columns; undefined (and a reject) when one does not fit. */
+  private checked(s: LogStream, columns: readonly Column[], raw: readonly unknown[]): Row | undefined {
+    const row: Row = new Array<Value>(columns.length);
+    for (let i = 0; i < columns.length; i += 1) {
+      const column = columns[i]!;
+      try {
+        const value = coerceValue(column.type, raw[i]);
+        if (value === null && s.keyIndexes.includes(i)) throw new ValueRejection(`primary key column ${column.name} is NULL`);
+        const refused = value === null ? undefined : this.ctx.destination.rejectReason(column.type, value);
+        if (refused !== undefined) throw new ValueRejection(refused);
+        row[i] = value;
+      } catch (error) {
+        if (!(error instanceof ValueRejection)) throw error;
+        s.rowsRejected += 1;
+        s.rejects.push({ column: column.name, reason: `column ${column.name}: ${error.message}`, row: rowToJson(columns, raw as Row) });
+        return undefined;
+      }
+    }
+    return row;
+  }
+
+  /** The log phase: transactions after each stream's position, up to the position at start (or until stopped). */
+  async stream(): Promise<void> {
+    const until = this.options.follow ? undefined : await this.log.currentPosition();
+    const after = this.streams.map((s) => s.log!.position).reduce((a, b) => (this.log.compare(a, b) <= 0 ? a : b));
+    const byTable = new Map<string, LogStream[]>();
+    for (const s of this.streams) byTable.set(s.config.table!, [...(byTable.get(s.config.table!) ?? []), s]);
+    const interval = Math.min(...this.streams.map((s) => s.config.log?.commitIntervalMs ?? 1000));
+    const checkpoint = Math.min(...this.streams.map((s) => s.config.checkpointRows));
+    const batchChanges = Math.max(...this.streams.map((s) => s.config.batchRows));
+    let pendingChanges = 0;
+    let lastPosition: string | undefined;
+    let lastCommit = Date.now();
+    const commitPending = async () => {
+      if (lastPosition === undefined) return;
+      const position = lastPosition;
+      for (const s of this.streams) if (this.log.compare(s.log!.position, position) < 0) s.log = this.advanced(s.log!, position);
+      await this.commit(this.streams);
+      await failpoint('cdc.before_ack');
+      await this.log.acknowledge(this.request, position);
+      lastPosition = undefined;
+      pendingChanges = 0;
+      lastCommit = Date.now();
+    };
+    const iterator = this.log.read(this.request, { after, ...(until !== undefined ? { until } : {}), ...(this.ctx.signal ? { signal: this.ctx.signal } : {}), batchChanges })[Symbol.asyncIterator]();
+    const tick = Symbol('tick');
+    let next = iterator.next();
+    try {
+      for (;;) {
+        const wait = Math.max(10, interval - (Date.now() - lastCommit));
+        let timer: NodeJS.Timeout | undefined;
+        const result = this.options.follow
+          ? await Promise.race([next, new Promise<typeof tick>((resolve) => (timer = setTimeout(() => resolve(tick), wait)))])
+          : await next;
+        if (timer) clearTimeout(timer);
+        if (result === tick) {
+          if (pendingChanges > 0 && Date.now() - lastCommit >= interval) await commitPending();
+          continue;
+        }
+        if (result.done) break;
+        next = iterator.next();
+        const txn = result.value;
+        pendingChanges += this.apply(txn, byTable);
+        lastPosition = txn.position;
+        await failpoint('cdc.after_apply');
+        if (pendingChanges >= checkpoint || (this.options.follow && Date.now() - lastCommit >= interval)) await commitPending();
+      }
+    } finally {
+      await iterator.return?.().catch(() => undefined);
+    }
+    // Whole transactions only are pending: a stop (SIGTERM) keeps them too.
+    await commitPending();
+    // Everything up to `until` is applied and committed: the slot may let go of the WAL before it, relevant or not.
+    if (until !== undefined && !this.ctx.signal?.aborted) {
+      const applied = this.streams.map((s) => s.log!.position).reduce((a, b) => (this.log.compare(a, b) >= 0 ? a : b));
+      await this.log.acknowledge(this.request, this.log.compare(applied, until) > 0 ? applied : until);
+    }
+  }
+
+  /** The stream's state at a newer position; segments go once the position has passed all of them. */
+  private advanced(state: LogState, position: string): LogState {
+    const segments = state.segments;
+    if (segments === undefined) return { ...state, position };
+    const newest = segments.map((g) => g.position).reduce((a, b) => (this.log.compare(a, b) >= 0 ? a : b));
+    if (this.log.compare(position, newest) >= 0) {
+      const { segments: _gone, ...rest } = state;
+      return { ...rest, position };
+    }
+    return { ...state, position };
+  }
+
+  /** Adds one source transaction to the pending changes; returns how many row changes it carried for these streams. */
+  private apply(txn: LogTransaction, byTable: ReadonlyMap<string, readonly LogStream[]>): number {
+    let counted = 0;
+    for (const change of txn.changes) {
+      if (change.kind === 'relation') {
+        for (const s of byTable.get(change.table) ?? []) this.relation(s, change.columns);
+        continue;
+      }
+      if (change.kind === 'truncate') {
+        for (const table of change.tables) {
+          for (const s of byTable.get(table) ?? []) {
+            if (this.log.compare(txn.position, s.log!.position) <= 0) continue;
+            this.truncate(s, txn);
+            counted += 1;
+          }
+        }
+        continue;
+      }
+      for (const s of byTable.get(change.table) ?? []) {
+        if (this.log.compare(txn.position, s.log!.position) <= 0) continue;
+        s.changesRead += 1;
+        counted += 1;
+        this.rowChange(s, change, txn);
+      }
+    }
+    return counted;
+  }
+
+  /** New columns of the source table join the stream's schema (the destination adds them at the next commit). */
+  private relation(s: LogStream, columns: readonly Column[]): void {
+    const names = s.schema.columns.map((c) => c.name);
+    const added = columns.filter((c) => !names.includes(c.name));
+    if (added.length) {
+      s.schema = { ...s.schema, columns: [...s.schema.columns, ...added.map((c) => ({ ...c, nullable: true }))] };
+      for (const entry of s.pending.values()) if (entry.kind === 'upsert') entry.row.push(...added.map(() => null));
+      for (const row of s.appended) row.push(...added.map(() => null));
+      this.ctx.onWarning?.(s.config.name, `the source table grew column${added.length > 1 ? 's' : ''} ${added.map((c) => c.name).join(', ')}: added to the destination table (rows get values as they change)`);
+    }
+    const all = s.schema.columns.map((c) => c.name);
+    s.mapping = columns.map((c) => all.indexOf(c.name));
+  }
+
+  private truncate(s: LogStream, txn: LogTransaction): void {
+    if (s.config.write === 'append') {
+      const row: Row = s.schema.columns.map(() => null);
+      this.stamp(s, row, 'truncate', txn);
+      s.appended.push(row);
+      return;
+    }
+    if (s.config.log?.deletes === 'soft') {
+      const at = s.schema.columns.findIndex((c) => c.name === DELETED_AT);
+      s.truncate = { mark: { column: DELETED_AT, value: txn.commitTime } };
+      for (const entry of s.pending.values()) {
+        if (entry.kind === 'upsert') entry.row[at] = entry.row[at] ?? txn.commitTime;
+        else if (entry.kind === 'patch') entry.values.set(at, txn.commitTime);
+      }
+      return;
+    }
+    s.pending.clear();
+    s.truncate = {};
+  }
+
+  private stamp(s: LogStream, row: Row, op: string, txn: LogTransaction): void {
+    const names = s.schema.columns.map((c) => c.name);
+    row[names.indexOf(OP_COLUMN)] = op;
+    row[names.indexOf(LSN_COLUMN)] = txn.position;
+    row[names.indexOf(COMMIT_TS_COLUMN)] = txn.commitTime;
+  }
+
+  private rowChange(s: LogStream, change: RowChange, txn: LogTransaction): void {
+    const mapping = s.mapping;
+    if (mapping === undefined) throw new SourceError(`the change log sent a row of ${change.table} before its columns`);
+    const width = s.schema.columns.length;
+    const row: Row = new Array<Value>(width).fill(null);
+    const unchanged = new Set<number>();
+    for (let i = 0; i < change.row.length; i += 1) {
+      const at = mapping[i]!;
+      if (at >= 0) row[at] = change.row[i] ?? null;
+    }
+    for (const i of change.unchanged ?? []) if (mapping[i]! >= 0) unchanged.add(mapping[i]!);
+    for (let i = 0; i < width; i += 1) {
+      const column = s.schema.columns[i]!;
+      const value = row[i]!;
+      if (value === null || unchanged.has(i)) continue;
+      const refused = this.ctx.destination.rejectReason(column.type, value);
+      if (refused !== undefined) {
+        // A mirror missing a change is no mirror: the stream stops instead of skipping it.
+        throw new SourceError(`column ${column.name} of ${change.table}: ${refused} (at log position ${txn.position}); the destination cannot hold this value exactly`);
+      }
+    }
+    const key = s.keyIndexes.map((i) => row[i]!);
+    if (this.log.compare(txn.position, this.segmentPosition(s, key)) <= 0) return;
+    s.changesApplied += 1;
+    if (s.config.write === 'append') {
+      if (unchanged.size > 0 && !s.warnedUnchanged) {
+        s.warnedUnchanged = true;
+        this.ctx.onWarning?.(s.config.name, `values not sent by the source (unchanged TOAST) are NULL in change rows; ALTER TABLE ${change.table} REPLICA IDENTITY FULL makes the source send them`);
+      }
+      this.stamp(s, row, change.op, txn);
+      s.appended.push(row);
+      return;
+    }
+    const id = keyId(key);
+    if (change.oldKey !== undefined) {
+      const oldId = keyId(change.oldKey);
+      if (oldId !== id) this.removeKey(s, change.oldKey, oldId, txn);
+    }
+    if (change.op === 'delete') {
+      this.removeKey(s, key, id, txn);
+      return;
+    }
+    const deletedAt = s.config.log?.deletes === 'soft' ? s.schema.columns.findIndex((c) => c.name === DELETED_AT) : -1;
+    if (deletedAt >= 0) row[deletedAt] = null;
+    const prior = s.pending.get(id);
+    if (unchanged.size === 0) {
+      s.pending.delete(id);
+      s.pending.set(id, { kind: 'upsert', key, row });
+      return;
+    }
+    if (prior?.kind === 'upsert') {
+      for (const i of unchanged) row[i] = prior.row[i]!;
+      s.pending.set(id, { kind: 'upsert', key, row });
+      return;
+    }
+    const values = prior?.kind === 'patch' ? prior.values : new Map<number, Value>();
+    for (let i = 0; i < width; i += 1) {
+      if (unchanged.has(i) || s.keyIndexes.includes(i)) continue;
+      const name = s.schema.columns[i]!.name;
+      if (name === DELETED_AT) continue;
+      values.set(i, row[i]!);
+    }
+    if (deletedAt >= 0) values.set(deletedAt, null);
+    s.pending.set(id, { kind: 'patch', key, values });
+  }
+
+  private removeKey(s: LogStream, key: readonly Value[], id: string, txn: LogTransaction): void {
+    const prior = s.pending.get(id);
+    if (s.config.log?.deletes === 'soft') {
+      const at = s.schema.columns.findIndex((c) => c.name === DELETED_AT);
+      if (prior?.kind === 'upsert') {
+        prior.row[at] = txn.commitTime;
+        return;
+      }
+      const values = prior?.kind === 'patch' ? prior.values : new Map<number, Value>();
+      values.set(at, txn.commitTime);
+      s.pending.set(id, { kind: 'patch', key, values });
+      return;
+    }
+    s.pending.delete(id);
+    s.pending.set(id, { kind: 'delete', key });
+  }
+
+  /** The position up to which a key's changes are already in the copy: its segment's, else the stream's. */
+  private segmentPosition(s: LogStream, key: readonly Value[]): string {
+    const segments = s.log!.segments;
+    if (segments === undefined) return s.log!.position;
+    const columns = s.keyIndexes.map((i) => s.schema.columns[i]!);
+    for (const segment of segments) {
+      if (segment.upToPk === undefined || compareKey(columns, key, segment.upToPk) <= 0) return segment.position;
+    }
+    return s.log!.position;
+  }
+
+  private async begin(target: TableTarget): Promise<LoadTransaction> {
+    if (this.txn === undefined) {
+      this.txn = await this.ctx.destination.begin({
+        pipeline: this.ctx.pipeline,
+        runId: this.ctx.runId,
+        target,
+        fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
+      });
+    }
+    return this.txn;
+  }
+
+  /** One commit: the pending changes of these streams, their log states, the rejects and a run record. */
+  private async commit(streams: readonly LogStream[]): Promise<void> {
+    const first = streams[0]!;
+    const txn = await this.begin({ schema: first.schema, write: first.config.write });
+    const changes: TableChanges[] = [];
+    for (const s of streams) {
+      const set = this.changeSet(s);
+      if (set !== undefined) changes.push({ target: { schema: s.schema, write: s.config.write }, changes: set });
+    }
+    const next: PipelineState = {
+      pipeline: this.ctx.pipeline,
+      version: this.state.version + 1,
+      streams: { ...this.state.streams, ...Object.fromEntries(this.streams.map((s) => [s.config.name, this.streamState(s)])) },
+    };
+    await this.ctx.lease.assertHeld();
+    const rejects = streams.flatMap((s) => s.rejects);
+    await txn.commit({
+      state: next,
+      run: this.runRecord(first, 'running'),
+      rejects,
+      swap: false,
+      ...(changes.length ? { changes } : {}),
+      verify: () => this.ctx.lease.assertHeld(),
+    });
+    this.txn = undefined;
+    await failpoint('load.after_commit');
+    this.state = next;
+    for (const s of streams) {
+      s.commits += 1;
+      s.pending = new Map();
+      s.appended = [];
+      s.truncate = undefined;
+      s.rejects = [];
+    }
+    this.ctx.onCommit?.(this.resultOf(first, 'committed'));
+  }
+
+  private changeSet(s: LogStream): ChangeSet | undefined {
+    if (s.config.write === 'append') return s.appended.length ? { deletes: [], upserts: s.appended, patches: [] } : undefined;
+    if (s.pending.size === 0 && s.truncate === undefined) return undefined;
+    const deletes: (readonly Value[])[] = [];
+    const upserts: Row[] = [];
+    const patches: { key: readonly Value[]; columns: number[]; values: Value[] }[] = [];
+    for (const entry of s.pending.values()) {
+      if (entry.kind === 'delete') deletes.push(entry.key);
+      else if (entry.kind === 'upsert') upserts.push(entry.row);
+      else patches.push({ key: entry.key, columns: [...entry.values.keys()], values: [...entry.values.values()] });
+    }
+    return { ...(s.truncate !== undefined ? { truncate: s.truncate } : {}), deletes, upserts, patches };
+  }
+
+  private streamState(s: LogStream): StreamState {
+    return {
+      strategy: 'log',
+      primaryKey: s.config.primaryKey,
+      ...(s.log !== undefined ? { log: s.log } : {}),
+      updatedAt: new Date().toISOString(),
+      lastRunId: this.ctx.runId,
+    };
+  }
+
+  private runRecord(s: LogStream, outcome: RunRecord['outcome']): RunRecord {
+    return runRecordFor(this.ctx, s.config.name, outcome, {
+      rowsRead: this.streams.reduce((n, x) => n + x.changesRead, 0),
+      rowsLoaded: this.streams.reduce((n, x) => n + x.changesApplied, 0),
+      rowsRejected: this.streams.reduce((n, x) => n + x.rowsRejected, 0),
+      commits: s.commits + 1,
+      cursorMin: null,
+      cursorMax: s.log?.position ?? null,
+      full: false,
+    });
+  }
+
+  async abandon(): Promise<void> {
+    await this.txn?.rollback().catch(() => undefined);
+    this.txn = undefined;
+  }
+
+  private resultOf(s: LogStream, outcome: StreamResult['outcome']): StreamResult {
+    return {
+      stream: s.config.name,
+      outcome,
+      rows_read: s.changesRead,
+      rows_loaded: s.changesApplied,
+      rows_rejected: s.rowsRejected,
+      commits: s.commits,
+      cursor_min: null,
+      cursor_max: s.log?.position ?? null,
+      watermark: null,
+      duration_ms: Date.now() - s.started,
+      full: false,
+    };
+  }
+
+  results(): StreamResult[] {
+    return this.streams.map((s) => this.resultOf(s, 'committed'));
+  }
+}
+
+function keyId(key: readonly Value[]): string {
+  return key.map((v) => (v instanceof Uint8Array ? Buffer.from(v).toString('base64') : String(v))).join('\u0000');
+}
+
+function compareKey(columns: readonly Column[], key: readonly Value[], bound: readonly TypedValue[]): number {
+  for (let i = 0; i < columns.length; i += 1) {
+    const kind = columns[i]!.type.kind;
+    const c = compareCanonical(kind, encodeValue(kind, key[i]!), bound[i]!.value);
+    if (c !== 0) return c;
+  }
+  return 0;
+}

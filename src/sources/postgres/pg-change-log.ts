@@ -1,0 +1,503 @@
+/**
+ * `strategy: log` for Postgres: a publication of the pipeline's tables and a logical replication slot (pgoutput),
+ * both named after the pipeline. The slot is created on a replication connection with an exported snapshot, so the
+ * table copy sees exactly the transactions before the slot's consistent point and the log delivers exactly those
+ * after it. Changes are read over the streaming replication protocol (START_REPLICATION, CopyBoth); the slot's
+ * confirmed position moves only when the engine acknowledges a committed position (a standby status update).
+ */
+import { createHash } from 'node:crypto';
+import { Duplex } from 'node:stream';
+import { createRequire } from 'node:module';
+import type pg from 'pg';
+import type {
+  Change,
+  ChangeLogRequest,
+  ChangeLogSetup,
+  ChangeLogSource,
+  ChangeLogStatus,
+  LogReadRequest,
+  LogSnapshot,
+  LogTransaction,
+} from '../../core/change-log.js';
+import type { OpenedRead, ReadRequest } from '../../core/connector.js';
+import { ConfigError, SourceError } from '../../core/errors.js';
+import type { Column, ColumnType, Row } from '../../core/types.js';
+import { coerceValue } from '../../core/values.js';
+import { loadPg } from '../../shared/pg-driver.js';
+import { quoteIdent, quoteQualified } from '../../shared/sql.js';
+import type { ServerSourceOptions } from '../server-source.js';
+import { decoderFor, pgColumnType, type Decoder, type PgTypeInfo } from './pg-types.js';
+import {
+  decodeFrame,
+  decodePgOutput,
+  lsnPosition,
+  parsePgLsn,
+  pgLsnText,
+  pgTimestampText,
+  positionLsn,
+  statusUpdate,
+  type RelationColumn,
+  type TupleValue,
+} from './pgoutput.js';
+
+/** Prefix of the logical message that marks where a run's read ends. */
+const MARKER_PREFIX = 'tidemark.until';
+const TEXT_TYPES = { getTypeParser: () => (text: string) => text } as unknown as pg.CustomTypesConfig;
+/** The walsender prints values with these settings: the same text forms the table source's COPY reads. */
+const OUTPUT_SETTINGS = '-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=iso_8601 -c extra_float_digits=1 -c bytea_output=hex';
+
+type CopyBoth = (text: string, options?: { alignOnCopyDataFrame?: boolean; readableObjectMode?: boolean }) => Duplex & pg.Submittable;
+const copyBoth = (createRequire(import.meta.url)('pg-copy-streams') as { both: CopyBoth }).both;
+
+/**
+ * Slot and publication name: `tidemark_` + the pipeline name folded to `[a-z0-9_]`; a short hash is added when the
+ * folding changed it (so `a-b` and `a_b` differ) and the whole stays within Postgres' 63 bytes.
+ */
+export function slotName(pipeline: string): string {
+  const folded = pipeline.toLowerCase().replace(/[^a-z0-9_]/g, '_');
+  const exact = folded === pipeline && folded.length <= 50;
+  return exact ? `tidemark_${folded}` : `tidemark_${folded.slice(0, 40)}_${createHash('sha256').update(pipeline).digest('hex').slice(0, 8)}`;
+}
+
+interface TableInfo {
+  readonly columns: readonly Column[];
+  readonly decoders: readonly Decoder[];
+}
+
+/** What `openInSnapshot` needs of the table source: its ordinary read, inside an imported snapshot. */
+export interface SnapshotReads {
+  openInSnapshot(request: ReadRequest, snapshot: string): Promise<OpenedRead>;
+}
+
+export class PostgresChangeLog implements ChangeLogSource {
+  private admin: pg.Client | undefined;
+  /** The open replication stream, while `read` runs: acknowledgements go through it. */
+  private stream: (Duplex & pg.Submittable) | undefined;
+  private readonly types = new Map<number, { info: PgTypeInfo; typmod: number | null }>();
+
+  constructor(
+    private readonly options: ServerSourceOptions,
+    private readonly reads: SnapshotReads,
+  ) {}
+
+  private clientConfig(replication: boolean): pg.ClientConfig {
+    const { url, host, port, user, password, database } = this.options;
+    return {
+      ...(url !== undefined ? { connectionString: url } : {}),
+      ...(host !== undefined ? { host } : {}),
+      ...(port !== undefined ? { port } : {}),
+      ...(user !== undefined ? { user } : {}),
+      ...(password !== undefined ? { password } : {}),
+      ...(database !== undefined ? { database } : {}),
+      application_name: 'tidemark',
+      types: TEXT_TYPES,
+      ...(replication ? { replication: 'database', options: OUTPUT_SETTINGS } : {}),
+    } as pg.ClientConfig;
+  }
+
+  private async connect(replication: boolean): Promise<pg.Client> {
+    const client = new (loadPg().Client)(this.clientConfig(replication));
+    try {
+      await client.connect();
+    } catch (cause) {
+      await client.end().catch(() => undefined);
+      throw new SourceError(`cannot connect to Postgres${replication ? ' for replication' : ''}: ${(cause as Error).message}`, { cause, retryable: true });
+    }
+    client.on('error', () => undefined);
+    return client;
+  }
+
+  private async query<R extends pg.QueryResultRow>(sql: string, values: readonly unknown[] = []): Promise<R[]> {
+    if (this.admin === undefined) this.admin = await this.connect(false);
+    return (await this.admin.query<R>(sql, values as unknown[])).rows;
+  }
+
+  compare(a: string, b: string): number {
+    return a < b ? -1 : a > b ? 1 : 0;
+  }
+
+  async setup(request: ChangeLogRequest, options: { dryRun: boolean; maxRetainedBytes?: number }): Promise<ChangeLogSetup> {
+    const slot = slotName(request.pipeline);
+    const who = (
+      await this.query<{ wal_level: string; usr: string; super: boolean | string; repl: boolean | string }>(
+        `SELECT current_setting('wal_level') AS wal_level, current_user AS usr, r.rolsuper AS super, r.rolreplication AS repl FROM pg_roles r WHERE r.rolname = current_user`,
+      )
+    )[0]!;
+    if (who.wal_level !== 'logical') {
+      throw new ConfigError(`strategy log needs wal_level = logical on the Postgres server (it is ${who.wal_level}): ALTER SYSTEM SET wal_level = logical, then restart the server`);
+    }
+    if (!truthy(who.super) && !truthy(who.repl)) {
+      throw new ConfigError(`strategy log needs the REPLICATION attribute (or superuser) for Postgres user ${who.usr}: ALTER ROLE ${quoteIdent(who.usr)} REPLICATION`);
+    }
+    const warnings: string[] = [];
+    const actions: string[] = [];
+    const wanted: string[] = [];
+    const identities: string[] = [];
+    for (const t of request.tables) {
+      const rows = await this.query<{ oid: string | null; identity: string; ident: string | null; has_pk: boolean | string; arrays: string | null }>(
+        `SELECT c.oid::text AS oid, c.relreplident AS ident, format('%I.%I', n.nspname, c.relname) AS identity,
+                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) AS has_pk,
+                (SELECT string_agg(a.attname, ', ') FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
+                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND ty.typcategory = 'A') AS arrays
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
+        [quoteQualified(t.table)],
+      );
+      const row = rows[0];
+      if (row === undefined || row.oid === null) {
+        throw new SourceError(`table ${t.table} of stream ${t.stream} is gone from the source (dropped or renamed): its log stream stops here; recreate it and run tidemark state reset (a new snapshot), or remove the stream`, { context: { stream: t.stream } });
+      }
+      if (row.arrays !== null) throw new ConfigError(`strategy log cannot decode array columns yet (${t.table}: ${row.arrays}); use strategy: full or incremental for this table`, { context: { stream: t.stream } });
+      const identity = row.ident === 'f' ? 'full' : row.ident === 'n' ? 'nothing' : row.ident === 'i' ? 'index' : truthy(row.has_pk) ? 'default' : 'none';
+      if (identity === 'nothing' || identity === 'none') {
+        warnings.push(
+          `table ${t.table} has REPLICA IDENTITY ${identity === 'nothing' ? 'NOTHING' : 'DEFAULT without a primary key'}: Postgres refuses its UPDATEs and DELETEs while it is published; ALTER TABLE ${quoteQualified(t.table)} REPLICA IDENTITY FULL (or add a primary key)`,
+        );
+      }
+      wanted.push(quoteQualified(t.table));
+      identities.push(row.identity);
+    }
+    const publication = await this.query<{ name: string }>(`SELECT pubname AS name FROM pg_publication WHERE pubname = $1`, [slot]);
+    const tableList = wanted.join(', ');
+    if (publication.length === 0) {
+      actions.push(`create publication ${slot} for table ${tableList}`);
+      if (!options.dryRun) await this.query(`CREATE PUBLICATION ${quoteIdent(slot)} FOR TABLE ${tableList}`);
+    } else {
+      const have = await this.query<{ t: string }>(`SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_publication_tables WHERE pubname = $1`, [slot]);
+      const haveSet = new Set(have.map((r) => r.t));
+      const wantSet = new Set(identities);
+      if (haveSet.size !== wantSet.size || [...wantSet].some((t) => !haveSet.has(t))) {
+        actions.push(`set the tables of publication ${slot} to ${tableList}`);
+        if (!options.dryRun) await this.query(`ALTER PUBLICATION ${quoteIdent(slot)} SET TABLE ${tableList}`);
+      }
+    }
+    const slots = await this.slotRow(slot);
+    if (slots === undefined) actions.push(`create logical replication slot ${slot} (pgoutput) with an exported snapshot for the initial copy`);
+    else if (slots.database !== (await this.query<{ db: string }>(`SELECT current_database() AS db`))[0]!.db) {
+      throw new ConfigError(`replication slot ${slot} belongs to database ${slots.database}, not this source's; drop it there (tidemark cdc drop) or rename the pipeline`);
+    } else if (slots.plugin !== 'pgoutput') throw new ConfigError(`replication slot ${slot} uses plugin ${slots.plugin}, not pgoutput; drop it (tidemark cdc drop)`);
+    const retained = slots?.retained !== null && slots?.retained !== undefined ? Number(slots.retained) : undefined;
+    if (retained !== undefined && options.maxRetainedBytes !== undefined && retained > options.maxRetainedBytes) {
+      warnings.push(
+        `replication slot ${slot} retains ${formatBytes(retained)} of WAL (max_retained_wal ${formatBytes(options.maxRetainedBytes)}): run the pipeline more often, or drop the slot (tidemark cdc drop) if the pipeline is gone`,
+      );
+    }
+    return { actions, warnings, exists: slots !== undefined };
+  }
+
+  private async slotRow(slot: string): Promise<{ database: string; plugin: string; active: boolean | string; confirmed: string | null; retained: string | null; lag: string | null; current: string } | undefined> {
+    const rows = await this.query<{ database: string; plugin: string; active: boolean | string; confirmed: string | null; retained: string | null; lag: string | null; current: string }>(
+      `SELECT database, plugin, active, confirmed_flush_lsn::text AS confirmed,
+              pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text AS retained,
+              pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text AS lag,
+              pg_current_wal_lsn()::text AS current
+         FROM pg_replication_slots WHERE slot_name = $1`,
+      [slot],
+    );
+    return rows[0];
+  }
+
+  async snapshot(request: ChangeLogRequest, options: { initial: boolean }): Promise<LogSnapshot> {
+    const slot = slotName(request.pipeline);
+    const replication = await this.connect(true);
+    try {
+      // The exported snapshot stays importable while this connection is open and runs nothing else.
+      const name = options.initial ? quoteIdent(slot) : quoteIdent(`${slot}_snap`);
+      const created = await replication.query<{ consistent_point: string; snapshot_name: string }>(
+        `CREATE_REPLICATION_SLOT ${name}${options.initial ? '' : ' TEMPORARY'} LOGICAL pgoutput EXPORT_SNAPSHOT`,
+      );
+      const row = created.rows[0]!;
+      const position = lsnPosition(parsePgLsn(row.consistent_point));
+      return {
+        position,
+        open: (read: ReadRequest) => this.reads.openInSnapshot(read, row.snapshot_name),
+        close: async () => {
+          await replication.end().catch(() => undefined);
+        },
+      };
+    } catch (cause) {
+      await replication.end().catch(() => undefined);
+      const message = (cause as Error).message;
+      throw new SourceError(`cannot create replication slot ${slot}: ${message}`, { cause, retryable: /already exists|active/.test(message) === false });
+    }
+  }
+
+  /**
+   * A marker written into the WAL (a non-transactional logical message): its position is the end of this run's read,
+   * and the reader knows it has seen every transaction committed before it when the marker itself arrives.
+   */
+  async currentPosition(): Promise<string> {
+    const rows = await this.query<{ lsn: string }>(`SELECT pg_logical_emit_message(false, $1, $2)::text AS lsn`, [MARKER_PREFIX, String(process.pid)]);
+    return lsnPosition(parsePgLsn(rows[0]!.lsn));
+  }
+
+  /** Type details of column type oids the table source would see (domains read as their base type). */
+  private async typeInfo(oids: readonly number[]): Promise<void> {
+    const missing = oids.filter((o) => !this.types.has(o));
+    if (missing.length === 0) return;
+    const rows = await this.query<PgTypeInfo & { oid: string; typmod: string | null }>(
+      `SELECT t.oid::text AS oid, b.typname, b.typtype, b.typcategory, CASE WHEN t.typtype = 'd' THEN t.typtypmod::text END AS typmod
+         FROM pg_type t JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+        WHERE t.oid = ANY($1::oid[])`,
+      [missing.map(String)],
+    );
+    for (const r of rows) this.types.set(Number(r.oid), { info: r, typmod: r.typmod !== null ? Number(r.typmod) : null });
+  }
+
+  private async tableInfo(columns: readonly RelationColumn[], nullable: (name: string) => boolean): Promise<TableInfo> {
+    await this.typeInfo(columns.map((c) => c.typeOid));
+    const cols: Column[] = columns.map((c) => {
+      const t = this.types.get(c.typeOid);
+      const type: ColumnType = t === undefined ? { kind: 'text' } : pgColumnType(t.info, t.typmod ?? c.typmod);
+      return { name: c.name, type, nullable: nullable(c.name) };
+    });
+    return { columns: cols, decoders: cols.map((c) => decoderFor(c.type)) };
+  }
+
+  async *read(request: ChangeLogRequest, read: LogReadRequest): AsyncIterable<LogTransaction> {
+    const slot = slotName(request.pipeline);
+    const byName = new Map(request.tables.map((t) => [normaliseTable(t.table), t.table]));
+    const notNull = await this.notNullColumns(request);
+    const client = await this.connect(true);
+    const stream = client.query(
+      copyBoth(`START_REPLICATION SLOT ${quoteIdent(slot)} LOGICAL 0/0 (proto_version '1', publication_names ${quoteLiteral(quoteIdent(slot))}, messages 'true')`, {
+        // One chunk per CopyData frame: object mode keeps Readable from joining frames on read().
+        alignOnCopyDataFrame: true,
+        readableObjectMode: true,
+      }),
+    );
+    this.stream = stream;
+    const until = read.until !== undefined ? positionLsn(read.until) : undefined;
+    const after = positionLsn(read.after);
+    // Asking for a reply makes the walsender send a keepalive with how far it has decoded: a run ends once that
+    // passes `until` between transactions, instead of waiting for the server's own keepalive.
+    const poke = until !== undefined ? setInterval(() => stream.write(statusUpdate(this.acked, true)), 100) : undefined;
+    const relations = new Map<number, { table: string | undefined; info: TableInfo; announced: boolean; keyIndexes: readonly number[] }>();
+    const keys = new Map(request.tables.map((t) => [t.table, t.primaryKey]));
+    let txn: { changes: Change[]; commitTime: bigint } | undefined;
+    const abort = () => stream.destroy();
+    read.signal?.addEventListener('abort', abort);
+    try {
+      for await (const chunk of stream as AsyncIterable<Buffer>) {
+        const frame = decodeFrame(chunk);
+        if (frame.kind === 'keepalive') {
+          if (frame.replyRequested) stream.write(statusUpdate(this.acked, false));
+          continue;
+        }
+        if (frame.kind !== 'data') continue;
+        const message = decodePgOutput(frame.payload);
+        switch (message.tag) {
+          case 'begin':
+            txn = { changes: [], commitTime: message.commitTime };
+            break;
+          case 'relation': {
+            const table = byName.get(`${message.namespace}.${message.name}`);
+            const nn = notNull.get(`${message.namespace}.${message.name}`);
+            const info = await this.tableInfo(message.columns, (name) => !(nn?.has(name) ?? false));
+            const key = table !== undefined ? (keys.get(table) ?? []) : [];
+            relations.set(message.relid, { table, info, announced: false, keyIndexes: key.map((k) => message.columns.findIndex((c) => c.name === k)) });
+            break;
+          }
+          case 'insert':
+          case 'update':
+          case 'delete': {
+            const rel = relations.get(message.relid);
+            if (rel === undefined || rel.table === undefined || txn === undefined) break;
+            if (!rel.announced) {
+              txn.changes.push({ kind: 'relation', table: rel.table, columns: rel.info.columns });
+              rel.announced = true;
+            }
+            const tuple = message.tag === 'delete' ? message.old : message.tuple;
+            const { row, unchanged } = decodeTuple(rel.info, tuple, message.tag === 'update' ? message.old : undefined);
+            // An update whose old key (or whole old row) came along: the old key, so a changed key removes the old row.
+            const oldKey = message.tag === 'update' && message.old !== undefined ? rel.keyIndexes.map((i) => decodeTuple(rel.info, message.old!, undefined).row[i]!) : undefined;
+            txn.changes.push({ kind: 'row', table: rel.table, op: message.tag, row, ...(unchanged.length ? { unchanged } : {}), ...(oldKey ? { oldKey } : {}) });
+            break;
+          }
+          case 'message':
+            if (until !== undefined && !message.transactional && message.prefix === MARKER_PREFIX && message.lsn >= until) return;
+            break;
+          case 'truncate': {
+            const tables = message.relids.map((id) => relations.get(id)?.table).filter((t): t is string => t !== undefined);
+            if (tables.length && txn) txn.changes.push({ kind: 'truncate', tables });
+            break;
+          }
+          case 'commit': {
+            const done = txn;
+            txn = undefined;
+            if (done === undefined) break;
+            if (message.endLsn > after && done.changes.length > 0) {
+              yield { position: lsnPosition(message.endLsn), commitTime: pgTimestampText(message.commitTime), changes: done.changes };
+            } else {
+              // Columns announced in a transaction not passed on are announced again with the next change.
+              for (const c of done.changes) if (c.kind === 'relation') for (const rel of relations.values()) if (rel.table === c.table) rel.announced = false;
+            }
+            if (until !== undefined && message.endLsn >= until) return;
+            break;
+          }
+          default:
+            break;
+        }
+      }
+      if (read.signal?.aborted) return;
+      throw new SourceError('the replication stream ended unexpectedly', { retryable: true });
+    } catch (error) {
+      if (read.signal?.aborted) return;
+      throw droppedTableError(error) ?? error;
+    } finally {
+      clearInterval(poke);
+      read.signal?.removeEventListener('abort', abort);
+      this.stream = undefined;
+      await this.finishStream(client, stream);
+    }
+  }
+
+  /** The highest position acknowledged in this process (sent as the flush position of the stream's status updates). */
+  private acked = 0n;
+
+  /** Sends the last acknowledgement, lets the server process it (a keepalive answers), and closes the connection. */
+  private async finishStream(client: pg.Client, stream: Duplex): Promise<void> {
+    if (!stream.destroyed) {
+      // The last status update, then CopyDone: the walsender processes both before it ends the stream.
+      stream.write(statusUpdate(this.acked, false));
+      stream.resume();
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 3000);
+        const done = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        stream.on('end', done);
+        stream.on('error', done);
+        stream.on('close', done);
+        stream.end();
+      });
+    }
+    // A connection left mid-protocol never answers a Terminate: its socket is closed instead.
+    const ended = client.end().catch(() => undefined);
+    const timeout = new Promise((resolve) => setTimeout(resolve, 1000).unref());
+    if ((await Promise.race([ended.then(() => 'ended'), timeout])) !== 'ended') (client as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+  }
+
+  async acknowledge(request: ChangeLogRequest, position: string): Promise<void> {
+    const lsn = positionLsn(position);
+    if (lsn <= this.acked) return;
+    this.acked = lsn;
+    if (this.stream !== undefined && !this.stream.destroyed) {
+      this.stream.write(statusUpdate(lsn, false));
+      return;
+    }
+    // No stream open (the run read to its end): advance the slot directly, once its walsender has let go of it.
+    const slot = slotName(request.pipeline);
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        const row = await this.slotRow(slot);
+        if (row === undefined) return;
+        if (row.confirmed !== null && parsePgLsn(row.confirmed) >= lsn) return;
+        await this.query(`SELECT pg_replication_slot_advance($1, $2::pg_lsn)`, [slot, pgLsnText(lsn)]);
+        return;
+      } catch (error) {
+        if (attempt >= 50 || !/is active for PID/.test((error as Error).message)) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+  }
+
+  async status(request: ChangeLogRequest): Promise<ChangeLogStatus> {
+    const slot = slotName(request.pipeline);
+    const row = await this.slotRow(slot);
+    const publication = (await this.query<{ n: string }>(`SELECT pubname AS n FROM pg_publication WHERE pubname = $1`, [slot])).length > 0;
+    return {
+      slot,
+      ...(publication ? { publication: slot } : {}),
+      exists: row !== undefined,
+      ...(row !== undefined
+        ? {
+            active: truthy(row.active),
+            ...(row.confirmed !== null ? { confirmed: row.confirmed } : {}),
+            current: row.current,
+            ...(row.retained !== null ? { retainedBytes: Number(row.retained) } : {}),
+            ...(row.lag !== null ? { lagBytes: Number(row.lag) } : {}),
+          }
+        : {}),
+    };
+  }
+
+  async drop(request: ChangeLogRequest): Promise<readonly string[]> {
+    const slot = slotName(request.pipeline);
+    const done: string[] = [];
+    if ((await this.slotRow(slot)) !== undefined) {
+      await this.query(`SELECT pg_drop_replication_slot($1)`, [slot]);
+      done.push(`dropped replication slot ${slot}`);
+    }
+    const pub = await this.query(`SELECT 1 FROM pg_publication WHERE pubname = $1`, [slot]);
+    if (pub.length > 0) {
+      await this.query(`DROP PUBLICATION ${quoteIdent(slot)}`);
+      done.push(`dropped publication ${slot}`);
+    }
+    return done;
+  }
+
+  private async notNullColumns(request: ChangeLogRequest): Promise<Map<string, Set<string>>> {
+    const out = new Map<string, Set<string>>();
+    for (const t of request.tables) {
+      const rows = await this.query<{ attname: string }>(
+        `SELECT attname FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attnotnull`,
+        [quoteQualified(t.table)],
+      );
+      out.set(normaliseTable(t.table), new Set(rows.map((r) => r.attname)));
+    }
+    return out;
+  }
+
+  async close(): Promise<void> {
+    const admin = this.admin;
+    this.admin = undefined;
+    if (admin) await admin.end().catch(() => undefined);
+  }
+}
+
+/** `orders` → `public.orders`; `Sales.Orders` stays as written (the names pgoutput sends are the catalog's). */
+function normaliseTable(table: string): string {
+  const parts = table.split('.').map((p) => p.replace(/^"(.*)"$/, '$1'));
+  return parts.length === 1 ? `public.${parts[0]}` : parts.join('.');
+}
+
+function decodeTuple(info: TableInfo, tuple: readonly TupleValue[], old: readonly TupleValue[] | undefined): { row: Row; unchanged: number[] } {
+  const row: Row = new Array(info.columns.length).fill(null);
+  const unchanged: number[] = [];
+  for (let i = 0; i < info.columns.length; i += 1) {
+    let text = tuple[i];
+    // REPLICA IDENTITY FULL sends the old row whole: an unchanged TOAST value is taken from it.
+    if (text === undefined && old !== undefined && old[i] !== undefined) text = old[i];
+    if (text === undefined) {
+      unchanged.push(i);
+      continue;
+    }
+    if (text === null) continue;
+    const column = info.columns[i]!;
+    row[i] = coerceValue(column.type, info.decoders[i]!(text));
+  }
+  return { row, unchanged };
+}
+
+function droppedTableError(error: unknown): Error | undefined {
+  const message = (error as Error)?.message ?? '';
+  if (/publication .* does not exist|relation .* does not exist|could not find relation|cache lookup failed for relation/i.test(message)) {
+    return new SourceError(`a table of the publication is gone (dropped or renamed in the source): ${message}; remove its stream, then tidemark cdc drop and run again`, { cause: error });
+  }
+  return undefined;
+}
+
+function truthy(v: boolean | string | null | undefined): boolean {
+  return v === true || v === 't' || v === 'true';
+}
+
+function quoteLiteral(text: string): string {
+  return `'${text.replace(/'/g, "''")}'`;
+}
+
+function formatBytes(n: number): string {
+  if (n >= 1024 ** 3) return `${(n / 1024 ** 3).toFixed(1)} GB`;
+  if (n >= 1024 ** 2) return `${(n / 1024 ** 2).toFixed(1)} MB`;
+  return `${n} bytes`;
+}

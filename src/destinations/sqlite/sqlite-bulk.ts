@@ -10,7 +10,7 @@
  */
 import type { BulkChunk } from '../../core/connector.js';
 import type { Column, ColumnType, Value } from '../../core/types.js';
-import { readCsvChunk } from '../../shared/bulk-csv.js';
+import { csvChunkRows } from '../../shared/bulk-csv.js';
 import { checkBulkRow } from '../sql/bulk-rows.js';
 import type { BulkRefusal } from '../sql/sql-dialect.js';
 
@@ -30,7 +30,7 @@ function two(text: string, i: number): number {
 
 /**
  * `YYYY-MM-DD HH:MM:SS[.f{1,6}]` (Postgres' ISO output) as the canonical naive timestamp (fraction padded to six
- * digits), when every part is in range without a calendar lookup (days 1–28); undefined otherwise.
+ * digits), when every part is in range; undefined otherwise.
  */
 function naiveTimestamp(text: string, end: number): string | undefined {
   if (end !== 19 && (end < 21 || end > 26)) return undefined;
@@ -46,15 +46,22 @@ function naiveTimestamp(text: string, end: number): string | undefined {
   return `${text.slice(0, end)}${PAD[end - 20]}`;
 }
 
-/** `YYYY-MM-DD` at the start of `text`, year ≥ 1, month 1–12, day 1–28 (valid in every month). */
+const MONTH_DAYS = [0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/** `YYYY-MM-DD` at the start of `text`: year 1–9999, a month, and a day that month has (February 29 in leap years). */
 function plainDate(text: string): boolean {
-  const year = two(text, 0) * 100 + two(text, 2);
+  const century = two(text, 0);
+  const rest = two(text, 2);
+  const year = century * 100 + rest;
   const month = two(text, 5);
   const day = two(text, 8);
-  return year >= 1 && text.charCodeAt(4) === 45 && text.charCodeAt(7) === 45 && month >= 1 && month <= 12 && day >= 1 && day <= 28;
+  if (century < 0 || rest < 0 || year < 1 || text.charCodeAt(4) !== 45 || text.charCodeAt(7) !== 45 || month < 1 || month > 12 || day < 1) return false;
+  if (day <= MONTH_DAYS[month]!) return true;
+  return month === 2 && day === 29 && year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
 }
 
-function converterFor(type: ColumnType): Converter | undefined {
+/** Exported for the equivalence test (test/unit/sqlite-bulk.test.ts). */
+export function converterFor(type: ColumnType): Converter | undefined {
   switch (type.kind) {
     case 'int16':
     case 'int32': {
@@ -114,7 +121,6 @@ export async function stageBulkSqlite(
   toParam: (value: Value) => unknown,
   target: SqliteBulkInsert,
 ): Promise<{ loaded: number; bad: BulkRefusal[] }> {
-  const rows = await readCsvChunk(chunk.path, columns.length);
   const width = columns.length;
   const converters = columns.map((c) => converterFor(c.type));
   const keyed = columns.map((_, i) => notNull.includes(i));
@@ -124,42 +130,44 @@ export async function stageBulkSqlite(
   let k = 0;
   let inBlock = 0;
   let loaded = 0;
-  for (const fields of rows) {
-    const start = k;
-    let generic = false;
-    for (let i = 0; i < width; i += 1) {
-      const text = fields[i]!;
-      if (text === null) {
-        if (keyed[i]) {
+  for await (const rows of csvChunkRows(chunk.path, width)) {
+    for (const fields of rows) {
+      const start = k;
+      let generic = false;
+      for (let i = 0; i < width; i += 1) {
+        const text = fields[i]!;
+        if (text === null) {
+          if (keyed[i]) {
+            generic = true;
+            break;
+          }
+          args[k++] = null;
+          continue;
+        }
+        const convert = converters[i];
+        const value = convert === undefined ? undefined : convert(text);
+        if (value === undefined) {
           generic = true;
           break;
         }
-        args[k++] = null;
-        continue;
+        args[k++] = value;
       }
-      const convert = converters[i];
-      const value = convert === undefined ? undefined : convert(text);
-      if (value === undefined) {
-        generic = true;
-        break;
+      if (generic) {
+        k = start;
+        const checked = checkBulkRow(columns, fields, notNull, refuse);
+        if ('reason' in checked) {
+          bad.push({ column: checked.column, values: fields, reason: checked.reason });
+          continue;
+        }
+        for (const v of checked.values) args[k++] = toParam(v);
       }
-      args[k++] = value;
-    }
-    if (generic) {
-      k = start;
-      const checked = checkBulkRow(columns, fields, notNull, refuse);
-      if ('reason' in checked) {
-        bad.push({ column: checked.column, values: fields, reason: checked.reason });
-        continue;
+      inBlock += 1;
+      loaded += 1;
+      if (inBlock === block) {
+        target.insert(block, args);
+        k = 0;
+        inBlock = 0;
       }
-      for (const v of checked.values) args[k++] = toParam(v);
-    }
-    inBlock += 1;
-    loaded += 1;
-    if (inBlock === block) {
-      target.insert(block, args);
-      k = 0;
-      inBlock = 0;
     }
   }
   if (inBlock > 0) target.insert(inBlock, args.slice(0, k));

@@ -68,7 +68,8 @@ export function converterFor(type: ColumnType): Converter | undefined {
       const [min, max] = type.kind === 'int16' ? [-32768, 32767] : [-2147483648, 2147483647];
       return (text) => {
         const n = Number(text);
-        return Number.isInteger(n) && n >= min && n <= max ? n : undefined;
+        // `+ 0` turns -0 into 0, as the row path's integer does.
+        return Number.isInteger(n) && n >= min && n <= max ? n + 0 : undefined;
       };
     }
     case 'int64':
@@ -77,7 +78,7 @@ export function converterFor(type: ColumnType): Converter | undefined {
       return (text) => {
         if (text.length > 15) return undefined;
         const n = Number(text);
-        return Number.isSafeInteger(n) && /^-?\d+$/.test(text) ? n : undefined;
+        return Number.isSafeInteger(n) && /^-?\d+$/.test(text) ? n + 0 : undefined;
       };
     case 'float32':
     case 'float64':

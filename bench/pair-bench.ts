@@ -56,24 +56,25 @@ export async function timed(command: string, args: readonly string[], env: Recor
   return { seconds, rssMb: Math.round(rssKb / 1024), stdout };
 }
 
-export async function admin(sql: string, database = 'postgres'): Promise<void> {
+export async function admin(sql: string, database = 'postgres'): Promise<Record<string, unknown>[]> {
   const c = new pg.Client({ connectionString: `${BASE}/${database}` });
   await c.connect();
   try {
-    await c.query(sql);
+    const result = await c.query(sql);
+    return Array.isArray(result) ? [] : result.rows;
   } finally {
     await c.end();
   }
 }
 
 /** The taxi table `trips` (bench/taxi.ts) with its cursor index, as bench/pg-to-duckdb.ts builds it. */
-export async function createTaxiSource(database: string, rows: number): Promise<string> {
+export async function createTaxiSource(database: string, rows: number, ddl: (text: string) => string = (text) => text): Promise<string> {
   await admin(`CREATE DATABASE "${database}"`);
   const url = `${BASE}/${database}`;
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    await c.query(taxiTableDdl('trips'));
+    await c.query(ddl(taxiTableDdl('trips')));
     await pipeline(Readable.from(taxiCopyChunks(1, rows, SEED)), c.query(copyFrom('COPY trips FROM STDIN')));
     await c.query('CREATE INDEX trips_cursor ON trips (updated_at, trip_id)');
     await c.query('VACUUM ANALYZE trips');

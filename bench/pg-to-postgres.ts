@@ -44,7 +44,9 @@ export async function benchPgToPostgres(options: { rows: number; reps: number; k
   const loads: number[] = [];
   try {
     let t = Date.now();
-    const sourceUrl = await createTaxiSource(sourceDb, rows);
+    // `timestamp` for the cursor column, not `timestamp(6)` (the same values: 6 digits is the default): pgloader 3.6
+    // writes the latter as `timestamp without time zone(6)`, which Postgres refuses, and then loads nothing (exit 0).
+    const sourceUrl = await createTaxiSource(sourceDb, rows, (ddl) => ddl.replace('timestamp(6)', 'timestamp'));
     await admin(`CREATE DATABASE "${targetDb}"`);
     const targetUrl = `${BASE}/${targetDb}`;
     console.error(`generated ${rows} trips in ${((Date.now() - t) / 1000).toFixed(1)} s`);
@@ -86,6 +88,8 @@ export async function benchPgToPostgres(options: { rows: number; reps: number; k
         const root = join(dir, `pgloader-${rep}`);
         await mkdir(root, { recursive: true });
         const peer = await timed('pgloader', ['--root-dir', root, '--quiet', sourceUrl.replace(/^postgres:/, 'pgsql:'), `${BASE}/${db}`.replace(/^postgres:/, 'pgsql:')], {}, dir);
+        const [count] = await admin(`SELECT count(*)::int AS n, (SELECT count(*)::int FROM pg_indexes WHERE tablename = 'trips') AS indexes FROM public.trips`, db);
+        if (count?.n !== rows || count.indexes !== 2) throw new Error(`pgloader loaded ${String(count?.n)} rows of ${rows} with ${String(count?.indexes)} indexes`);
         await admin(`DROP DATABASE IF EXISTS "${db}" WITH (FORCE)`);
         extraDbs.pop();
         pgls.push(peer.seconds);

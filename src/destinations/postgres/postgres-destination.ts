@@ -3,10 +3,12 @@
  * into the target in one transaction together with state, runs, rejects and the load id. A COMMIT whose reply is
  * lost is settled by asking, on a new session, whether the load id committed.
  */
+import { createReadStream } from 'node:fs';
 import { Writable } from 'node:stream';
 import { pipeline as pipe } from 'node:stream/promises';
 import type pg from 'pg';
 import copyStreams from 'pg-copy-streams';
+import type { BulkChunk, DestinationCapabilities } from '../../core/connector.js';
 import { DestinationError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
@@ -19,8 +21,10 @@ import {
   toDollarPlaceholders,
 } from '../../shared/postgres-client.js';
 import { quoteIdent } from '../../shared/sql.js';
+import { readCsvChunk } from '../../shared/bulk-csv.js';
+import { checkBulkRow } from '../sql/bulk-rows.js';
 import { SqlDestination } from '../sql/sql-destination.js';
-import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
+import type { BulkRefusal, SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
 
 export interface PostgresDestinationOptions {
   readonly url: string;
@@ -163,6 +167,22 @@ class PostgresExecutor implements SqlExecutor {
     }
   }
 
+  /** Streams a file into `COPY … FROM STDIN` unchanged; returns the rows the server reports it stored. */
+  async copyFile(sql: string, path: string): Promise<number> {
+    await this.ready();
+    const stream = this.client.query(copyStreams.from(sql));
+    try {
+      await pipe(createReadStream(path, { highWaterMark: 1 << 20 }), stream as unknown as Writable);
+    } catch (error) {
+      throw clean(error);
+    }
+    return (stream as unknown as { rowCount: number }).rowCount;
+  }
+
+  get transactionOpen(): boolean {
+    return this.inTransaction;
+  }
+
   async end(): Promise<void> {
     this.broken = true;
     await this.client.end().catch(() => undefined);
@@ -190,6 +210,97 @@ function* copyLines(columns: readonly Column[], rows: readonly Row[], firstSeq: 
     }
   }
   if (chunk.length > 0) yield chunk;
+}
+
+/**
+ * What a bulk chunk's value must also meet, beyond parsing as its column's type, to be loaded as the row path loads it:
+ * dates and timestamps finite within years 1–9999, decimals finite. A `COPY … WHERE` skips other rows; undefined
+ * where Postgres' own parsing into the column type refuses everything the row path refuses.
+ */
+function bulkGuard(column: Column): string | undefined {
+  const c = quoteIdent(column.name);
+  switch (column.type.kind) {
+    case 'date':
+      return `${c} BETWEEN DATE '0001-01-01' AND DATE '9999-12-31'`;
+    case 'timestamp':
+      return `${c} BETWEEN TIMESTAMP '0001-01-01 00:00:00' AND TIMESTAMP '9999-12-31 23:59:59.999999'`;
+    case 'timestamptz':
+      return `${c} BETWEEN TIMESTAMPTZ '0001-01-01 00:00:00+00' AND TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'`;
+    case 'decimal':
+      // NaN sorts above every number, Infinity included.
+      return `${c} > '-Infinity'::numeric AND ${c} < 'Infinity'::numeric`;
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * The bulk path into Postgres: the chunk file goes to `COPY … FROM STDIN (FORMAT csv)` byte for byte, so Postgres parses
+ * every value into its column type itself (no value is decoded in JS), and rows failing a guard are skipped by the
+ * COPY's WHERE. When any row was skipped or refused (a parse error aborts the whole COPY), the chunk is undone to a
+ * savepoint and loaded again the row path's way in JS, which names each refused row's column and reason.
+ */
+async function stageBulkPostgres(
+  exec: PostgresExecutor,
+  into: string,
+  columns: readonly Column[],
+  chunk: BulkChunk,
+  notNull: readonly number[],
+): Promise<{ loaded: number; bad: BulkRefusal[] }> {
+  const names = columns.map((c) => quoteIdent(c.name)).join(', ');
+  const guards = columns.flatMap((column, i) => {
+    const guard = bulkGuard(column);
+    const nullOk = !notNull.includes(i);
+    if (guard === undefined) return nullOk ? [] : [`${quoteIdent(column.name)} IS NOT NULL`];
+    return [nullOk ? `(${quoteIdent(column.name)} IS NULL OR (${guard}))` : `(${guard})`];
+  });
+  const own = !exec.transactionOpen;
+  if (own) await exec.run('BEGIN');
+  try {
+    await exec.run('SAVEPOINT tidemark_bulk');
+    let loaded: number | undefined;
+    try {
+      loaded = await exec.copyFile(`COPY ${into} (${names}) FROM STDIN (FORMAT csv)${guards.length ? ` WHERE ${guards.join(' AND ')}` : ''}`, chunk.path);
+    } catch {
+      loaded = undefined;
+    }
+    let result: { loaded: number; bad: BulkRefusal[] };
+    if (loaded === chunk.rows) result = { loaded, bad: [] };
+    else {
+      await exec.run('ROLLBACK TO SAVEPOINT tidemark_bulk');
+      result = await loadCheckedRows(exec, into, names, columns, chunk, notNull);
+    }
+    await exec.run('RELEASE SAVEPOINT tidemark_bulk');
+    if (own) await exec.run('COMMIT');
+    return result;
+  } catch (error) {
+    if (own) await exec.run('ROLLBACK').catch(() => undefined);
+    throw error;
+  }
+}
+
+/** The rare path: every row checked in JS as the row path checks it; the ones that fit are copied as COPY text. */
+async function loadCheckedRows(
+  exec: PostgresExecutor,
+  into: string,
+  names: string,
+  columns: readonly Column[],
+  chunk: BulkChunk,
+  notNull: readonly number[],
+): Promise<{ loaded: number; bad: BulkRefusal[] }> {
+  const bad: BulkRefusal[] = [];
+  const lines: string[] = [];
+  for (const fields of await readCsvChunk(chunk.path, columns.length)) {
+    const checked = checkBulkRow(columns, fields, notNull, () => undefined);
+    if ('reason' in checked) bad.push({ column: checked.column, values: fields, reason: checked.reason });
+    else lines.push(`${checked.values.map((v, i) => copyText(columns[i]!.type, v)).join('\t')}\n`);
+  }
+  if (lines.length > 0) await exec.copyIn(`COPY ${into} (${names}) FROM STDIN`, batched(lines));
+  return { loaded: lines.length, bad };
+}
+
+function* batched(lines: readonly string[]): Generator<string> {
+  for (let i = 0; i < lines.length; i += 4096) yield lines.slice(i, i + 4096).join('');
 }
 
 function postgresDialect(exec: PostgresExecutor, schema: string): SqlDialect {
@@ -221,6 +332,9 @@ function postgresDialect(exec: PostgresExecutor, schema: string): SqlDialect {
       const names = [...columns.map((c) => quoteIdent(c.name)), '_tidemark_seq'].join(', ');
       await exec.copyIn(`COPY pg_temp.${quoteIdent(stage)} (${names}) FROM STDIN`, copyLines(columns, rows, firstSeq));
     },
+    // Chunks hold Postgres' own text form of every type, which COPY parses exactly into the column's type.
+    bulkColumn: () => true,
+    stageBulk: (into, columns, chunk, notNull) => stageBulkPostgres(exec, into, columns, chunk, notNull),
     renameTable: (from, to) => `ALTER TABLE ${qualified(from)} RENAME TO ${quoteIdent(to)}`,
     async lockPipeline(e, pipeline) {
       await e.query(`SELECT pg_advisory_xact_lock(hashtext('tidemark.commit'), hashtext(?))`, [`${schema}.${pipeline}`]);
@@ -235,6 +349,7 @@ function postgresDialect(exec: PostgresExecutor, schema: string): SqlDialect {
 }
 
 export class PostgresDestination extends SqlDestination {
+  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, bulkFormats: ['csv'] };
   private constructor(
     private readonly executor: PostgresExecutor,
     readonly schema: string,

@@ -195,7 +195,7 @@ class SqlLoadTransaction implements LoadTransaction {
         throw new DestinationError(`${this.dialect.name} read ${result.loaded + result.bad.length} rows of a chunk of ${chunk.rows}`);
       }
       if (!direct) this.bulkStaged += result.loaded;
-      return { loaded: result.loaded, rejects: result.bad.map((b) => bulkReject(columns, b.column, b.values)) };
+      return { loaded: result.loaded, rejects: result.bad.map((b) => bulkReject(columns, b.column, b.values, b.reason)) };
     } catch (error) {
       await this.rollback();
       throw error;
@@ -211,7 +211,12 @@ class SqlLoadTransaction implements LoadTransaction {
       // A join, not `IN (SELECT …)`: measured ~40% faster on DuckDB, the only dialect with a bulk stage (keys are never
       // NULL here: the stage refuses rows without one).
       const matches = schema.primaryKey.map((name) => `${quoted}.${quoteIdent(name)} = ${BULK_STAGE}.${quoteIdent(name)}`).join(' AND ');
-      await this.exec.run(`DELETE FROM ${quoted} USING ${BULK_STAGE} WHERE ${matches}`);
+      // SQLite has no DELETE … USING; its row-value IN looks each key up in the stage.
+      await this.exec.run(
+        this.dialect.name === 'sqlite'
+          ? `DELETE FROM ${quoted} WHERE (${pkList}) IN (SELECT ${pkList} FROM ${BULK_STAGE})`
+          : `DELETE FROM ${quoted} USING ${BULK_STAGE} WHERE ${matches}`,
+      );
       if (!this.bulkUnique) {
         const cursor = schema.cursor !== undefined ? `${quoteIdent(schema.cursor)} DESC` : '1';
         await this.exec.run(
@@ -520,11 +525,12 @@ function sqlParam(value: Value): SqlParam {
 }
 
 /** A row the bulk path refused, with the reason the row path would give for the same value. */
-function bulkReject(columns: readonly Column[], index: number, values: readonly (string | null)[]): Reject {
+function bulkReject(columns: readonly Column[], index: number, values: readonly (string | null)[], reason?: string): Reject {
   const column = columns[index]!;
   const raw = values[index] ?? null;
   let message: string;
-  if (raw === null) message = `primary key column ${column.name} is NULL`;
+  if (reason !== undefined) message = reason;
+  else if (raw === null) message = `primary key column ${column.name} is NULL`;
   else {
     try {
       coerceValue(column.type, raw);

@@ -25,6 +25,16 @@ export interface FixedColumn {
   readonly value: Value;
 }
 
+/**
+ * A row of a bulk chunk that did not fit: its first bad column, its raw text values, and the reason when the dialect
+ * checked it in JS the row path's way (else the shared code derives one from the text).
+ */
+export interface BulkRefusal {
+  readonly column: number;
+  readonly values: readonly (string | null)[];
+  readonly reason?: string;
+}
+
 export interface SqlDialect {
   readonly name: string;
   /** Statement that opens the commit transaction (`BEGIN`, `BEGIN IMMEDIATE`). */
@@ -71,7 +81,7 @@ export interface SqlDialect {
     columns: readonly Column[],
     chunk: BulkChunk,
     notNull: readonly number[],
-  ): Promise<{ readonly loaded: number; readonly bad: readonly { readonly column: number; readonly values: readonly (string | null)[] }[] }>;
+  ): Promise<{ readonly loaded: number; readonly bad: readonly BulkRefusal[] }>;
   /**
    * Inside a transaction: serialises it against other transactions of the same pipeline until it ends, so the
    * compare-and-set reads of state and fence see the latest committed rows (engines whose write transactions are

@@ -10,12 +10,13 @@
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import type { ColumnBatch } from '../../core/connector.js';
+import type { ColumnBatch, DestinationCapabilities } from '../../core/connector.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
 import { openSqliteFile, walDurable } from '../../shared/sqlite-file.js';
 import { SqlDestination } from '../sql/sql-destination.js';
 import type { FixedColumn, SqlDialect, SqlExecutor, SqlParam, SqlRow } from '../sql/sql-dialect.js';
+import { stageBulkSqlite } from './sqlite-bulk.js';
 
 export interface SqliteDestinationOptions {
   readonly path: string;
@@ -123,7 +124,7 @@ class SqliteExecutor implements SqlExecutor {
   }
 }
 
-function sqliteDialect(exec: SqliteExecutor): SqlDialect {
+function sqliteDialect(exec: SqliteExecutor, refuse: (type: ColumnType, value: Value) => string | undefined): SqlDialect {
   return {
     name: 'sqlite',
     beginStatement: 'BEGIN IMMEDIATE',
@@ -163,6 +164,31 @@ function sqliteDialect(exec: SqliteExecutor): SqlDialect {
         }
       })();
     },
+    // Every type: the chunk is read in JS, each value checked as the row path checks it (sqlite-bulk.ts).
+    bulkColumn: () => true,
+    async stageBulk(into, columns, chunk, notNull) {
+      const width = columns.length;
+      const blockRows = Math.max(1, Math.min(BLOCK_ROWS, Math.floor(32_000 / Math.max(1, width))));
+      const names = columns.map((c) => quoteIdent(c.name)).join(', ');
+      const tuple = `(${new Array(width).fill('?').join(', ')})`;
+      const prepare = (n: number) => exec.statement(`INSERT INTO ${into} (${names}) VALUES ${new Array(n).fill(tuple).join(', ')}`);
+      const block = prepare(blockRows);
+      const insert = (rows: number, args: unknown[]) => {
+        const statement = rows === blockRows ? block : prepare(rows);
+        statement.run.apply(statement, args);
+      };
+      // Into the bulk stage outside the commit's transaction: one transaction for the chunk, not one per statement.
+      if (exec.db.inTransaction) return stageBulkSqlite(columns, chunk, notNull, refuse, toSqliteParam, { insert, blockRows });
+      exec.db.exec('BEGIN');
+      try {
+        const result = await stageBulkSqlite(columns, chunk, notNull, refuse, toSqliteParam, { insert, blockRows });
+        exec.db.exec('COMMIT');
+        return result;
+      } catch (error) {
+        if (exec.db.inTransaction) exec.db.exec('ROLLBACK');
+        throw error;
+      }
+    },
     renameTable: (from, to) => `ALTER TABLE ${quoteIdent(from)} RENAME TO ${quoteIdent(to)}`,
     async insertColumns(table: string, columns: readonly Column[], batch: ColumnBatch, fixed?: FixedColumn) {
       insertColumns(exec, table, columns, batch, fixed);
@@ -185,8 +211,9 @@ function setUp(db: Database.Database): void {
 }
 
 export class SqliteDestination extends SqlDestination {
+  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, bulkFormats: ['csv'] };
   private constructor(private readonly executor: SqliteExecutor) {
-    super(executor, sqliteDialect(executor));
+    super(executor, sqliteDialect(executor, (type, value) => this.rejectReason(type, value)));
   }
 
   static async open(options: SqliteDestinationOptions): Promise<SqliteDestination> {

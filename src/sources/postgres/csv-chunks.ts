@@ -8,6 +8,9 @@
  */
 import { closeSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { parseCsvRow } from '../../shared/bulk-csv.js';
+
+export { parseCsvRow };
 
 const NEWLINE = 0x0a;
 const QUOTE = 0x22;
@@ -35,43 +38,6 @@ export interface FinishedChunk<P> {
   readonly maxRowBytes: number;
   readonly first?: RowKey<P>;
   readonly last?: RowKey<P>;
-}
-
-/** One CSV row (with its trailing newline) into fields: null for an unquoted empty field (Postgres' NULL). */
-export function parseCsvRow(text: string): (string | null)[] {
-  const fields: (string | null)[] = [];
-  const end = text.endsWith('\r\n') ? text.length - 2 : text.endsWith('\n') ? text.length - 1 : text.length;
-  let i = 0;
-  for (;;) {
-    if (text.charCodeAt(i) === QUOTE) {
-      let value = '';
-      let j = i + 1;
-      for (;;) {
-        const q = text.indexOf('"', j);
-        if (q < 0) throw new Error('unterminated quoted CSV field');
-        value += text.slice(j, q);
-        if (text.charCodeAt(q + 1) === QUOTE) {
-          value += '"';
-          j = q + 2;
-        } else {
-          i = q + 1;
-          break;
-        }
-      }
-      fields.push(value);
-    } else {
-      let comma = text.indexOf(',', i);
-      if (comma < 0 || comma > end) comma = end;
-      fields.push(comma === i ? null : text.slice(i, comma));
-      i = comma;
-    }
-    if (i >= end) return fields;
-    i += 1; // the comma
-    if (i === end) {
-      fields.push(null);
-      return fields;
-    }
-  }
 }
 
 export class CsvChunker<P> {

@@ -126,9 +126,9 @@ describe.each<Where>(['sqlite', 'duckdb', 'postgres', 'lake'])('the Airbyte fixt
     expect(partial.length).toBeLessThan(60);
     expect(partial).toEqual(expected(1, partial.length));
 
-    // The killed run could not remove its connector's temp directory (config inside); the next run does.
+    // The killed run may not have removed its connector's temp directory (config inside; when the connector had
+    // already exited it did); the next run removes whatever it left.
     const left = (await orphanDirs()).filter((n) => !before.includes(n));
-    expect(left.length).toBeGreaterThan(0);
     const resumed = await run(config);
     expect(resumed.code, resumed.stderr).toBe(0);
     expect((await orphanDirs()).filter((n) => left.includes(n))).toEqual([]);

@@ -26,6 +26,7 @@ import { httpSources } from './sources/http.js';
 import { mysqlSource } from './sources/mysql.js';
 import { postgresSource } from './sources/postgres.js';
 import { singerSource } from './sources/singer.js';
+import { airbyteSource } from './sources/airbyte.js';
 import { sqliteSource } from './sources/sqlite.js';
 import { cellId, FAILPOINTS, WRITES, type CellSpec, type Failpoint, type DestinationAdapter, type Fault, type SourceAdapter, type Verdict } from './types.js';
 
@@ -33,7 +34,7 @@ import { cellId, FAILPOINTS, WRITES, type CellSpec, type Failpoint, type Destina
 let s3: Promise<LocalS3> | undefined;
 const sharedS3 = () => (s3 ??= startS3('tidemark-matrix'));
 
-const SOURCES: readonly SourceAdapter[] = [postgresSource, mysqlSource, sqliteSource, ...filesSources, ...bucketFilesSources(sharedS3), ...httpSources, singerSource];
+const SOURCES: readonly SourceAdapter[] = [postgresSource, mysqlSource, sqliteSource, ...filesSources, ...bucketFilesSources(sharedS3), ...httpSources, singerSource, airbyteSource];
 const DESTINATIONS: readonly DestinationAdapter[] = [duckdbDestination, sqliteDestination, postgresDestination, lakeDirDestination, lakeS3Destination(sharedS3)];
 const FAULTS: readonly Fault[] = [{ kind: 'none' }, { kind: 'rerun' }, { kind: 'bad' }, { kind: 'change' }, { kind: 'full-then-run' }, ...FAILPOINTS.map((point) => ({ kind: 'kill' as const, point }))];
 

@@ -4,7 +4,7 @@
  * tail for errors, and a silence limit, so a connector that never ends is stopped with a clear error.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SourceError } from '../../core/errors.js';
@@ -26,6 +26,30 @@ export interface ConnectorRunOptions {
   readonly signal?: AbortSignal;
 }
 
+const PREFIX = 'tidemark-airbyte-';
+let swept = false;
+
+/** Removes, once per process, the temp directories of tidemark processes that no longer exist. */
+async function sweepOrphans(): Promise<void> {
+  if (swept) return;
+  swept = true;
+  const names = await readdir(tmpdir()).catch(() => [] as string[]);
+  for (const name of names) {
+    const pid = Number(/^tidemark-airbyte-(\d+)-/.exec(name)?.[1]);
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || alive(pid)) continue;
+    await rm(join(tmpdir(), name), { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 export class ConnectorRun {
   private stopped = false;
   private cleaned: Promise<void> | undefined;
@@ -44,7 +68,9 @@ export class ConnectorRun {
   }
 
   static async start(options: ConnectorRunOptions): Promise<ConnectorRun> {
-    const dir = await mkdtemp(join(tmpdir(), 'tidemark-airbyte-'));
+    await sweepOrphans();
+    // The pid in the name lets a later run remove what a killed one (kill -9) could not: the config file too.
+    const dir = await mkdtemp(join(tmpdir(), `${PREFIX}${process.pid}-`));
     let child: ChildProcess;
     try {
       const args = [...options.command.slice(1), options.verb];

@@ -13,7 +13,7 @@ import { redact, registerSecret, silentLogger, type Logger, type LogLevel } from
 import type { Row, StreamSchema } from '../../core/types.js';
 import { parseDuration } from '../../core/duration.js';
 import type { AirbyteSourceConfig } from '../../config/schema.js';
-import { isJsonObject, parseExactJson, stringifyExactJson, toPlainJson, type ExactJson } from '../../shared/exact-json.js';
+import { isJsonObject, parseExactJson, stringifyExactJson, type ExactJson } from '../../shared/exact-json.js';
 import { recordToRow } from '../singer/singer-messages.js';
 import { catalogStreams, schemaFromCatalog, type AirbyteCatalogStream, type AirbyteMessage } from './airbyte-messages.js';
 import { ConnectorRun } from './airbyte-process.js';
@@ -33,6 +33,8 @@ export class AirbyteSource implements Source {
   private catalog: Promise<AirbyteCatalogStream[]> | undefined;
   private config: Promise<ExactJson> | undefined;
   private readonly idleMs: number;
+  /** The config's `airbyte_secret` values: hidden in every message, and refused in a state. */
+  private readonly secrets = new Set<string>();
 
   constructor(
     private readonly settings: AirbyteSourceConfig,
@@ -84,7 +86,7 @@ export class AirbyteSource implements Source {
           throw new ConfigError(`source.config_file: cannot read ${file}: ${(cause as Error).message}`, { cause });
         }
       } else config = parseExactJson(JSON.stringify(this.settings.config ?? {}));
-      for (const secret of secretValues(config, secretPaths(spec))) registerSecret(secret);
+      this.remember(secretValues(config, secretPaths(spec)));
       validateConnectorConfig(spec, config, file !== undefined ? 'source.config_file' : 'source.config');
       return config;
     })());
@@ -194,8 +196,10 @@ export class AirbyteSource implements Source {
       nullCursorRows: 0,
       predicate: `airbyte connector ${this.program} stream ${entry.name} (${request.incremental ? 'incremental' : 'full_refresh'}), ${request.resume !== undefined && request.resume !== null ? 'from its stored state' : 'without state'}`,
       bindings: [],
-      // Airbyte does not promise cursor order; the connector's own state is what resumes the read.
-      ordered: false,
+      // An incremental read with a cursor comes in cursor order (the protocol's checkpoint contract: a state says
+      // "everything up to here"). The engine then drops the records a `>=` connector re-sends at its state's cursor
+      // that a commit inside that cursor group already holds. Without a cursor the order is not known.
+      ordered: schema.cursor !== undefined,
       resumable: true,
       ...(estimate !== undefined ? { estimatedRows: estimate } : {}),
       close: () => run.stop(),
@@ -231,6 +235,12 @@ export class AirbyteSource implements Source {
                   `stream ${entry.name}: the connector's ${message.kind} state counts ${message.recordCount} records since the previous state (sourceStats.recordCount), tidemark received ${since}; nothing after the previous state is committed`,
                   { context },
                 );
+              }
+              try {
+                self.checkStateSecrets(entry.name, message.resume);
+              } catch (error) {
+                await run.stop();
+                throw error;
               }
               yield { rows, resume: message.resume };
               rows = [];
@@ -274,7 +284,7 @@ export class AirbyteSource implements Source {
    */
   private async updateConfig(next: ExactJson): Promise<void> {
     const spec = await this.spec();
-    for (const secret of secretValues(next, secretPaths(spec))) registerSecret(secret);
+    this.remember(secretValues(next, secretPaths(spec)));
     this.config = Promise.resolve(next);
     const file = this.settings.config_file;
     if (file === undefined) {
@@ -282,9 +292,26 @@ export class AirbyteSource implements Source {
       return;
     }
     const temp = join(dirname(file), `.${basename(file)}.${process.pid}.tmp`);
-    await writeFile(temp, `${JSON.stringify(toPlainJson(next), null, 2)}\n`, { mode: 0o600 });
+    await writeFile(temp, `${stringifyExactJson(next)}\n`, { mode: 0o600 });
     await rename(temp, file);
     this.logger.log('warn', `${this.program} updated its config (CONTROL connector_config); written to ${file}`);
+  }
+
+  private remember(values: readonly string[]): void {
+    for (const value of values) {
+      registerSecret(value);
+      this.secrets.add(value);
+    }
+  }
+
+  /** A state is stored and shown (`state show`, exports): one that carries a secret is refused, not kept. */
+  private checkStateSecrets(stream: string, resume: JsonValue): void {
+    const text = JSON.stringify(resume);
+    if ([...this.secrets].some((secret) => secret.length >= 4 && text.includes(secret))) {
+      throw new SourceError(`stream ${stream}: the connector's state holds a value its spec marks airbyte_secret; tidemark does not store it (nothing after the previous state is committed)`, {
+        context: { stream, phase: 'extract' },
+      });
+    }
   }
 
   async close(): Promise<void> {}

@@ -3,6 +3,8 @@
  * its third commit keeps exactly the records of its committed STATEs; the resumed run finishes with every record
  * once, values exact; a grown source then adds only its new records.
  */
+import { readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -93,12 +95,29 @@ async function rows(where: Where): Promise<string[]> {
   }
 }
 
+/** Connector temp directories whose tidemark process is gone. */
+async function orphanDirs(): Promise<string[]> {
+  const gone = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return false;
+    } catch {
+      return true;
+    }
+  };
+  return (await readdir(tmpdir())).filter((n) => {
+    const pid = Number(/^tidemark-airbyte-(\d+)-/.exec(n)?.[1]);
+    return Number.isInteger(pid) && pid > 0 && gone(pid);
+  });
+}
+
 const expected = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => order(from + i)).map((o) => `${o.id}|${o.big}|${o.huge}`);
 
 describe.each<Where>(['sqlite', 'duckdb', 'postgres', 'lake'])('the Airbyte fixture into %s', (where) => {
   it('killed -9 before its third commit, resumes from the last committed STATE: every record once, exact', async () => {
     if (where === 'postgres') await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     const config = await writeYaml(dir, 'p.yaml', pipeline(where, 60));
+    const before = await orphanDirs();
     const killed = await run(config, 'load.before_commit=3:kill');
     expect(killed.code, killed.stderr).not.toBe(0);
     const partial = await rows(where);
@@ -107,8 +126,12 @@ describe.each<Where>(['sqlite', 'duckdb', 'postgres', 'lake'])('the Airbyte fixt
     expect(partial.length).toBeLessThan(60);
     expect(partial).toEqual(expected(1, partial.length));
 
+    // The killed run may not have removed its connector's temp directory (config inside; when the connector had
+    // already exited it did); the next run removes whatever it left.
+    const left = (await orphanDirs()).filter((n) => !before.includes(n));
     const resumed = await run(config);
     expect(resumed.code, resumed.stderr).toBe(0);
+    expect((await orphanDirs()).filter((n) => left.includes(n))).toEqual([]);
     expect(resumed.result.streams[0].rows_loaded).toBe(60 - partial.length);
     expect(await rows(where)).toEqual(expected(1, 60));
 

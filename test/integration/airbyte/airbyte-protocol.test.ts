@@ -140,10 +140,10 @@ describe('airbyte source: failures', () => {
   });
 
   it('a connector that never ends is stopped after idle_timeout with its stderr tail', async () => {
-    const out = await run(pipeline({ hang_after: 15 }, '  idle_timeout: 2s\n'));
+    const out = await run(pipeline({ hang_after: 15 }, '  idle_timeout: 6s\n'));
     expect(out.code).toBe(1);
     const error = out.result.streams[0].error as string;
-    expect(error).toMatch(/sent nothing for 2s and was stopped/);
+    expect(error).toMatch(/sent nothing for 6s and was stopped/);
     expect(error).toContain('fixture: hanging after 15 records');
     expect(ids()).toEqual(range(10));
   });
@@ -166,6 +166,15 @@ describe('airbyte source: failures', () => {
     const out = await run(pipeline({ bad_count: true }));
     expect(out.code).toBe(1);
     expect(out.result.streams[0].error).toContain('state counts 11 records since the previous state (sourceStats.recordCount), tidemark received 10');
+    expect(ids()).toEqual(range(10));
+  });
+});
+
+describe('airbyte source: secrets', () => {
+  it('a state that carries an airbyte_secret value is refused, not stored', async () => {
+    const out = await run(pipeline({ secret_in_state: true }));
+    expect(out.code).toBe(1);
+    expect(out.result.streams[0].error).toContain("the connector's state holds a value its spec marks airbyte_secret");
     expect(ids()).toEqual(range(10));
   });
 });

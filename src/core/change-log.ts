@@ -89,7 +89,10 @@ export interface RelationChange {
 
 export type Change = RowChange | TruncateChange | RelationChange;
 
-/** One committed source transaction, whole. */
+/**
+ * One committed source transaction, whole. A transaction without changes is a position the source wants
+ * acknowledged (a heartbeat while following idle tables): the engine commits it like any other.
+ */
 export interface LogTransaction {
   /** The position of the commit; strictly above every earlier transaction's. */
   readonly position: string;

@@ -24,7 +24,8 @@ export async function cdcCommand(action: string, file: string, options: { json?:
       return 0;
     }
     const status = await log.status(request);
-    const positions = await storedPositions(pipeline, streams.map((s) => s.name));
+    // A run reading the slot now holds the destination (a DuckDB file is one process's): its positions are not asked.
+    const positions = status.active === true ? streams.map((s) => ({ stream: s.name, position: null as string | null, snapshot: false })) : await storedPositions(pipeline, streams.map((s) => s.name));
     const maxRetained = Math.min(...streams.map((s) => s.log?.maxRetainedBytes ?? Number.POSITIVE_INFINITY));
     const report = {
       pipeline: pipeline.name,
@@ -49,7 +50,7 @@ export async function cdcCommand(action: string, file: string, options: { json?:
       print(`slot ${status.slot}${status.active ? ' (a run is reading it now)' : ''}, publication ${status.publication ?? 'missing'}`);
       print(`confirmed ${status.confirmed ?? '?'}, current ${status.current ?? '?'}: lag ${bytes(status.lagBytes)}, retained WAL ${bytes(status.retainedBytes)}${report.over_max_retained_wal ? ` — over max_retained_wal (${bytes(maxRetained)})` : ''}`);
     }
-    for (const p of positions) print(`  ${p.stream}: ${p.position === null ? 'not copied yet' : `position ${p.position}${p.snapshot ? ', copy in progress' : ''}`}`);
+    for (const p of positions) print(`  ${p.stream}: ${p.position === null ? (status.active ? 'position not read while a run holds the destination' : 'not copied yet') : `position ${p.position}${p.snapshot ? ', copy in progress' : ''}`}`);
     return 0;
   } finally {
     await source.close();

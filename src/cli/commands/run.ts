@@ -31,7 +31,9 @@ export function summary(pipeline: string, s: StreamResult): string {
   const position =
     s.partitions_loaded !== undefined
       ? `partitions loaded: ${s.partitions_loaded.length ? s.partitions_loaded.join(', ') : 'none'}, ${s.partitions_skipped ?? 0} unchanged`
-      : `watermark ${describeWatermark(s.watermark)}`;
+      : s.watermark === null && s.cursor_min === null && s.cursor_max !== null
+        ? `log position ${s.cursor_max}` // strategy: log reports its position there, with no cursor range
+        : `watermark ${describeWatermark(s.watermark)}`;
   const what =
     s.outcome === 'failed'
       ? `FAILED: ${s.error}`

@@ -42,6 +42,7 @@ import {
 
 /** Prefix of the logical message that marks where a run's read ends. */
 const MARKER_PREFIX = 'tidemark.until';
+const HEARTBEAT_MS = 10_000;
 const TEXT_TYPES = { getTypeParser: () => (text: string) => text } as unknown as pg.CustomTypesConfig;
 /** The walsender prints values with these settings: the same text forms the table source's COPY reads. */
 const OUTPUT_SETTINGS = '-c TimeZone=UTC -c DateStyle=ISO,YMD -c IntervalStyle=iso_8601 -c extra_float_digits=1 -c bytea_output=hex';
@@ -268,9 +269,20 @@ export class PostgresChangeLog implements ChangeLogSource {
     this.stream = stream;
     const until = read.until !== undefined ? positionLsn(read.until) : undefined;
     const after = positionLsn(read.after);
-    // Asking for a reply makes the walsender send a keepalive with how far it has decoded: a run ends once that
-    // passes `until` between transactions, instead of waiting for the server's own keepalive.
+    // A run's end is its marker; meanwhile a status update every 100 ms (asking for a reply) keeps the walsender
+    // hearing the acknowledged position and answering.
     const poke = until !== undefined ? setInterval(() => stream.write(statusUpdate(this.acked, true)), 100) : undefined;
+    // Following an idle table, nothing would ever be acknowledged and the slot would keep the WAL of everything
+    // else: a marker every HEARTBEAT_MS comes back as an empty transaction whose position the engine commits.
+    let heartbeat: bigint | undefined;
+    const beat =
+      until === undefined
+        ? setInterval(() => {
+            void this.query<{ lsn: string }>(`SELECT pg_logical_emit_message(false, $1, 'heartbeat')::text AS lsn`, [MARKER_PREFIX])
+              .then((rows) => (heartbeat = parsePgLsn(rows[0]!.lsn)))
+              .catch(() => undefined);
+          }, HEARTBEAT_MS)
+        : undefined;
     const relations = new Map<number, { table: string | undefined; info: TableInfo; announced: boolean; keyIndexes: readonly number[] }>();
     const keys = new Map(request.tables.map((t) => [t.table, t.primaryKey]));
     let txn: { changes: Change[]; commitTime: bigint } | undefined;
@@ -315,6 +327,10 @@ export class PostgresChangeLog implements ChangeLogSource {
           }
           case 'message':
             if (until !== undefined && !message.transactional && message.prefix === MARKER_PREFIX && message.lsn >= until) return;
+            if (heartbeat !== undefined && txn === undefined && !message.transactional && message.prefix === MARKER_PREFIX && message.lsn >= heartbeat) {
+              heartbeat = undefined;
+              if (message.lsn > after) yield { position: lsnPosition(message.lsn), commitTime: new Date().toISOString().replace('Z', '000Z'), changes: [] };
+            }
             break;
           case 'truncate': {
             const tables = message.relids.map((id) => relations.get(id)?.table).filter((t): t is string => t !== undefined);
@@ -345,6 +361,7 @@ export class PostgresChangeLog implements ChangeLogSource {
       throw droppedTableError(error) ?? error;
     } finally {
       clearInterval(poke);
+      if (beat) clearInterval(beat);
       read.signal?.removeEventListener('abort', abort);
       this.stream = undefined;
       await this.finishStream(client, stream);

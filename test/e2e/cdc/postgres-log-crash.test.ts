@@ -63,7 +63,7 @@ describe('kill -9 during the copy', () => {
     await churn(db, 2);
     expect((await cli(['run', config])).code).toBe(0);
     await expectMirror(db, destination);
-  });
+  }, 120_000);
 });
 
 describe('kill -9 while applying the log', () => {
@@ -77,7 +77,7 @@ describe('kill -9 while applying the log', () => {
     const resumed = await cli(['run', config]);
     expect(resumed.code, resumed.stderr).toBe(0);
     await expectMirror(db, destination);
-  });
+  }, 120_000);
 });
 
 describe('run --follow, cdc status and cdc drop', () => {
@@ -90,9 +90,11 @@ describe('run --follow, cdc status and cdc drop', () => {
     // The follower acknowledges a transaction once it committed it: the slot's confirmed position passing the
     // start of the last one shows the follower has caught up (the DuckDB file is the follower's while it runs).
     const before = (await db.sql(`SELECT pg_current_wal_lsn()::text AS lsn`))[0]!.lsn!;
-    await db.sql(`UPDATE t SET note = 'last' WHERE id = 2`);
-    for (;;) {
-      const status = JSON.parse((await cli(['cdc', 'status', '--json', config])).stdout) as { confirmed_lsn: string | null };
+    await db.sql(`INSERT INTO t VALUES (999999, 0, 'last')`);
+    for (let polls = 0; ; polls += 1) {
+      const probe = await cli(['cdc', 'status', '--json', config]);
+      if (polls > 100) throw new Error(`the follower never caught up: ${JSON.stringify(follower.output())} ${probe.stdout} ${probe.stderr}`);
+      const status = JSON.parse(probe.stdout) as { confirmed_lsn: string | null };
       const caught = await db.sql(`SELECT $1::pg_lsn > $2::pg_lsn AS ok`, [status.confirmed_lsn ?? '0/0', before]);
       if (caught[0]!.ok === 't' || caught[0]!.ok === 'true') break;
       await new Promise((r) => setTimeout(r, 300));
@@ -113,7 +115,7 @@ describe('run --follow, cdc status and cdc drop', () => {
     await churn(db, 3);
     expect((await cli(['run', config])).code).toBe(0);
     await expectMirror(db, destination);
-  });
+  }, 180_000);
 });
 
 const PGBENCH_DELETE_REINSERT = `\\set aid random(1, 100000 * :scale)
@@ -193,5 +195,5 @@ describe('pgbench', () => {
     expect(stopped.code, stopped.stderr).toBe(0);
     expect((await cli(['run', config])).code).toBe(0);
     await compare();
-  });
+  }, 180_000);
 });

@@ -149,7 +149,20 @@ describe('bulk path MySQL → DuckDB', () => {
     const rows = await duckdbQuery(target, `SELECT count(*)::INT AS n, count(DISTINCT id)::INT AS d, max(value) FILTER (WHERE id = 2100) AS last FROM items`);
     expect(rows[0]).toEqual({ n: 2100, d: 2100, last: 'late2100' });
     expect((await run(config)).rows_read).toBe(0);
-  });
+    // About 200 chunks, each its own commit: minutes on a loaded 2-core machine.
+  }, 240_000);
+
+  it("loads rows longer than DuckDB's default line limit (read buffers beyond the memory limit for that chunk)", async () => {
+    await db.sql(`CREATE TABLE big (id int PRIMARY KEY, updated_at datetime(6) NOT NULL, body longtext, bin longblob) ENGINE=InnoDB`);
+    // 3 MB of text and 1.5 MB of bytes (3 MB as hex) per row: lines of ~6 MB, beyond the 2 MB default and the
+    // CSV reader's 16 MB buffer at 4 lines; a value of 750k quotes, each doubled on the way.
+    await db.sql(`INSERT INTO big SELECT g, TIMESTAMP('2024-01-01') + INTERVAL g SECOND, REPEAT(CONCAT('"', g, ',\n'), 750000), REPEAT(x'00ff', 750000) FROM ${series(3)}`);
+    const { config, target } = await pipeline('big', { table: 'big', cursor: 'updated_at', checkpoint_rows: 2 });
+    expect(await run(config)).toMatchObject({ rows_loaded: 3, rows_rejected: 0, commits: 2 });
+    const rows = await duckdbQuery(target, `SELECT id, length(body)::INT AS chars, md5(body) AS body, octet_length(bin)::INT AS bytes, md5(bin) AS bin FROM big ORDER BY id`);
+    const source = await db.sql(`SELECT id, CHAR_LENGTH(body) AS chars, MD5(body) AS body, LENGTH(bin) AS bytes, MD5(bin) AS bin FROM big ORDER BY id`);
+    expect(rows).toEqual(source.map((r) => ({ ...r, id: Number(r.id), chars: Number(r.chars), bytes: Number(r.bytes) })));
+  }, 180_000);
 
   const POINTS = ['extract.after_batch=2', 'load.after_write=2', 'load.before_commit=3', 'load.after_commit=1', 'load.after_commit=2'] as const;
   describe.each(['merge', 'append'] as const)('write %s', (write) => {

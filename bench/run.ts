@@ -99,6 +99,7 @@ for (const [file, path, floorName, target, peerKeys] of [
   }
   const r = workload(file, common);
   note(r);
+  const keyNote = r.floor_pk_s !== undefined ? [`floor with the primary key built ${f(num(r, 'floor_pk_s'))} s (${f(num(r, 'tidemark_vs_floor_pk'))}×)`] : [];
   const peerNotes = peerKeys.flatMap(([key, name]) => (r[key] !== undefined ? [`${name} ${f(num(r, key))} s (${f(num(r, key) / num(r, 'tidemark_s'))}× tidemark)`] : []));
   row(
     `${path}, ${k(SCALE.rows)}`,
@@ -106,7 +107,7 @@ for (const [file, path, floorName, target, peerKeys] of [
     `${floorName} ${f(num(r, 'floor_s'))} s`,
     `${f(num(r, 'tidemark_vs_floor'))}×`,
     target,
-    [...peerNotes, ...(typeof r.notes === 'string' && r.notes ? [r.notes] : [])].join('; '),
+    [...keyNote, ...peerNotes, ...(typeof r.notes === 'string' && r.notes ? [r.notes] : [])].join('; '),
   );
 }
 
@@ -150,4 +151,5 @@ console.log(
 );
 console.log('| path | tidemark | floor / peer | ratio | target | notes |');
 console.log('|---|---|---|---|---|---|');
-for (const r of table) console.log(`| ${r.join(' | ')} |`);
+// A `|` inside a cell (a shell pipe in a floor's command) would end the cell.
+for (const r of table) console.log(`| ${r.map((c) => c.replace(/(?<!\\)\|/g, '\\|')).join(' | ')} |`);

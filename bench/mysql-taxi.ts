@@ -8,11 +8,12 @@
  * machine's server at 127.0.0.1:3306 (root, no password).
  */
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { pathToFileURL } from 'node:url';
 import mysql from 'mysql2/promise';
 import { TAXI_COLUMNS, taxiCopyChunks } from './taxi.js';
 
@@ -34,7 +35,8 @@ function arg(name: string, fallback: string): string {
   return i > 0 ? process.argv[i + 1]! : fallback;
 }
 
-async function create(db: string, rows: number): Promise<void> {
+/** Creates database `db` with `rows` taxi trips; returns the directory of the pipeline YAML (trips.yaml, → DuckDB). */
+export async function create(db: string, rows: number): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'tidemark-mysql-bench-'));
   const tsv = join(dir, 'trips.tsv');
   await pipeline(Readable.from(taxiCopyChunks(1, rows, SEED)), createWriteStream(tsv));
@@ -47,6 +49,7 @@ async function create(db: string, rows: number): Promise<void> {
     await conn.query({ sql: `LOAD DATA LOCAL INFILE ? INTO TABLE trips`, values: [tsv] });
   } finally {
     await conn.end();
+    await rm(tsv, { force: true });
   }
   const config = join(dir, 'trips.yaml');
   await writeFile(
@@ -54,17 +57,19 @@ async function create(db: string, rows: number): Promise<void> {
     `name: trips\nsource:\n  type: mysql\n  url: ${BASE}/${db}\nstreams:\n  - table: trips\n    primary_key: trip_id\n    cursor: updated_at\n` +
       `destination:\n  type: duckdb\n  path: ${join(dir, 'warehouse.duckdb')}\n`,
   );
-  console.log(config);
+  return dir;
 }
 
-async function drop(db: string): Promise<void> {
+export async function drop(db: string): Promise<void> {
   const conn = await mysql.createConnection({ uri: BASE });
   await conn.query(`DROP DATABASE IF EXISTS ${mysql.escapeId(db)}`);
   await conn.end();
 }
 
-const [command, db] = process.argv.slice(2);
-if (!db || !/^[A-Za-z0-9_]+$/.test(db)) throw new Error('usage: mysql-taxi.ts create|drop <db> [--rows N]');
-if (command === 'create') await create(db, Number(arg('rows', '1000000')));
-else if (command === 'drop') await drop(db);
-else throw new Error(`unknown command ${command}`);
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  const [command, db] = process.argv.slice(2);
+  if (!db || !/^[A-Za-z0-9_]+$/.test(db)) throw new Error('usage: mysql-taxi.ts create|drop <db> [--rows N]');
+  if (command === 'create') console.log(join(await create(db, Number(arg('rows', '1000000'))), 'trips.yaml'));
+  else if (command === 'drop') await drop(db);
+  else throw new Error(`unknown command ${command}`);
+}

@@ -1,84 +1,155 @@
 /**
- * `npm run bench`: every workload with its baseline, repeated (median of ≥ 3 repetitions, baseline and tidemark
- * interleaved inside each repetition), printed as one markdown table of ratios (tidemark / baseline).
+ * `npm run bench`: every path of the performance table beside its floor (and its peers with --peers), printed as one
+ * markdown table. Each workload script measures pair by pair (floor, tidemark, floor, tidemark, …) and reports the
+ * median of the repetitions' ratios, so a machine whose load changes during the run shifts both sides of a ratio
+ * alike. Every script works in a database of its own, named uniquely per run: two benches at once do not collide.
  *
- *   npm run bench                 Postgres 1M rows (and a 10M history for the delta), 12 × 250k Parquet months
- *   npm run bench -- --quick      about 2 minutes: 50k rows (500k history), 12 × 10k months
- *   npm run bench -- --large      the issue's scale: 3M rows (30M history), 12 × 3M months (needs ~an hour and disk)
- *   npm run bench -- --reps 5     more repetitions
+ *   npm run bench                 1M rows per path (Postgres and MariaDB), 12 × 250k Parquet months
+ *   npm run bench -- --quick      50k rows, 12 × 10k months (a few minutes)
+ *   npm run bench -- --large      3M rows, 12 × 3M months
+ *   npm run bench -- --reps 5     more pairs per ratio (default 3)
+ *   npm run bench -- --peers      also the peers that are installed (pgloader, pandas + SQLAlchemy + psycopg2, the
+ *                                 sqlite3 CLI); install them with
+ *                                 `apt-get install -y pgloader sqlite3 python3-pandas python3-sqlalchemy python3-psycopg2`
+ *   npm run bench -- --memory     also the row paths and MariaDB at 3× the rows: peak RSS must stay flat (±20 %)
  *
- * Workloads (each script is runnable alone, see its header): bench/pg-to-duckdb.ts, bench/files-bench.ts.
+ * Workloads (each runnable alone, see its header): bench/pg-to-duckdb.ts, bench/mysql-to-duckdb.ts,
+ * bench/pg-to-postgres.ts and bench/pg-to-sqlite.ts (when present), bench/files-bench.ts.
  */
 import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 
 const quick = process.argv.includes('--quick');
 const large = process.argv.includes('--large');
+const peers = process.argv.includes('--peers');
+const memory = process.argv.includes('--memory');
 const repsArg = process.argv.indexOf('--reps');
 const REPS = repsArg > 0 ? Number(process.argv[repsArg + 1]) : 3;
 const SCALE = quick
-  ? { pgRows: 50_000, pgHistory: 500_000, months: 12, monthRows: 10_000 }
+  ? { rows: 50_000, months: 12, monthRows: 10_000 }
   : large
-    ? { pgRows: 3_000_000, pgHistory: 30_000_000, months: 12, monthRows: 3_000_000 }
-    : { pgRows: 1_000_000, pgHistory: 10_000_000, months: 12, monthRows: 250_000 };
+    ? { rows: 3_000_000, months: 12, monthRows: 3_000_000 }
+    : { rows: 1_000_000, months: 12, monthRows: 250_000 };
 const TSX = fileURLToPath(new URL('../node_modules/.bin/tsx', import.meta.url));
 const script = (name: string) => fileURLToPath(new URL(name, import.meta.url));
 
-type Result = Record<string, number>;
+type Result = Record<string, number | string>;
 
-/** Runs one workload script and returns its BENCH_RESULT line, with the machine's load when it ran. */
-function workload(file: string, args: readonly string[], env: Record<string, string> = {}): Result & { load: number } {
-  const r = spawnSync(TSX, [script(file), ...args], { env: { ...process.env, ...env }, encoding: 'utf8', maxBuffer: 1 << 26 });
-  if (r.status !== 0) throw new Error(`${file} failed (${r.status}):\n${r.stderr}\n${r.stdout}`);
+/** Runs one workload script and returns its BENCH_RESULT line, with the machine's load when it ended. */
+function workload(file: string, args: readonly string[], env: Record<string, string> = {}): Result {
+  process.stderr.write(`${file} ${args.join(' ')}…\n`);
+  const r = spawnSync(TSX, [script(file), ...args], { env: { ...process.env, ...env }, encoding: 'utf8', maxBuffer: 1 << 26, stdio: ['ignore', 'pipe', 'inherit'] });
+  if (r.status !== 0) throw new Error(`${file} failed (${r.status}):\n${r.stdout}`);
   const line = r.stdout.split('\n').find((l) => l.startsWith('BENCH_RESULT '));
   if (!line) throw new Error(`${file} printed no BENCH_RESULT line:\n${r.stdout}`);
-  return { ...(JSON.parse(line.slice('BENCH_RESULT '.length)) as Result), load: loadavg()[0]! };
+  return { load_end: loadavg()[0]!, ...(JSON.parse(line.slice('BENCH_RESULT '.length)) as Result) };
 }
 
-const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const pick = (rs: readonly Result[], key: string) => median(rs.map((r) => r[key]!));
-/** Seconds to two decimals, or three below 0.1 s (delta floors are a few milliseconds). */
+/** Seconds to two decimals, or three below 0.1 s (delta floors are tens of milliseconds). */
 const f = (n: number, digits = n < 0.1 ? 3 : 2) => n.toFixed(digits);
-const rowsPerS = (rows: number, s: number) => Math.round(rows / s).toLocaleString('en-US');
+const num = (r: Result, key: string) => Number(r[key]);
+const k = (rows: number) => (rows >= 1_000_000 ? `${rows / 1_000_000}M` : `${rows / 1000}k`);
 
-const rows: string[][] = [];
-function row(workload: string, tidemark: number, baseline: number, baselineName: string, target: string, extra = ''): void {
-  rows.push([workload, `${f(tidemark)} s`, `${f(baseline)} s (${baselineName})`, f(tidemark / baseline), target, extra]);
+const table: string[][] = [];
+function row(path: string, tidemark: string, floor: string, ratio: string, target: string, notes = ''): void {
+  table.push([path, tidemark, floor, ratio, target, notes]);
 }
+const loads: number[] = [];
+const note = (r: Result) => loads.push(num(r, 'load_end'), ...(r.load_avg !== undefined ? [num(r, 'load_avg')] : []));
+const common = ['--rows', String(SCALE.rows), '--reps', String(REPS), ...(peers ? ['--peers'] : [])];
 
-const pg: Result[] = [];
-const pgHistory: Result[] = [];
-const files: Result[] = [];
-for (let rep = 0; rep < REPS; rep += 1) {
-  process.stderr.write(`repetition ${rep + 1}/${REPS}: postgres ${SCALE.pgRows} rows…\n`);
-  pg.push(workload('pg-to-duckdb.ts', ['--rows', String(SCALE.pgRows)]));
-  process.stderr.write(`repetition ${rep + 1}/${REPS}: parquet ${SCALE.months} × ${SCALE.monthRows} rows…\n`);
-  files.push(workload('files-bench.ts', [], { TM_BENCH_ROWS: String(SCALE.monthRows), TM_BENCH_MONTHS: String(SCALE.months) }));
-}
-// The larger history once: its point is the delta's cost as the table grows, not noise.
-process.stderr.write(`postgres history ${SCALE.pgHistory} rows…\n`);
-pgHistory.push(workload('pg-to-duckdb.ts', ['--rows', String(SCALE.pgHistory)]));
-
-const fullRows = SCALE.pgRows;
-row('Postgres → DuckDB full load', pick(pg, 'full_load_s'), pick(pg, 'raw_copy_s'), 'psql COPY TO STDOUT > /dev/null', '≤ 1.5', `${rowsPerS(fullRows, pick(pg, 'full_load_s'))} rows/s`);
-row('1 % delta (above the no-op run)', pick(pg, 'delta_above_noop_s'), pick(pg, 'delta_floor_s'), 'delta rows × full-load time per row', '≤ 2', `${pick(pg, 'delta_rows')} rows`);
-row('no-op run (Postgres → DuckDB)', pick(pg, 'noop_run_s'), pick(pg, 'noop_floor_s'), 'node + drivers + open + read state', '≤ 1.2');
+// Postgres → DuckDB (bulk path), the 1 % delta against its measured floor, the no-op, and the row path's memory.
+const pg = workload('pg-to-duckdb.ts', [...common, '--row-path']);
+note(pg);
 row(
-  `1 % delta on a ${SCALE.pgHistory / SCALE.pgRows}× history`,
-  pgHistory[0]!.delta_above_noop_s!,
-  pick(pg, 'delta_above_noop_s'),
-  `the same delta share on ${SCALE.pgRows.toLocaleString('en-US')} rows`,
-  '≤ 1.2 × 10 (rows grow 10×)',
+  `Postgres → DuckDB, ${k(SCALE.rows)} (bulk path)`,
+  `${f(num(pg, 'full_load_s'))} s, ${pg.full_load_rss_mb} MB`,
+  `\`psql COPY … TO STDOUT\` ${f(num(pg, 'raw_copy_s'))} s`,
+  `${f(num(pg, 'full_vs_copy'))}×`,
+  '≤ 1.5×',
+  `${Number(pg.full_rows_per_s).toLocaleString('en-US')} rows/s`,
 );
-const fileRows = SCALE.months * SCALE.monthRows;
-row('12 Parquet months → DuckDB', pick(files, 'duckdb_load_s'), pick(files, 'duckdb_own_s'), "DuckDB's own INSERT … read_parquet", '≤ 1.25 (≥ 0.8× its speed)', `${rowsPerS(fileRows, pick(files, 'duckdb_load_s'))} rows/s, peak RSS ${pick(files, 'duckdb_load_rss_mb')} MB`);
-row('12 Parquet months → SQLite (end to end)', pick(files, 'sqlite_load_s'), pick(files, 'python_s'), 'Python sqlite3.executemany (insert only)', '≤ 1', `${rowsPerS(fileRows, pick(files, 'sqlite_load_s'))} rows/s, peak RSS ${pick(files, 'sqlite_load_rss_mb')} MB`);
-row('no-op over 12 loaded months (DuckDB)', pick(files, 'duckdb_noop_s'), pick(files, 'duckdb_floor_s'), 'node + open + read ledger', '≤ 1.2');
-row('no-op over 12 loaded months (SQLite)', pick(files, 'sqlite_noop_s'), pick(files, 'sqlite_floor_s'), 'node + open + read ledger', '≤ 1.2');
+row(
+  `Postgres → DuckDB row path (\`TIDEMARK_BULK=0\`), ${k(SCALE.rows)}`,
+  `${f(num(pg, 'row_path_s'))} s, ${pg.row_path_rss_mb} MB`,
+  '—',
+  '—',
+  '≤ 400 MB',
+);
+row(
+  `${pg.delta_rows}-row (1 %) delta → DuckDB, above the no-op`,
+  `${f(num(pg, 'delta_above_noop_s'))} s`,
+  `indexed COPY of the changed rows + DuckDB merge (one script) ${f(num(pg, 'delta_floor_s'))} s`,
+  `${f(num(pg, 'delta_vs_floor'))}×`,
+  '≤ 3×',
+);
+row('no-op run (Postgres → DuckDB)', `${f(num(pg, 'noop_run_s'))} s`, `node + drivers + open + read state ${f(num(pg, 'noop_floor_s'))} s`, `${f(num(pg, 'noop_vs_floor'))}×`, '≤ 1.2×');
 
-const loads = [...pg, ...files, ...pgHistory].map((r) => r.load);
-console.log(`\n### Benchmarks (${quick ? '--quick' : large ? '--large' : 'default'} scale, median of ${REPS}; ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}, load average ${f(Math.min(...loads), 1)}–${f(Math.max(...loads), 1)})\n`);
-console.log('| workload | tidemark | baseline | ratio | target | notes |');
+// Postgres → Postgres and Postgres → SQLite: bench/pg-to-postgres.ts and bench/pg-to-sqlite.ts (pair by pair, with
+// pgloader / pandas as peers when installed) print their own BENCH_RESULT; a missing script leaves a note row.
+for (const [file, path, floorName, target, peerKeys] of [
+  ['pg-to-postgres.ts', 'Postgres → Postgres', '`psql COPY … TO STDOUT | psql COPY … FROM STDIN`', '≤ 2× floor, ≥ 3× faster than pgloader', [['pgloader_s', 'pgloader']]],
+  ['pg-to-sqlite.ts', 'Postgres → SQLite', '`COPY csv | sqlite3 .import`', '≤ 2×', [['pandas_s', 'pandas read_sql/to_sql']]],
+] as const) {
+  if (!existsSync(script(file))) {
+    row(`${path}, ${k(SCALE.rows)}`, '—', floorName, '—', target, `bench/${file} not in this tree`);
+    continue;
+  }
+  const r = workload(file, common);
+  note(r);
+  const keyNote = r.floor_pk_s !== undefined ? [`floor with the primary key built ${f(num(r, 'floor_pk_s'))} s (${f(num(r, 'tidemark_vs_floor_pk'))}×)`] : [];
+  const peerNotes = peerKeys.flatMap(([key, name]) => (r[key] !== undefined ? [`${name} ${f(num(r, key))} s (${f(num(r, key) / num(r, 'tidemark_s'))}× tidemark)`] : []));
+  row(
+    `${path}, ${k(SCALE.rows)}`,
+    `${f(num(r, 'tidemark_s'))} s${r.tidemark_rss_mb !== undefined ? `, ${r.tidemark_rss_mb} MB` : ''}`,
+    `${floorName} ${f(num(r, 'floor_s'))} s`,
+    `${f(num(r, 'tidemark_vs_floor'))}×`,
+    target,
+    [...keyNote, ...peerNotes, ...(typeof r.notes === 'string' && r.notes ? [r.notes] : [])].join('; '),
+  );
+}
+
+// MySQL/MariaDB → DuckDB (bulk path), with the row path's figures.
+const my = workload('mysql-to-duckdb.ts', [...common, '--row-path']);
+note(my);
+row(
+  `MariaDB → DuckDB, ${k(SCALE.rows)} (bulk path)`,
+  `${f(num(my, 'tidemark_s'))} s (CPU ${f(num(my, 'tidemark_cpu_s'))} s), ${my.tidemark_rss_mb} MB`,
+  `\`mysql --quick -e "SELECT * …" > /dev/null\` ${f(num(my, 'floor_s'))} s (CPU ${f(num(my, 'floor_cpu_s'))} s)`,
+  `${f(num(my, 'tidemark_vs_floor'))}×`,
+  '≤ 2.5×',
+);
+row(`MariaDB → DuckDB row path (\`TIDEMARK_BULK=0\`), ${k(SCALE.rows)}`, `${f(num(my, 'row_path_s'))} s, ${my.row_path_rss_mb} MB`, '—', '—', '≤ 400 MB');
+
+if (memory) {
+  // The same paths at 3× the rows, once each: peak RSS must not grow with the table.
+  const rows3 = SCALE.rows * 3;
+  const pg3 = workload('pg-to-duckdb.ts', ['--rows', String(rows3), '--reps', '1', '--row-path']);
+  const my3 = workload('mysql-to-duckdb.ts', ['--rows', String(rows3), '--reps', '1', '--row-path']);
+  note(pg3);
+  note(my3);
+  const flat = (small: number, big: number) => `${f(big / small)}× the ${k(SCALE.rows)} RSS`;
+  row(`Postgres → DuckDB, ${k(rows3)} (bulk path)`, `${f(num(pg3, 'full_load_s'))} s, ${pg3.full_load_rss_mb} MB`, '—', flat(num(pg, 'full_load_rss_mb'), num(pg3, 'full_load_rss_mb')), '≤ 400 MB, ±20 %');
+  row(`Postgres → DuckDB row path, ${k(rows3)}`, `${f(num(pg3, 'row_path_s'))} s, ${pg3.row_path_rss_mb} MB`, '—', flat(num(pg, 'row_path_rss_mb'), num(pg3, 'row_path_rss_mb')), '≤ 400 MB, ±20 %');
+  row(`MariaDB → DuckDB, ${k(rows3)} (bulk path)`, `${f(num(my3, 'tidemark_s'))} s, ${my3.tidemark_rss_mb} MB`, '—', flat(num(my, 'tidemark_rss_mb'), num(my3, 'tidemark_rss_mb')), '≤ 400 MB, ±20 %');
+  row(`MariaDB → DuckDB row path, ${k(rows3)}`, `${f(num(my3, 'row_path_s'))} s, ${my3.row_path_rss_mb} MB`, '—', flat(num(my, 'row_path_rss_mb'), num(my3, 'row_path_rss_mb')), '≤ 400 MB, ±20 %');
+}
+
+// Parquet months (bench/files-bench.ts measures its own baselines; one run here).
+const files = workload('files-bench.ts', [], { TM_BENCH_ROWS: String(SCALE.monthRows), TM_BENCH_MONTHS: String(SCALE.months) });
+note(files);
+const fileRows = SCALE.months * SCALE.monthRows;
+const perS = (s: number) => Math.round(fileRows / s).toLocaleString('en-US');
+row(`${SCALE.months} Parquet months → DuckDB`, `${f(num(files, 'duckdb_load_s'))} s, ${files.duckdb_load_rss_mb} MB`, `DuckDB's own INSERT … read_parquet ${f(num(files, 'duckdb_own_s'))} s`, `${f(num(files, 'duckdb_load_s') / num(files, 'duckdb_own_s'))}×`, '≤ 1.25×', `${perS(num(files, 'duckdb_load_s'))} rows/s`);
+row(`${SCALE.months} Parquet months → SQLite`, `${f(num(files, 'sqlite_load_s'))} s, ${files.sqlite_load_rss_mb} MB`, `Python sqlite3.executemany ${f(num(files, 'python_s'))} s`, `${f(num(files, 'sqlite_load_s') / num(files, 'python_s'))}×`, '≤ 1×', `${perS(num(files, 'sqlite_load_s'))} rows/s`);
+
+console.log(
+  `\n### Benchmarks (${quick ? '--quick' : large ? '--large' : 'default'} scale, ${REPS} pairs per ratio; ${cpus().length} cores, ` +
+    `${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}, load average ${f(Math.min(...loads), 1)}–${f(Math.max(...loads), 1)})\n`,
+);
+console.log('| path | tidemark | floor / peer | ratio | target | notes |');
 console.log('|---|---|---|---|---|---|');
-for (const r of rows) console.log(`| ${r.join(' | ')} |`);
+// A `|` inside a cell (a shell pipe in a floor's command) would end the cell.
+for (const r of table) console.log(`| ${r.map((c) => c.replace(/(?<!\\)\|/g, '\\|')).join(' | ')} |`);

@@ -89,6 +89,11 @@ export const duckdbDestinationSchema = z
     type: z.literal('duckdb').describe('An embedded DuckDB database file.'),
     path: z.string().min(1).default('./tidemark.duckdb').describe('The database file, relative to the pipeline file.'),
     schema: z.string().min(1).optional().describe('Tables go into this schema, created when missing (default main).'),
+    memory_limit: z
+      .string()
+      .regex(/^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$/i, 'a size such as 256MB or 2GiB')
+      .optional()
+      .describe("DuckDB's memory limit for tidemark's connection (default 128MB): the table pages it keeps cached; more spills to disk."),
   })
   .strict()
   .describe('Loads into a DuckDB file; data, state and run records commit in one transaction.');

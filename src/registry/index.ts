@@ -72,6 +72,7 @@ export async function openDestination(config: DestinationConfig, options: OpenDe
       return DuckDbDestination.open({
         path: config.path,
         ...(config.schema !== undefined ? { schema: config.schema } : {}),
+        ...(config.memory_limit !== undefined ? { memoryLimit: config.memory_limit } : {}),
         ...(options.openTimeoutMs !== undefined ? { openTimeoutMs: options.openTimeoutMs } : {}),
       });
     }

@@ -335,7 +335,7 @@ class SqlLoadTransaction implements LoadTransaction {
         cause: error,
       });
     }
-    if (this.staged > 0) await this.exec.run(`DELETE FROM ${STAGE}`);
+    if (this.staged > 0) await this.emptyStage();
     this.staged = 0;
     if (this.bulkStaged > 0) await this.exec.run(`DROP TABLE IF EXISTS ${quoteIdent(BULK_STAGE)}`);
     this.bulkStaged = 0;
@@ -435,6 +435,11 @@ class SqlLoadTransaction implements LoadTransaction {
     }
   }
 
+  private async emptyStage(): Promise<void> {
+    if (this.dialect.recreateStage) await this.dialect.createStage(this.exec, STAGE, this.stageDdl);
+    else await this.exec.run(`DELETE FROM ${STAGE}`);
+  }
+
   /** After a COMMIT: what `createdTables` knows about the table now. */
   private committedInto(table: string): void {
     if (this.created === table) this.createdTables.set(table, new Set());
@@ -452,7 +457,7 @@ class SqlLoadTransaction implements LoadTransaction {
       this.open = false;
       await this.exec.run('ROLLBACK').catch(() => undefined);
     }
-    await this.exec.run(`DELETE FROM ${STAGE}`).catch(() => undefined);
+    await this.emptyStage().catch(() => undefined);
     this.staged = 0;
     if (this.bulkStaged > 0) await this.exec.run(`DROP TABLE IF EXISTS ${quoteIdent(BULK_STAGE)}`).catch(() => undefined);
     this.bulkStaged = 0;

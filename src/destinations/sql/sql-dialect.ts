@@ -55,6 +55,11 @@ export interface SqlDialect {
   existingTables?(exec: SqlExecutor, names: readonly string[]): Promise<Set<string>>;
   /** Creates (or empties) the connection-local staging table. */
   createStage(exec: SqlExecutor, stage: string, columnsDdl: string): Promise<void>;
+  /**
+   * Empty the staging table after a commit by creating it again instead of `DELETE`: DuckDB keeps a temp table's
+   * deleted rows allocated until the table is dropped, so a long load's memory would grow with every checkpoint.
+   */
+  readonly recreateStage?: boolean;
   /** The bulk path: appends rows to the staging table with sequence numbers from `firstSeq`. */
   appendToStage(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number): Promise<void>;
   /** Renames a table inside the current transaction. */

@@ -4,7 +4,7 @@
  * server-side prepared statement with every watermark value bound and cast to its column's type.
  */
 import mysql from 'mysql2/promise';
-import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, BulkChunk, BulkRead, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
@@ -12,6 +12,7 @@ import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreate
 import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
+import { bulkLine, chunkKeys, mysqlChunks } from './mysql-bulk.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 
 const ALIAS = '`t`';
@@ -45,6 +46,8 @@ interface MysqlStream {
   /** Fractional-second digits of each column as the server declares them (`datetime` → 0, `datetime(3)` → 3). */
   readonly decimals: ReadonlyMap<string, number>;
   readonly bits: readonly BitColumn[];
+  /** The table's own primary key (empty for queries). */
+  readonly tableKey: readonly string[];
 }
 
 interface Bound {
@@ -189,7 +192,7 @@ export class MysqlSource implements Source {
       }
       const schema: StreamSchema = { name: stream.name, columns, primaryKey, ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}) };
       const decimals = new Map((fields as unknown as MysqlField[]).map((f) => [f.name, f.decimals]));
-      return { schema, relation: `${relation} AS ${ALIAS}`, decimals, bits: bitColumns(fields as unknown as MysqlField[]) };
+      return { schema, relation: `${relation} AS ${ALIAS}`, decimals, bits: bitColumns(fields as unknown as MysqlField[]), tableKey: tablePk };
     } catch (cause) {
       if (cause instanceof SourceError) throw cause;
       throw new SourceError(`cannot read the schema of ${stream.table ?? 'the query'}: ${(cause as Error).message}`, { cause, context });
@@ -403,8 +406,8 @@ export class MysqlSource implements Source {
     if (read.incremental && cursorRef && request.nullCursor === 'include') {
       queries.push([`SELECT ${select} FROM ${relation} WHERE ${cursorRef} IS NULL${pk.length ? ` ORDER BY ${pk.join(', ')}` : ''}`, []]);
     }
-    const sql = `SELECT ${select} FROM ${relation} WHERE ${read.bound.sql}${order.length ? ` ORDER BY ${order.join(', ')}` : ''}`;
-    queries.push([sql, read.bound.values.map(paramValue)]);
+    const tail = `FROM ${relation} WHERE ${read.bound.sql}${order.length ? ` ORDER BY ${order.join(', ')}` : ''}`;
+    queries.push([`SELECT ${select} ${tail}`, read.bound.values.map(paramValue)]);
     let finished = false;
     const close = async (): Promise<void> => {
       if (finished) return;
@@ -422,7 +425,44 @@ export class MysqlSource implements Source {
       ...(read.estimatedRows !== undefined ? { estimatedRows: read.estimatedRows } : {}),
       close,
       batches: () => this.streamBatches(queries, described.bits, request.batchRows, close),
+      // Rows with a NULL cursor come from a second query: those reads keep the row path.
+      ...(queries.length === 1 ? { bulk: this.bulkRead(described, read.incremental, [`SELECT ${bulkLine(schema.columns, schema.columns.map((c) => `${ALIAS}.${q(c.name)}`), described.bits)} ${tail}`, queries[0]![1]], close) } : {}),
     };
+  }
+
+  /** The same rows as `batches()`, in the same order, as CSV chunk files whose lines the server wrote. */
+  private bulkRead(described: MysqlStream, incremental: boolean, query: [string, Param[]], close: () => Promise<void>): BulkRead {
+    const { schema } = described;
+    const keys = chunkKeys(schema.columns, schema.primaryKey, incremental ? schema.cursor : undefined);
+    // Rows of one snapshot of a table repeat no value of its primary key.
+    const uniqueKey =
+      schema.primaryKey.length > 0 && described.tableKey.length === schema.primaryKey.length && described.tableKey.every((name) => schema.primaryKey.includes(name));
+    return {
+      format: 'csv',
+      chunks: (options) => this.bulkChunks(query, { ...options, keys, uniqueKey }, close),
+    };
+  }
+
+  private async *bulkChunks(
+    [sql, values]: [string, Param[]],
+    options: { chunkRows: number; signal?: AbortSignal; keys: ReturnType<typeof chunkKeys>; uniqueKey: boolean },
+    close: () => Promise<void>,
+  ): AsyncIterable<BulkChunk> {
+    const conn = await this.connection();
+    try {
+      const maxLineBytes = Number((await this.rows('SELECT @@max_allowed_packet AS m'))[0]!.m);
+      yield* mysqlChunks({
+        ...options,
+        maxLineBytes,
+        start: () => {
+          const connection = streaming(conn);
+          return { statement: connection.execute({ sql, values, rowsAsArray: true }), pause: () => connection.pause(), resume: () => connection.resume() };
+        },
+        abandon: () => this.dropConnection(),
+      });
+    } finally {
+      await close();
+    }
   }
 
   private async *streamBatches(

@@ -1,0 +1,116 @@
+/**
+ * MySQL/MariaDB → DuckDB full load of the taxi table, pair by pair against its floor:
+ *   floor     `mysql --quick -e "SELECT * FROM trips" > /dev/null` (the server's text of every row, to a client that
+ *             drops it)
+ *   tidemark  `tidemark run` into a fresh DuckDB file (stream with primary key and cursor; the bulk path)
+ *   row path  the same with TIDEMARK_BULK=0, once, with --row-path (its time and peak RSS)
+ * Each repetition runs the floor then tidemark; the ratio is the median of each repetition's ratio. Whole processes,
+ * wall seconds and peak RSS (GNU time).
+ *
+ * Usage: npm run build && npx tsx bench/mysql-to-duckdb.ts [--rows 1000000] [--reps 3] [--row-path] [--keep]
+ * Needs the machine's MariaDB/MySQL at 127.0.0.1:3306 (or BENCH_MYSQL_URL; local_infile=ON) and `mysql` on PATH.
+ * The database has a unique name per run. Prints one `BENCH_RESULT {json}` line.
+ */
+import { spawn } from 'node:child_process';
+import { readFile, rm } from 'node:fs/promises';
+import { loadavg } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { create, drop } from './mysql-taxi.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const BIN = join(ROOT, 'bin/tidemark.js');
+const BASE = new URL(process.env.BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+
+function arg(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1]! : fallback;
+}
+
+interface Timing {
+  readonly seconds: number;
+  readonly cpu: number;
+  readonly rssMb: number;
+  readonly stdout: string;
+}
+
+/** A whole process under GNU time: wall seconds, user+sys CPU seconds, peak RSS. */
+async function timed(command: string, args: readonly string[], env: Record<string, string>, scratch: string): Promise<Timing> {
+  const out = join(scratch, `time-${Math.random().toString(36).slice(2)}.txt`);
+  const child = spawn('/usr/bin/time', ['-f', '%e %U %S %M', '-o', out, command, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => void (stdout.length < 1_000_000 && (stdout += d.toString())));
+  child.stderr.on('data', (d: Buffer) => void (stderr.length < 100_000 && (stderr += d.toString())));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const [wall, user, sys, rss] = (await readFile(out, 'utf8')).trim().split('\n').pop()!.split(' ').map(Number);
+  await rm(out, { force: true });
+  if (code !== 0) throw new Error(`${command} ${args.join(' ')} exited ${code}:\n${stderr.slice(-4000)}`);
+  return { seconds: wall!, cpu: round(user! + sys!), rssMb: Math.round(rss! / 1024), stdout };
+}
+
+const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const round = (x: number) => Math.round(x * 1000) / 1000;
+
+export async function benchMysqlToDuckdb(options: { rows: number; reps: number; rowPath: boolean; keep: boolean }) {
+  const db = `tmb_mysql_${process.pid}_${Date.now().toString(36)}`;
+  const dir = await create(db, options.rows);
+  const config = join(dir, 'trips.yaml');
+  const warehouse = join(dir, 'warehouse.duckdb');
+  const mysqlArgs = ['--quick', `-h${BASE.hostname}`, `-P${BASE.port || '3306'}`, `-u${decodeURIComponent(BASE.username) || 'root'}`, db, '-e', 'SELECT * FROM trips'];
+  const password = decodeURIComponent(BASE.password);
+  const mysqlEnv: Record<string, string> = password ? { MYSQL_PWD: password } : {};
+  const loads: number[] = [];
+  try {
+    const floors: Timing[] = [];
+    const runs: Timing[] = [];
+    const ratios: number[] = [];
+    for (let rep = 0; rep < options.reps; rep += 1) {
+      await rm(warehouse, { force: true });
+      await rm(`${warehouse}.wal`, { force: true });
+      loads.push(loadavg()[0]!);
+      const floor = await timed('sh', ['-c', `exec mysql "$@" > /dev/null`, 'mysql', ...mysqlArgs], mysqlEnv, dir);
+      const run = await timed(process.execPath, [BIN, 'run', config, '--json'], {}, dir);
+      const loaded = JSON.parse(run.stdout).streams[0].rows_loaded as number;
+      if (loaded !== options.rows) throw new Error(`tidemark loaded ${loaded} of ${options.rows} rows`);
+      floors.push(floor);
+      runs.push(run);
+      ratios.push(run.seconds / floor.seconds);
+      process.stderr.write(`mysql → duckdb rep ${rep + 1}: floor ${floor.seconds} s, tidemark ${run.seconds} s (${run.rssMb} MB)\n`);
+    }
+    let rowPath: Timing | undefined;
+    if (options.rowPath) {
+      await rm(warehouse, { force: true });
+      await rm(`${warehouse}.wal`, { force: true });
+      rowPath = await timed(process.execPath, [BIN, 'run', config, '--json'], { TIDEMARK_BULK: '0' }, dir);
+    }
+    return {
+      rows: options.rows,
+      reps: options.reps,
+      load_avg: round(median(loads)),
+      floor_s: round(median(floors.map((t) => t.seconds))),
+      floor_cpu_s: round(median(floors.map((t) => t.cpu))),
+      tidemark_s: round(median(runs.map((t) => t.seconds))),
+      tidemark_cpu_s: round(median(runs.map((t) => t.cpu))),
+      tidemark_rss_mb: Math.max(...runs.map((t) => t.rssMb)),
+      tidemark_vs_floor: round(median(ratios)),
+      ...(rowPath ? { row_path_s: round(rowPath.seconds), row_path_cpu_s: rowPath.cpu, row_path_rss_mb: rowPath.rssMb } : {}),
+    };
+  } finally {
+    if (options.keep) process.stderr.write(`kept database ${db} and ${dir}\n`);
+    else {
+      await drop(db);
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+}
+
+if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
+  const result = await benchMysqlToDuckdb({
+    rows: Number(arg('rows', '1000000')),
+    reps: Number(arg('reps', '3')),
+    rowPath: process.argv.includes('--row-path'),
+    keep: process.argv.includes('--keep'),
+  });
+  console.log(`BENCH_RESULT ${JSON.stringify(result)}`);
+}

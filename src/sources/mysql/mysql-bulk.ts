@@ -1,0 +1,315 @@
+/**
+ * The bulk read of a MySQL/MariaDB stream: the server renders each row as a line of the bulk CSV (BulkChunk in
+ * core/connector.ts), so the client moves byte strings into chunk files and never parses a value (it only quotes
+ * text); the destination's own CSV reader then checks and loads them.
+ *
+ * Each value is written in the BulkChunk's text form by SQL the server evaluates:
+ * - integers, DECIMAL and DOUBLE as the server prints them (exact digits; DOUBLE in its shortest round-trip form,
+ *   and MariaDB/MySQL store no NaN, infinity or -0); FLOAT widened to DOUBLE first, whose text is the float's
+ *   exact value (FLOAT's own text keeps only 6 digits);
+ * - DATETIME / DATE / TIME as their text (`YYYY-MM-DD HH:MM:SS[.ffffff]`), TIMESTAMP the same in the read session's
+ *   UTC with `+00`; zero or partly zero dates keep their text, which the destination refuses as the row path does;
+ * - BIT(1) as `t`/`f`, wider BIT as its unsigned integer; binary strings as `\x` and lowercase hex;
+ * - text, JSON, ENUM/SET converted to utf8mb4, quoted by the client (quotes doubled); NULL as an empty unquoted field.
+ * Segments are cast to binary so they arrive as bytes (no UTF-8 decoding on the client).
+ */
+import { mkdtemp, readdir, rm, unlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { BulkChunk } from '../../core/connector.js';
+import { SourceError } from '../../core/errors.js';
+import type { Column, ColumnType, TypedValue, Watermark } from '../../core/types.js';
+import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
+import { processAlive } from '../../shared/process.js';
+import { CsvChunker, type FinishedChunk, type RowKey } from '../postgres/csv-chunks.js';
+import { decoderFor } from '../postgres/pg-types.js';
+import type { BitColumn } from './mysql-types.js';
+
+/** A column's value in the BulkChunk text form, or NULL (`ref` is the qualified column); undefined: text, quoted by the client. */
+function valueText(type: ColumnType, ref: string, bit: boolean): string | undefined {
+  switch (type.kind) {
+    case 'boolean':
+      return `CASE ${ref} WHEN 1 THEN 't' WHEN 0 THEN 'f' END`;
+    case 'uint64':
+      return bit ? `CAST(${ref} AS UNSIGNED)` : ref;
+    case 'float32':
+      return `CAST(${ref} AS DOUBLE)`;
+    case 'timestamptz':
+      return `CONCAT(${ref}, '+00')`;
+    case 'bytes':
+      // 0x5C78 is `\x`, written as bytes so that a server in NO_BACKSLASH_ESCAPES mode reads it the same.
+      return `CONCAT(X'5C78', LOWER(HEX(${ref})))`;
+    case 'text':
+    case 'json':
+    case 'uuid':
+    case 'interval':
+      return undefined;
+    default:
+      // Integers, decimals, doubles, dates, times and datetimes: the server's own text.
+      return ref;
+  }
+}
+
+/**
+ * The select list of a bulk read: the row's CSV line in segments, alternately bytes to copy (the server's CONCAT of
+ * the fields between two text columns, with their commas; the last one ends with the newline) and one text column's
+ * raw UTF-8, which the client quotes. Quoting on the server would take REPLACE, which MariaDB runs in time quadratic
+ * in the quotes of a value (a 3 MB value of 750k quotes did not finish in ten minutes).
+ */
+export function bulkLine(columns: readonly Column[], refs: readonly string[], bits: readonly BitColumn[]): string {
+  const bitIndexes = new Set(bits.map((b) => b.index));
+  const segments: string[] = [];
+  let pieces: string[] = [];
+  const segment = (last: boolean) => {
+    const all = last ? [...pieces, 'CHAR(10)'] : pieces;
+    segments.push(all.length ? `CAST(CONCAT(${all.join(', ')}) AS BINARY)` : `CAST('' AS BINARY)`);
+    pieces = [];
+  };
+  columns.forEach((c, i) => {
+    if (i > 0) pieces.push(`','`);
+    const text = valueText(c.type, refs[i]!, bitIndexes.has(i));
+    if (text !== undefined) pieces.push(`COALESCE(${text}, '')`);
+    else {
+      segment(false);
+      segments.push(`CAST(CONVERT(${refs[i]!} USING utf8mb4) AS BINARY)`);
+    }
+  });
+  segment(true);
+  return segments.join(', ');
+}
+
+const QUOTE = 0x22;
+const QUOTE_BYTE = Buffer.from('"');
+
+/** The value with every quote doubled, copied into one buffer (no object per quote). */
+function doubleQuotes(value: Buffer): Buffer {
+  let quotes = 0;
+  for (let q = value.indexOf(QUOTE); q >= 0; q = value.indexOf(QUOTE, q + 1)) quotes += 1;
+  const out = Buffer.allocUnsafe(value.length + quotes);
+  let from = 0;
+  let at = 0;
+  for (let q = value.indexOf(QUOTE); q >= 0; q = value.indexOf(QUOTE, q + 1)) {
+    // Up to and including the quote, then the quote again.
+    at += value.copy(out, at, from, q + 1);
+    out[at++] = QUOTE;
+    from = q + 1;
+  }
+  value.copy(out, at, from);
+  return out;
+}
+
+/** Appends one row's segments (see bulkLine) as its CSV line; false when a segment is NULL (the line was too long). */
+function appendLine(row: readonly unknown[], out: Buffer[]): boolean {
+  for (let i = 0; i < row.length; i += 1) {
+    const value = row[i] as Buffer | null;
+    if (i % 2 === 0) {
+      if (value === null) return false;
+      out.push(value);
+    } else if (value !== null) {
+      out.push(QUOTE_BYTE, value.indexOf(QUOTE) < 0 ? value : doubleQuotes(value), QUOTE_BYTE);
+    }
+  }
+  return true;
+}
+
+type Position = { readonly last?: Watermark; readonly lastPk?: readonly TypedValue[] };
+
+export interface ChunkKeys {
+  readonly keyOf: ((fields: readonly (string | null)[]) => RowKey<Position>) | undefined;
+  readonly sameGroup: (a: string, b: string) => boolean;
+}
+
+/** Where a chunk may end, read from the CSV fields of a row: its cursor group, or its key for keyset reads. */
+export function chunkKeys(columns: readonly Column[], primaryKey: readonly string[], cursor: string | undefined): ChunkKeys {
+  const pkIndexes = primaryKey.map((name) => columns.findIndex((c) => c.name === name));
+  const cursorIndex = cursor !== undefined ? columns.findIndex((c) => c.name === cursor) : -1;
+  const typed = (i: number, text: string | null | undefined): TypedValue => {
+    if (text === null || text === undefined) throw new Error('NULL key');
+    const type = columns[i]!.type;
+    return { type: type.kind, value: encodeValue(type.kind, coerceValue(type, decoderFor(type)(text))) };
+  };
+  if (cursorIndex >= 0) {
+    const kind = columns[cursorIndex]!.type.kind;
+    return {
+      sameGroup: (a, b) => compareCanonical(kind, a, b) === 0,
+      keyOf: (fields) => {
+        try {
+          const value = typed(cursorIndex, fields[cursorIndex]);
+          return { group: value.value, position: { last: { cursor: value, pk: pkIndexes.map((i) => typed(i, fields[i])) } } };
+        } catch {
+          return { group: null, position: {} };
+        }
+      },
+    };
+  }
+  if (pkIndexes.length > 0) {
+    return {
+      sameGroup: (a, b) => a === b,
+      keyOf: (fields) => {
+        try {
+          const lastPk = pkIndexes.map((i) => typed(i, fields[i]));
+          return { group: lastPk.map((v) => v.value).join('\u0000'), position: { lastPk } };
+        } catch {
+          return { group: null, position: {} };
+        }
+      },
+    };
+  }
+  return { keyOf: undefined, sameGroup: (a, b) => a === b };
+}
+
+/** A running statement's row events (one binary line per row) and the socket's flow control. */
+export interface LineSource {
+  readonly statement: {
+    on(event: 'result', listener: (row: readonly unknown[]) => void): unknown;
+    on(event: 'end', listener: () => void): unknown;
+    on(event: 'error', listener: (error: Error) => void): unknown;
+    removeAllListeners(): unknown;
+  };
+  pause(): void;
+  resume(): void;
+}
+
+/** Lines are gathered to about this many bytes before the chunker scans and writes them. */
+const PUSH_BYTES = 1 << 20;
+/** Extraction runs ahead of loading by at most this many finished chunks (bounded disk and memory). */
+const AHEAD = 2;
+const CHUNK_DIR_PREFIX = 'tidemark-mysql-';
+
+/**
+ * The lines of one statement as chunk files. `start` runs the statement once the chunk directory exists; `abandon`
+ * is called when the consumer stops early (the rows still on the wire make the connection unusable).
+ */
+export async function* mysqlChunks(options: {
+  readonly start: () => LineSource;
+  readonly abandon: () => void;
+  readonly chunkRows: number;
+  readonly keys: ChunkKeys;
+  readonly uniqueKey: boolean;
+  readonly signal?: AbortSignal;
+  readonly maxLineBytes: number;
+}): AsyncIterable<BulkChunk> {
+  await removeOrphanChunkDirs();
+  const dir = await mkdtemp(join(tmpdir(), `${CHUNK_DIR_PREFIX}${process.pid}-`));
+  const ready: BulkChunk[] = [];
+  let ended = false;
+  let failure: unknown;
+  let wake: (() => void) | undefined;
+  const notify = (): void => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  const toChunk = (c: FinishedChunk<Position>, uniqueKey: boolean): BulkChunk => ({
+    path: c.path,
+    rows: c.rows,
+    maxRowBytes: c.maxRowBytes,
+    uniqueKey,
+    ...(c.last?.position.last ? { last: c.last.position.last } : {}),
+    ...(c.last?.position.lastPk ? { lastPk: c.last.position.lastPk } : {}),
+    ...(c.first?.position.last ? { firstCursor: c.first.position.last.cursor.value } : {}),
+    release: () => unlink(c.path).catch(() => undefined),
+  });
+  const chunker = new CsvChunker<Position>({
+    dir,
+    chunkRows: options.chunkRows,
+    ...(options.keys.keyOf ? { keyOf: options.keys.keyOf } : {}),
+    sameGroup: options.keys.sameGroup,
+    onChunk: (c) => {
+      ready.push(toChunk(c, options.uniqueKey));
+      notify();
+    },
+  });
+  let paused = false;
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  const source = options.start();
+  const { statement } = source;
+  const fail = (error: unknown): void => {
+    failure ??= error;
+    ended = true;
+    notify();
+  };
+  const flush = (): void => {
+    if (pendingBytes === 0) return;
+    const data = Buffer.concat(pending, pendingBytes);
+    pending = [];
+    pendingBytes = 0;
+    chunker.push(data);
+  };
+  statement.on('result', (row) => {
+    if (ended) return;
+    const before = pending.length;
+    if (!appendLine(row, pending)) {
+      // CONCAT gives NULL only when the line would exceed max_allowed_packet.
+      fail(
+        new SourceError(
+          `a row is longer than the server's max_allowed_packet (${options.maxLineBytes} bytes) in the bulk read; ` +
+            `raise max_allowed_packet or read the stream on the row path (TIDEMARK_BULK=0)`,
+          { context: { phase: 'extract' } },
+        ),
+      );
+      return;
+    }
+    for (let i = before; i < pending.length; i += 1) pendingBytes += pending[i]!.length;
+    if (pendingBytes < PUSH_BYTES) return;
+    try {
+      flush();
+    } catch (error) {
+      fail(error);
+      return;
+    }
+    if (ready.length >= AHEAD && !paused) {
+      paused = true;
+      source.pause();
+    }
+  });
+  statement.on('end', () => {
+    try {
+      flush();
+      chunker.finish();
+    } catch (error) {
+      failure ??= error;
+    }
+    ended = true;
+    notify();
+  });
+  statement.on('error', fail);
+  let completed = false;
+  try {
+    for (;;) {
+      options.signal?.throwIfAborted();
+      if (failure !== undefined) throw failure;
+      const next = ready.shift();
+      if (next !== undefined) {
+        if (paused && ready.length < AHEAD && !ended) {
+          paused = false;
+          source.resume();
+        }
+        yield next;
+        continue;
+      }
+      if (ended) break;
+      await new Promise<void>((resolve) => (wake = resolve));
+    }
+    completed = true;
+  } finally {
+    statement.removeAllListeners();
+    // A statement cut short may still report its end as an error: nobody waits for it any more.
+    statement.on('error', () => undefined);
+    chunker.abandon();
+    if (!completed) options.abandon();
+    for (const chunk of ready) await chunk.release();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Chunk directories of runs that were killed (their process is gone) are removed by the next bulk read. */
+async function removeOrphanChunkDirs(): Promise<void> {
+  const names = await readdir(tmpdir()).catch(() => [] as string[]);
+  for (const name of names) {
+    const pid = new RegExp(`^${CHUNK_DIR_PREFIX}(\\d+)-`).exec(name)?.[1];
+    if (pid === undefined || Number(pid) === process.pid || processAlive(Number(pid))) continue;
+    await rm(join(tmpdir(), name), { recursive: true, force: true }).catch(() => undefined);
+  }
+}

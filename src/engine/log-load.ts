@@ -466,7 +466,8 @@ class LogLoader {
     const deletedAt = s.config.log?.deletes === 'soft' ? columns.findIndex((c) => c.name === DELETED_AT) : -1;
     if (deletedAt >= 0) row[deletedAt] = null;
     if (unchanged.length === 0) {
-      s.pending.delete(id);
+      // Replacing the entry in place keeps the key's first-seen slot: one Map operation per change, not two (each
+      // key is in the commit's change set once, so its place among the others does not matter).
       s.pending.set(id, { kind: 'upsert', key, row });
       return;
     }
@@ -500,7 +501,6 @@ class LogLoader {
       s.pending.set(id, { kind: 'patch', key, values });
       return;
     }
-    s.pending.delete(id);
     s.pending.set(id, { kind: 'delete', key });
   }
 

@@ -5,7 +5,8 @@
  *   lag       p95 of commit → destination commit (the slot's confirmed position passing a sampled WAL position)
  *             under `run --follow` while pgbench updates rows at --tps transactions per second for --seconds
  *
- * Usage: npm run build && npx tsx bench/cdc-catch-up.ts [--changes 1000000] [--tps 500] [--seconds 20]
+ * Usage: npm run build && npx tsx bench/cdc-catch-up.ts [--changes 1000000] [--tps 500] [--seconds 20] [--cpu-prof DIR]
+ * (--seconds 0 measures the catch-up only; --cpu-prof writes a CPU profile of the catch-up run into DIR)
  * Needs the machine's PostgreSQL (wal_level = logical) at 127.0.0.1:5432 (or BENCH_PG_URL) and pgbench on PATH.
  */
 import { spawn } from 'node:child_process';
@@ -41,9 +42,9 @@ async function dropDb(): Promise<void> {
 }
 
 /** Runs the CLI; the peak RSS is read from /proc while it runs (VmHWM). */
-async function tidemark(args: readonly string[]): Promise<{ seconds: number; peakRssMb: number; stdout: string }> {
+async function tidemark(args: readonly string[], nodeArgs: readonly string[] = []): Promise<{ seconds: number; peakRssMb: number; stdout: string }> {
   const started = process.hrtime.bigint();
-  const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [...nodeArgs, BIN, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
   let stdout = '';
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
   let peak = 0;
@@ -95,8 +96,14 @@ async function main(): Promise<void> {
       made += per;
     }
     await writer.end();
-    const catchUp = await tidemark(['run', '--json', config]);
+    // --cpu-prof DIR: a CPU profile of the catch-up run (node --cpu-prof), for finding where its time goes.
+    const prof = arg('cpu-prof', '');
+    const catchUp = await tidemark(['run', '--json', config], prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : []);
     const applied = JSON.parse(catchUp.stdout).streams[0].rows_read as number;
+    if (seconds === 0) {
+      console.log(`BENCH_RESULT ${JSON.stringify({ bench: 'cdc-catch-up', backlog_changes: applied, catch_up_seconds: Number(catchUp.seconds.toFixed(2)), changes_per_second: Math.round(applied / catchUp.seconds), catch_up_peak_rss_mb: catchUp.peakRssMb })}`);
+      return;
+    }
 
     // Lag under --follow: pgbench updates at `tps`; every 100 ms a WAL position is sampled and the time until the
     // slot confirms past it is its lag.

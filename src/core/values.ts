@@ -9,10 +9,13 @@ export class ValueRejection extends Error {}
 
 const INT_RE = /^-?\d+$/;
 const DECIMAL_RE = /^([+-])?(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$/;
+/** A decimal already in canonical form but for trailing fractional zeros: no sign but '-', no leading zero, not -0. */
+const PLAIN_DECIMAL_RE = /^-?(?:[1-9]\d*|0(?=\.\d*[1-9]))(?:\.\d+)?$|^0$/;
 const DATE_RE = /^(\d{4})-(\d{2})-(\d{2})$/;
 const TIME_RE = /^(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?$/;
 const TIMESTAMP_RE =
   /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?$/;
+const PG_UTC_RE = /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?\+00$/;
 const UUID_RE = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$/i;
 
 const LIMITS: Partial<Record<ColumnKind, readonly [bigint, bigint]>> = {
@@ -144,6 +147,12 @@ function stringOf(kind: string, value: unknown): string {
 
 /** Canonical decimal text: no exponent, no leading zeros, no trailing fractional zeros, no "-0". */
 export function canonicalDecimal(input: string): string {
+  // Fast path (change data capture canonicalises every value it reads): plain `[-]digits[.digits]`, no zeros to
+  // strip, is already canonical. Anything else takes the general path below.
+  if (PLAIN_DECIMAL_RE.test(input)) {
+    const point = input.indexOf('.');
+    if (point < 0 || input.charCodeAt(input.length - 1) !== 48 /* 0 */) return input;
+  }
   const m = DECIMAL_RE.exec(input.trim());
   if (!m || (m[2] === '' && (m[3] === undefined || m[3] === ''))) throw new ValueRejection(`expected decimal, got ${describeValue(input)}`);
   const sign = m[1] === '-' ? '-' : '';
@@ -160,6 +169,8 @@ export function canonicalDecimal(input: string): string {
   return text === '0' ? '0' : sign + text;
 }
 
+const NAN_INF_RE = /^[+-]?(nan|inf|infinity)$/i;
+
 function coerceDecimal(type: { precision?: number; scale?: number }, value: unknown): string {
   let text: string;
   if (typeof value === 'string') text = value;
@@ -169,13 +180,16 @@ function coerceDecimal(type: { precision?: number; scale?: number }, value: unkn
     // A float-typed source value for a decimal column: only exact when its shortest text fits the scale.
     text = String(value);
   } else throw new ValueRejection(`expected decimal, got ${describeValue(value)}`);
-  if (/^[+-]?(nan|inf|infinity)$/i.test(text.trim())) throw new ValueRejection(`${text} is not a finite decimal`);
+  if (NAN_INF_RE.test(text.trim())) throw new ValueRejection(`${text} is not a finite decimal`);
   const canonical = canonicalDecimal(text);
   if (type.precision !== undefined) {
-    const [intPart, fracPart = ''] = canonical.replace('-', '').split('.');
+    const start = canonical.charCodeAt(0) === 45 /* - */ ? 1 : 0;
+    const point = canonical.indexOf('.');
+    const intEnd = point < 0 ? canonical.length : point;
+    const fracDigits = point < 0 ? 0 : canonical.length - point - 1;
     const scale = type.scale ?? 0;
-    if (fracPart.length > scale) throw new ValueRejection(`${canonical} has more than ${scale} fractional digits`);
-    const intDigits = intPart === '0' ? 0 : intPart!.length;
+    if (fracDigits > scale) throw new ValueRejection(`${canonical} has more than ${scale} fractional digits`);
+    const intDigits = intEnd - start === 1 && canonical.charCodeAt(start) === 48 /* 0 */ ? 0 : intEnd - start;
     if (intDigits > type.precision - scale) throw new ValueRejection(`${canonical} does not fit decimal(${type.precision},${scale})`);
   }
   return canonical;
@@ -185,10 +199,13 @@ function pad(n: number | string, width: number): string {
   return String(n).padStart(width, '0');
 }
 
+const MONTH_DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
 function checkDate(y: number, mo: number, d: number): void {
-  const probe = new Date(Date.UTC(2000, mo - 1, d));
-  probe.setUTCFullYear(y);
-  if (y < 1 || y > 9999 || probe.getUTCMonth() !== mo - 1 || probe.getUTCDate() !== d) {
+  // Arithmetic, not a Date probe: this runs for every timestamp a change log delivers.
+  const leap = y % 4 === 0 && (y % 100 !== 0 || y % 400 === 0);
+  const days = mo >= 1 && mo <= 12 ? (mo === 2 && leap ? 29 : MONTH_DAYS[mo - 1]!) : 0;
+  if (y < 1 || y > 9999 || d < 1 || d > days) {
     throw new ValueRejection(`${pad(y, 4)}-${pad(mo, 2)}-${pad(d, 2)} is not a valid date`);
   }
 }
@@ -219,9 +236,26 @@ export function canonicalTime(text: string): string {
  * value's meaning). With zone: converted to UTC, 'YYYY-MM-DDTHH:MM:SS.ffffffZ' (no suffix means UTC).
  */
 export function canonicalTimestamp(text: string, withZone: boolean): string {
+  // Fast path for what Postgres prints with TimeZone=UTC (every timestamptz of a change log): the fields are already
+  // the canonical ones; only the date and time of day are checked.
+  if (withZone && PG_UTC_RE.test(text)) {
+    const digit = (i: number) => text.charCodeAt(i) - 48;
+    const y = digit(0) * 1000 + digit(1) * 100 + digit(2) * 10 + digit(3);
+    checkDate(y, digit(5) * 10 + digit(6), digit(8) * 10 + digit(9));
+    if (digit(11) * 10 + digit(12) > 23 || digit(14) * 10 + digit(15) > 59 || digit(17) * 10 + digit(18) > 59) {
+      throw new ValueRejection(`${text} has an invalid time of day`);
+    }
+    const fraction = text.length > 22 ? text.slice(20, text.length - 3).padEnd(6, '0') : '000000';
+    return `${text.slice(0, 10)}T${text.slice(11, 19)}.${fraction}Z`;
+  }
   const m = TIMESTAMP_RE.exec(text.trim());
   if (!m) throw new ValueRejection(`expected timestamp YYYY-MM-DD HH:MM:SS[.ffffff], got ${describeValue(text)}`);
-  const [y, mo, d, h, mi, s] = [1, 2, 3, 4, 5, 6].map((i) => Number(m[i] ?? 0)) as [number, number, number, number, number, number];
+  const y = Number(m[1]);
+  const mo = Number(m[2]);
+  const d = Number(m[3]);
+  const h = Number(m[4]);
+  const mi = Number(m[5]);
+  const s = Number(m[6] ?? 0);
   checkDate(y, mo, d);
   if (h > 23 || mi > 59 || s > 59) throw new ValueRejection(`${text} has an invalid time of day`);
   const fraction = microsFraction(m[7]);
@@ -231,6 +265,8 @@ export function canonicalTimestamp(text: string, withZone: boolean): string {
     return `${pad(y, 4)}-${pad(mo, 2)}-${pad(d, 2)} ${pad(h, 2)}:${pad(mi, 2)}:${pad(s, 2)}.${fraction}`;
   }
   const offsetMinutes = zoneOffsetMinutes(zone);
+  // UTC already (what Postgres prints with TimeZone=UTC): the fields are the canonical ones, no arithmetic needed.
+  if (offsetMinutes === 0) return `${pad(y, 4)}-${pad(mo, 2)}-${pad(d, 2)}T${pad(h, 2)}:${pad(mi, 2)}:${pad(s, 2)}.${fraction}Z`;
   const micros = epochMicros(y, mo, d, h, mi, s, fraction) - BigInt(offsetMinutes) * 60_000_000n;
   return formatMicros(micros, true);
 }

@@ -422,18 +422,20 @@ class LogLoader {
   private rowChange(s: LogStream, change: RowChange, txn: LogTransaction): void {
     const mapping = s.mapping;
     if (mapping === undefined) throw new SourceError(`the change log sent a row of ${change.table} before its columns`);
-    const width = s.schema.columns.length;
+    // This runs for every change of a catch-up: no per-change Set, and the unchanged list only when there is one.
+    const columns = s.schema.columns;
+    const width = columns.length;
     const row: Row = new Array<Value>(width).fill(null);
-    const unchanged = new Set<number>();
     for (let i = 0; i < change.row.length; i += 1) {
       const at = mapping[i]!;
       if (at >= 0) row[at] = change.row[i] ?? null;
     }
-    for (const i of change.unchanged ?? []) if (mapping[i]! >= 0) unchanged.add(mapping[i]!);
+    const unchanged: number[] = [];
+    if (change.unchanged !== undefined) for (const i of change.unchanged) if (mapping[i]! >= 0) unchanged.push(mapping[i]!);
     for (let i = 0; i < width; i += 1) {
-      const column = s.schema.columns[i]!;
       const value = row[i]!;
-      if (value === null || unchanged.has(i)) continue;
+      if (value === null || (unchanged.length > 0 && unchanged.includes(i))) continue;
+      const column = columns[i]!;
       const refused = this.ctx.destination.rejectReason(column.type, value);
       if (refused !== undefined) {
         // A mirror missing a change is no mirror: the stream stops instead of skipping it.
@@ -444,7 +446,7 @@ class LogLoader {
     if (this.log.compare(txn.position, this.segmentPosition(s, key)) <= 0) return;
     s.changesApplied += 1;
     if (s.config.write === 'append') {
-      if (unchanged.size > 0 && !s.warnedUnchanged) {
+      if (unchanged.length > 0 && !s.warnedUnchanged) {
         s.warnedUnchanged = true;
         this.ctx.onWarning?.(s.config.name, `values not sent by the source (unchanged TOAST) are NULL in change rows; ALTER TABLE ${change.table} REPLICA IDENTITY FULL makes the source send them`);
       }
@@ -461,14 +463,15 @@ class LogLoader {
       this.removeKey(s, key, id, txn);
       return;
     }
-    const deletedAt = s.config.log?.deletes === 'soft' ? s.schema.columns.findIndex((c) => c.name === DELETED_AT) : -1;
+    const deletedAt = s.config.log?.deletes === 'soft' ? columns.findIndex((c) => c.name === DELETED_AT) : -1;
     if (deletedAt >= 0) row[deletedAt] = null;
-    const prior = s.pending.get(id);
-    if (unchanged.size === 0) {
-      s.pending.delete(id);
+    if (unchanged.length === 0) {
+      // Replacing the entry in place keeps the key's first-seen slot: one Map operation per change, not two (each
+      // key is in the commit's change set once, so its place among the others does not matter).
       s.pending.set(id, { kind: 'upsert', key, row });
       return;
     }
+    const prior = s.pending.get(id);
     if (prior?.kind === 'upsert') {
       for (const i of unchanged) row[i] = prior.row[i]!;
       s.pending.set(id, { kind: 'upsert', key, row });
@@ -476,8 +479,8 @@ class LogLoader {
     }
     const values = prior?.kind === 'patch' ? prior.values : new Map<number, Value>();
     for (let i = 0; i < width; i += 1) {
-      if (unchanged.has(i) || s.keyIndexes.includes(i)) continue;
-      const name = s.schema.columns[i]!.name;
+      if (unchanged.includes(i) || s.keyIndexes.includes(i)) continue;
+      const name = columns[i]!.name;
       if (name === DELETED_AT) continue;
       values.set(i, row[i]!);
     }
@@ -498,7 +501,6 @@ class LogLoader {
       s.pending.set(id, { kind: 'patch', key, values });
       return;
     }
-    s.pending.delete(id);
     s.pending.set(id, { kind: 'delete', key });
   }
 
@@ -625,6 +627,8 @@ class LogLoader {
 }
 
 function keyId(key: readonly Value[]): string {
+  // The common single-column key without the array round trip (the same id as the general form).
+  if (key.length === 1 && !(key[0] instanceof Uint8Array)) return String(key[0]);
   return key.map((v) => (v instanceof Uint8Array ? Buffer.from(v).toString('base64') : String(v))).join('\u0000');
 }
 

@@ -321,7 +321,8 @@ export class PostgresChangeLog implements ChangeLogSource {
             const tuple = message.tag === 'delete' ? message.old : message.tuple;
             const { row, unchanged } = decodeTuple(rel.info, tuple, message.tag === 'update' ? message.old : undefined);
             // An update whose old key (or whole old row) came along: the old key, so a changed key removes the old row.
-            const oldKey = message.tag === 'update' && message.old !== undefined ? rel.keyIndexes.map((i) => decodeTuple(rel.info, message.old!, undefined).row[i]!) : undefined;
+            const oldRow = message.tag === 'update' && message.old !== undefined ? decodeTuple(rel.info, message.old, undefined).row : undefined;
+            const oldKey = oldRow !== undefined ? rel.keyIndexes.map((i) => oldRow[i]!) : undefined;
             txn.changes.push({ kind: 'row', table: rel.table, op: message.tag, row, ...(unchanged.length ? { unchanged } : {}), ...(oldKey ? { oldKey } : {}) });
             break;
           }

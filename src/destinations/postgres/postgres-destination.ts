@@ -349,7 +349,7 @@ function postgresDialect(exec: PostgresExecutor, schema: string): SqlDialect {
 }
 
 export class PostgresDestination extends SqlDestination {
-  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, bulkFormats: ['csv'] };
+  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, bulkFormats: ['csv'], changes: ['merge', 'append'] };
   private constructor(
     private readonly executor: PostgresExecutor,
     readonly schema: string,

@@ -33,20 +33,22 @@ describe('dashboard and max_retained_wal', () => {
     await mkdir(dir, { recursive: true });
     const pipeline = (name: string, extra: Record<string, unknown>) =>
       writeYaml(dir, `${name}.yaml`, cdcPipelineYaml({ name, url: db.url, destination: { type: 'duckdb', path: join(root, `${name}.duckdb`) }, streams: [{ table: 't', strategy: 'log', ...extra }] }));
-    const tight = await pipeline('tight', { max_retained_wal: 1 });
-    const roomy = await pipeline('roomy', {});
+    // Slots are named after pipelines and the server is shared: a per-process suffix keeps parallel runs apart.
+    const [tightName, roomyName] = [`tight_${process.pid}`, `roomy_${process.pid}`];
+    const tight = await pipeline(tightName, { max_retained_wal: 1 });
+    const roomy = await pipeline(roomyName, {});
     for (const config of [tight, roomy]) expect((await cli(['run', config])).code).toBe(0);
     // WAL written after the runs is retained by both slots: over 1 byte, far under 1 GB.
     await db.sql(`INSERT INTO t SELECT g, 'v2' FROM generate_series(100, 400) g`);
     const warned = await cli(['run', tight]);
-    expect(warned.stderr).toMatch(/replication slot tidemark_tight retains .* of WAL \(max_retained_wal 1 bytes\)/);
+    expect(warned.stderr).toMatch(new RegExp(`replication slot tidemark_${tightName} retains .* of WAL \\(max_retained_wal 1 bytes\\)`));
     await db.sql(`INSERT INTO t SELECT g, 'v3' FROM generate_series(500, 800) g`);
 
     ui = await startUi([dir]);
     const overview = (await (await fetch(`${ui.url}api/overview`)).json()) as { pipelines: { name: string; warnings: string[] }[] };
     const by = Object.fromEntries(overview.pipelines.map((p) => [p.name, p.warnings]));
-    expect(by.tight).toHaveLength(1);
-    expect(by.tight![0]).toMatch(/^replication slot tidemark_tight retains .* of WAL \(max_retained_wal 1 bytes\): run the pipeline more often/);
-    expect(by.roomy).toEqual([]);
+    expect(by[tightName]).toHaveLength(1);
+    expect(by[tightName]![0]).toMatch(new RegExp(`^replication slot tidemark_${tightName} retains .* of WAL \\(max_retained_wal 1 bytes\\): run the pipeline more often`));
+    expect(by[roomyName]).toEqual([]);
   }, 120_000);
 });

@@ -177,3 +177,14 @@ export interface ChangeSet {
    */
   readonly patches: readonly { readonly key: readonly Value[]; readonly columns: readonly number[]; readonly values: readonly Value[] }[];
 }
+
+/** The warning a run prints, and the dashboard shows, for a slot holding more log than `max_retained_wal`. */
+export function retainedLogWarning(slot: string, retainedBytes: number, maxRetainedBytes: number): string {
+  return `replication slot ${slot} retains ${formatBytes(retainedBytes)} of WAL (max_retained_wal ${formatBytes(maxRetainedBytes)}): run the pipeline more often, or drop the slot (tidemark cdc drop) if the pipeline is gone`;
+}
+
+function formatBytes(n: number): string {
+  if (n >= 1024 ** 3) return `${(n / 1024 ** 3).toFixed(1)} GB`;
+  if (n >= 1024 ** 2) return `${(n / 1024 ** 2).toFixed(1)} MB`;
+  return `${n} bytes`;
+}

@@ -12,6 +12,7 @@ import {
   ConflictError,
   errorMessage,
   loadPipeline,
+  openSource,
   openStateStore,
   type PipelineConfig,
   type PipelineState,
@@ -20,6 +21,7 @@ import {
   type TypedValue,
   type Watermark,
 } from '../index.js';
+import { retainedLogWarning } from '../core/change-log.js';
 import type { LedgerPartition, LedgerView } from './ledger-view.js';
 import { readLockHolder, type LockHolder } from './lock-holder.js';
 
@@ -59,6 +61,8 @@ export interface PipelineView {
   readonly lock: LockHolder | null;
   /** A config or read error (a busy file is `stale`, not an error). */
   readonly error: string | null;
+  /** Problems the pipeline's source reports, one line each: a replication slot over `max_retained_wal`. */
+  readonly warnings: readonly string[];
 }
 
 export const RUNS_PER_STREAM = 100;
@@ -146,6 +150,7 @@ interface Cached {
 
 export class DashboardReader {
   private readonly cache = new Map<string, Cached>();
+  private readonly slotCache = new Map<string, { readonly warnings: readonly string[]; readonly at: number }>();
 
   constructor(private readonly options: DashboardReaderOptions) {}
 
@@ -161,11 +166,11 @@ export class DashboardReader {
       try {
         config = await loadPipeline(file);
       } catch (error) {
-        views.push({ name: shown, file: shown, config: null, snapshot: null, stale: null, lock: null, error: errorMessage(error) });
+        views.push({ name: shown, file: shown, config: null, snapshot: null, stale: null, lock: null, error: errorMessage(error), warnings: [] });
         continue;
       }
       if (seen.has(config.name)) {
-        views.push({ name: `${config.name} (${shown})`, file: shown, config: null, snapshot: null, stale: null, lock: null, error: `pipeline name ${config.name} is used by an earlier file too` });
+        views.push({ name: `${config.name} (${shown})`, file: shown, config: null, snapshot: null, stale: null, lock: null, error: `pipeline name ${config.name} is used by an earlier file too`, warnings: [] });
         continue;
       }
       seen.add(config.name);
@@ -181,12 +186,13 @@ export class DashboardReader {
   /** Forget cached reads, so the next page load shows what an action just did. */
   invalidate(name: string): void {
     this.cache.delete(name);
+    this.slotCache.delete(name);
   }
 
   private async view(config: PipelineConfig, file: string): Promise<PipelineView> {
     const lock = await readLockHolder(config);
     const cached = this.cache.get(config.name);
-    const base = { name: config.name, file, config, lock };
+    const base = { name: config.name, file, config, lock, warnings: await this.sourceWarnings(config) };
     if (cached && Date.now() - cached.at < this.options.maxAgeMs) return { ...base, snapshot: cached.snapshot, stale: null, error: null };
     const stale = (reason: string): PipelineView => ({
       ...base,
@@ -207,6 +213,39 @@ export class DashboardReader {
       if (error instanceof ConflictError) return stale('the destination file is in use by another process');
       return { ...base, snapshot: cached?.snapshot ?? null, stale: cached ? { reason: 'the last read failed', dataFrom: cached.snapshot.readAt } : null, error: errorMessage(error) };
     }
+  }
+
+  /**
+   * What a run would warn about its source's change log: the pipeline's replication slot retaining more WAL than
+   * `max_retained_wal` (the slot lives in the source, so this is asked of the source, never of the destination a run
+   * may hold). Cached like the state reads; a source that cannot be reached gives no warning here (runs report it).
+   */
+  private async sourceWarnings(config: PipelineConfig): Promise<readonly string[]> {
+    const streams = config.streams.filter((s) => s.strategy === 'log');
+    if (streams.length === 0) return [];
+    const cached = this.slotCache.get(config.name);
+    if (cached && Date.now() - cached.at < this.options.maxAgeMs) return cached.warnings;
+    let warnings: readonly string[] = [];
+    try {
+      const source = await openSource(config.source);
+      try {
+        const log = source.changeLog;
+        if (log !== undefined) {
+          const request = { pipeline: config.name, tables: streams.map((s) => ({ stream: s.name, table: s.table!, primaryKey: s.primaryKey })) };
+          const status = await log.status(request);
+          const max = Math.min(...streams.map((s) => s.log?.maxRetainedBytes ?? Number.POSITIVE_INFINITY));
+          if (status.retainedBytes !== undefined && status.retainedBytes > max) {
+            warnings = [retainedLogWarning(status.slot ?? config.name, status.retainedBytes, max)];
+          }
+        }
+      } finally {
+        await source.close();
+      }
+    } catch {
+      warnings = [];
+    }
+    this.slotCache.set(config.name, { warnings, at: Date.now() });
+    return warnings;
   }
 
   private async read(config: PipelineConfig): Promise<PipelineSnapshot> {

@@ -137,6 +137,7 @@ function pipelineSummary(view: PipelineView) {
     file: view.file,
     error: view.error,
     stale: view.stale,
+    warnings: view.warnings,
     lock: view.lock,
     readAt: view.snapshot?.readAt ?? null,
     stateVersion: view.snapshot?.state.version ?? null,

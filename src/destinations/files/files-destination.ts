@@ -4,8 +4,10 @@
  * commit then publishes a manifest and writes `state.json` last (lake.ts). Write strategies: `append` adds
  * objects; `replace` builds a new generation beside the live one and swaps it in with one manifest; `delete+insert`
  * by partition drops a partition's objects from the manifest in the same commit that adds its new ones. `merge`
- * is refused: an object store cannot upsert rows in place. `compact` rewrites small part files into larger ones in
- * one commit of the same protocol.
+ * is refused: an object store cannot upsert rows in place. Log streams (`strategy: log`) with `write: append` add
+ * their change rows as new objects of each table they touch, all named by the commit's one manifest beside the new
+ * log position, so a source transaction spanning several tables becomes visible at once. `compact` rewrites small
+ * part files into larger ones in one commit of the same protocol.
  */
 import { mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
@@ -17,12 +19,14 @@ import type {
   LedgerStore,
   LoadInfo,
   LoadTransaction,
+  TableChanges,
+  TableTarget,
 } from '../../core/connector.js';
 import { DestinationError, TidemarkError } from '../../core/errors.js';
 import { randomHex } from '../../core/ids.js';
 import { failpoint } from '../../core/failpoints.js';
 import { stderrLogger, type Logger } from '../../core/logger.js';
-import type { ColumnType, LedgerEntry, Row, RunRecord, Value } from '../../core/types.js';
+import type { Column, ColumnType, LedgerEntry, Row, RunRecord, Value } from '../../core/types.js';
 import { openObjectStore, type ObjectStoreOptions } from '../../shared/object-store.js';
 import { quoteIdent, quoteString } from '../../shared/sql.js';
 import {
@@ -88,7 +92,8 @@ export interface CompactResult {
 const DEFAULT_PART_ROWS = 500_000;
 
 export class FilesDestination implements Destination {
-  readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'replace'], schemaEvolution: true };
+  // A change log only appends (`CommitRequest.changes` upserts as new objects); mirroring needs in-place deletes.
+  readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'replace'], schemaEvolution: true, changes: ['append'] };
   readonly state: LakeStateStore;
   readonly ledger: LedgerStore;
   readonly format: FileFormat;
@@ -161,12 +166,17 @@ export class FilesDestination implements Destination {
       );
     }
     if (load.target.replacePartition !== undefined) checkPartitionValue(load.target.replacePartition.value);
-    this.knownPipelines.add(pipeline);
-    await this.owners.claim(pipeline, stream);
-    await this.collect(pipeline, stream);
+    await this.prepareStream(pipeline, stream);
     const stage = await this.writer.createStage(load.target.schema.columns);
     const loadId = `${load.runId.replace(/[^A-Za-z0-9_.-]/g, '_')}-${randomHex(4)}`;
     return new FilesLoadTransaction(this, this.writer, load, loadId, stage, this.options.partRows ?? DEFAULT_PART_ROWS);
+  }
+
+  /** Claims a stream for the pipeline and collects its leftovers, before anything of it is written. */
+  async prepareStream(pipeline: string, stream: string): Promise<void> {
+    this.knownPipelines.add(pipeline);
+    await this.owners.claim(pipeline, stream);
+    await this.collect(pipeline, stream);
   }
 
   /**
@@ -428,6 +438,8 @@ class FilesLoadTransaction implements LoadTransaction {
   private parts = 0;
   /** Objects uploaded by this transaction and not yet named by a committed manifest. */
   private pending: LakeFile[] = [];
+  /** Change-log objects uploaded by this commit, by table (`CommitRequest.changes`), not yet named by a manifest. */
+  private changed = new Map<string, { readonly columns: readonly LakeColumn[]; readonly files: LakeFile[] }>();
 
   constructor(
     private readonly destination: FilesDestination,
@@ -453,13 +465,21 @@ class FilesLoadTransaction implements LoadTransaction {
   /** Writes the staged rows to files and uploads them under fresh names; nothing names them until a commit. */
   private async flush(): Promise<void> {
     if (this.staged === 0) return;
-    const { destination: dest } = this;
     const { schema, replacePartition } = this.load.target;
+    this.pending.push(...(await this.upload(this.stage, schema.name, schema.columns, replacePartition)));
+    await this.writer.clearStage(this.stage);
+    this.staged = 0;
+  }
+
+  /** The rows of a stage as objects of `stream`, uploaded create-only under names unique to this transaction. */
+  private async upload(stage: string, stream: string, columns: readonly Column[], replacePartition: TableTarget['replacePartition']): Promise<LakeFile[]> {
+    const { destination: dest } = this;
     const ext = extensionOf(dest.format, dest.compression);
     const dir = await this.writer.tempDir();
+    const files: LakeFile[] = [];
     try {
       const first = this.parts;
-      const written = await this.writer.writeFiles(this.stage, schema.columns, dir, (n) => `part-${this.loadId}-${first + n}.${ext}`, {
+      const written = await this.writer.writeFiles(stage, columns, dir, (n) => `part-${this.loadId}-${first + n}.${ext}`, {
         format: dest.format,
         compression: dest.compression,
         ...(dest.partitionBy !== undefined ? { partitionBy: dest.partitionBy } : {}),
@@ -472,17 +492,49 @@ class FilesLoadTransaction implements LoadTransaction {
             : replacePartition !== undefined
               ? `${hiveSegment(replacePartition.column, replacePartition.value)}/`
               : '';
-        const key = `${keys.streamDir(this.stream)}${sub}${name}`;
+        const key = `${keys.streamDir(stream)}${sub}${name}`;
         await dest.lake.store.upload(key, w.file, { ifNoneMatch: '*' });
         await dest.lake.sync(key);
-        this.pending.push({ key, rows: w.rows, bytes: w.bytes, ...(replacePartition !== undefined ? { partition: { ...replacePartition } } : {}) });
+        files.push({ key, rows: w.rows, bytes: w.bytes, ...(replacePartition !== undefined ? { partition: { ...replacePartition } } : {}) });
         this.parts += 1;
       }
     } finally {
       await this.writer.removeTempDir(dir);
     }
-    await this.writer.clearStage(this.stage);
-    this.staged = 0;
+    return files;
+  }
+
+  /**
+   * A log stream's change rows (`write: append`: a change log), each table's written as new objects in stages of
+   * `partRows`; the commit's manifest names them with the new position. Anything else than appended rows is refused:
+   * a lake never rewrites an object, so it cannot delete or update a row in place.
+   */
+  private async uploadChanges(changes: readonly TableChanges[]): Promise<void> {
+    const { pipeline } = this.load;
+    for (const { target, changes: set } of changes) {
+      const stream = checkName('stream', target.schema.name);
+      if (target.write !== 'append' || target.build !== undefined || target.replacePartition !== undefined || set.truncate !== undefined || set.deletes.length > 0 || set.patches.length > 0) {
+        throw lakeError('the files destination only appends a change log (write: append); it cannot delete, update or truncate rows in place', pipeline, stream);
+      }
+      if (set.upserts.length === 0) continue;
+      for (const c of target.schema.columns) {
+        if (c.name.includes('\u0000')) throw lakeError(`column name ${JSON.stringify(c.name)} contains NUL`, pipeline, stream);
+      }
+      await this.destination.prepareStream(pipeline, stream);
+      const entry = this.changed.get(stream) ?? { columns: [], files: [] };
+      const columns = mergeColumns(entry.columns, target.schema.columns.map((c) => ({ name: c.name, type: lakeColumnType(c.type) })));
+      const stage = await this.writer.createStage(target.schema.columns);
+      try {
+        for (let at = 0; at < set.upserts.length; at += this.partRows) {
+          await this.writer.append(stage, target.schema.columns, set.upserts.slice(at, at + this.partRows), at);
+          entry.files.push(...(await this.upload(stage, stream, target.schema.columns, undefined)));
+          await this.writer.clearStage(stage);
+        }
+      } finally {
+        await this.writer.dropStage(stage).catch(() => undefined);
+      }
+      this.changed.set(stream, { columns, files: entry.files });
+    }
   }
 
   async commit(request: CommitRequest): Promise<void> {
@@ -492,6 +544,7 @@ class FilesLoadTransaction implements LoadTransaction {
     try {
       if (request.state.pipeline !== pipeline) throw lakeError(`the state to commit belongs to pipeline ${request.state.pipeline}, not ${pipeline}`, pipeline, stream);
       await this.flush();
+      await this.uploadChanges(request.changes ?? []);
       let rejectsKey: string | undefined;
       if (request.rejects.length > 0) {
         rejectsKey = keys.rejects(pipeline, stream, `${this.loadId}-${this.parts}`);
@@ -504,7 +557,8 @@ class FilesLoadTransaction implements LoadTransaction {
         this.parts += 1;
       }
       const pending = this.pending;
-      await dest.lake.commit(pipeline, (head) => this.change(head, request, pending, rejectsKey), {
+      const changed = this.changed;
+      await dest.lake.commit(pipeline, (head) => this.change(head, request, pending, changed, rejectsKey), {
         loadId: `${this.loadId}-${this.parts}`,
         runId,
         reason: 'run',
@@ -521,6 +575,7 @@ class FilesLoadTransaction implements LoadTransaction {
         },
       });
       this.pending = [];
+      this.changed = new Map();
       this.parts += 1;
     } catch (error) {
       if (error instanceof TidemarkError) throw error;
@@ -529,7 +584,7 @@ class FilesLoadTransaction implements LoadTransaction {
   }
 
   /** The manifest after this commit: the target's objects, ledger, run record, rejects, state and fence. */
-  private change(head: LakeHead, request: CommitRequest, pending: readonly LakeFile[], rejectsKey: string | undefined): ManifestChange {
+  private change(head: LakeHead, request: CommitRequest, pending: readonly LakeFile[], changed: FilesLoadTransaction['changed'], rejectsKey: string | undefined): ManifestChange {
     const { target, fence } = this.load;
     const stream = this.stream;
     const m = head.manifest;
@@ -555,6 +610,14 @@ class FilesLoadTransaction implements LoadTransaction {
       const kept = (live?.files ?? []).filter((f) => rp === undefined || !(f.partition?.column === rp.column && f.partition.value === rp.value));
       tables[stream] = { format: dest.format, columns: mergeColumns(live?.columns, columns), files: [...kept, ...pending] };
     }
+    // Change-log objects join their tables after anything staged (a snapshot chunk of the target) in this commit.
+    for (const [name, { columns: added, files }] of changed) {
+      const live = tables[name];
+      if (live !== undefined && live.format !== dest.format && live.files.length > 0) {
+        throw lakeError(`stream ${name} is stored as ${live.format}, not ${dest.format}; run with --full to rewrite it as ${dest.format}`, this.load.pipeline, name);
+      }
+      tables[name] = { format: dest.format, columns: mergeColumns(live?.columns, added), files: [...(live?.files ?? []), ...files] };
+    }
     return {
       stateChanged: true,
       state: request.state,
@@ -570,8 +633,9 @@ class FilesLoadTransaction implements LoadTransaction {
 
   async rollback(): Promise<void> {
     // Uploaded parts are named by nothing; remove them now rather than wait for the next run's collection.
-    for (const f of this.pending) await this.destination.lake.store.delete(f.key).catch(() => undefined);
+    for (const f of [...this.pending, ...[...this.changed.values()].flatMap((c) => c.files)]) await this.destination.lake.store.delete(f.key).catch(() => undefined);
     this.pending = [];
+    this.changed = new Map();
     await this.writer.clearStage(this.stage).catch(() => undefined);
     this.staged = 0;
   }

@@ -19,6 +19,7 @@ import type {
   LogSnapshot,
   LogTransaction,
 } from '../../core/change-log.js';
+import { retainedLogWarning } from '../../core/change-log.js';
 import type { OpenedRead, ReadRequest } from '../../core/connector.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row } from '../../core/types.js';
@@ -178,9 +179,7 @@ export class PostgresChangeLog implements ChangeLogSource {
     } else if (slots.plugin !== 'pgoutput') throw new ConfigError(`replication slot ${slot} uses plugin ${slots.plugin}, not pgoutput; drop it (tidemark cdc drop)`);
     const retained = slots?.retained !== null && slots?.retained !== undefined ? Number(slots.retained) : undefined;
     if (retained !== undefined && options.maxRetainedBytes !== undefined && retained > options.maxRetainedBytes) {
-      warnings.push(
-        `replication slot ${slot} retains ${formatBytes(retained)} of WAL (max_retained_wal ${formatBytes(options.maxRetainedBytes)}): run the pipeline more often, or drop the slot (tidemark cdc drop) if the pipeline is gone`,
-      );
+      warnings.push(retainedLogWarning(slot, retained, options.maxRetainedBytes));
     }
     return { actions, warnings, exists: slots !== undefined };
   }
@@ -514,8 +513,3 @@ function quoteLiteral(text: string): string {
   return `'${text.replace(/'/g, "''")}'`;
 }
 
-function formatBytes(n: number): string {
-  if (n >= 1024 ** 3) return `${(n / 1024 ** 3).toFixed(1)} GB`;
-  if (n >= 1024 ** 2) return `${(n / 1024 ** 2).toFixed(1)} MB`;
-  return `${n} bytes`;
-}

@@ -168,6 +168,7 @@
       notes.push(h('div', { class: 'note warn', dataset: { role: 'stale' } }, `Showing the last known data${p.stale.dataFrom ? ` (read ${ago(p.stale.dataFrom)})` : ' (none read yet)'}: ${p.stale.reason}.`));
     }
     if (p.error) notes.push(h('div', { class: 'note error', dataset: { role: 'error' } }, p.error));
+    for (const w of p.warnings || []) notes.push(h('div', { class: 'note warn', dataset: { role: 'source-warning' } }, w));
     return notes;
   }
 

@@ -196,6 +196,22 @@ export class PostgresChangeLog implements ChangeLogSource {
     return rows[0];
   }
 
+  /**
+   * The run holds the pipeline's lease, so a walsender still on the slot belongs to a run that has ended (its server
+   * side outlives the client for a moment) or lost its lease: wait for it to let go, and end it if it does not, so no
+   * zombie keeps reading or acknowledging.
+   */
+  private async claimSlot(slot: string): Promise<void> {
+    for (let attempt = 0; ; attempt += 1) {
+      const rows = await this.query<{ pid: number | null }>(`SELECT active_pid AS pid FROM pg_replication_slots WHERE slot_name = $1`, [slot]);
+      const pid = rows[0]?.pid ?? null;
+      if (pid === null) return;
+      if (attempt === 50) await this.query(`SELECT pg_terminate_backend($1)`, [pid]);
+      if (attempt > 100) throw new Error(`replication slot "${slot}" stays active for PID ${pid}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+
   async snapshot(request: ChangeLogRequest, options: { initial: boolean }): Promise<LogSnapshot> {
     const slot = slotName(request.pipeline);
     const replication = await this.connect(true);
@@ -257,6 +273,7 @@ export class PostgresChangeLog implements ChangeLogSource {
     const slot = slotName(request.pipeline);
     const byName = new Map(request.tables.map((t) => [normaliseTable(t.table), t.table]));
     const notNull = await this.notNullColumns(request);
+    await this.claimSlot(slot);
     const client = await this.connect(true);
     const stream = client.query(
       copyBoth(`START_REPLICATION SLOT ${quoteIdent(slot)} LOGICAL 0/0 (proto_version '1', publication_names ${quoteLiteral(quoteIdent(slot))}, messages 'true')`, {

@@ -2,6 +2,7 @@
  * DuckDB, the embedded default destination. Rows reach a temp staging table through DuckDB's appender; one
  * transaction moves them into the target together with state, runs and rejects.
  */
+import { totalmem } from 'node:os';
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { DuckDBInstance, listValue, type DuckDBAppender, type DuckDBConnection, type DuckDBValue } from '@duckdb/node-api';
@@ -214,8 +215,17 @@ function duckDbDialect(connection: DuckDBConnection, schema: string, memoryLimit
       // DuckDB reads the files itself: no row crosses into JS, and INSERT casts each column to the target type.
       const values: DuckDBValue[] = scan.params.map((p) => (typeof p === 'string' ? p : listValue([...p])));
       const names = columns.map((c) => quoteIdent(c)).join(', ');
-      const result = await connection.run(`INSERT INTO ${quoteIdent(schema)}.${quoteIdent(table)} (${names}) SELECT * FROM (${scan.sql})`, values);
-      return result.rowsChanged;
+      // The JSON reader reserves buffers of twice its maximum_object_size (1 GiB, so that one record may be that big)
+      // for a compressed file, which the load's memory limit would refuse: JSON scans run under DuckDB's own default
+      // (80 % of RAM; set explicitly, since RESET leaves the buffer manager at the old limit).
+      const json = scan.sql.includes('read_json(');
+      if (json) await connection.run(`SET memory_limit = '${Math.floor((totalmem() * 0.8) / 2 ** 20)}MB'`);
+      try {
+        const result = await connection.run(`INSERT INTO ${quoteIdent(schema)}.${quoteIdent(table)} (${names}) SELECT * FROM (${scan.sql})`, values);
+        return result.rowsChanged;
+      } finally {
+        if (json) await connection.run(`SET memory_limit = ${quoteString(memoryLimit)}`);
+      }
     },
   };
 }

@@ -55,7 +55,7 @@ export async function create(db: string, rows: number): Promise<string> {
   await writeFile(
     config,
     `name: trips\nsource:\n  type: mysql\n  url: ${BASE}/${db}\nstreams:\n  - table: trips\n    primary_key: trip_id\n    cursor: updated_at\n` +
-      `destination:\n  type: duckdb\n  path: ${join(dir, 'warehouse.duckdb')}\n`,
+      `destination:\n  type: duckdb\n  path: ${join(dir, 'warehouse.duckdb')}\n  memory_limit: 128MB\n`,
   );
   return dir;
 }

@@ -152,7 +152,7 @@ async function main(): Promise<void> {
   await writeFile(
     config,
     `name: trips\nsource:\n  type: postgres\n  url: ${url}\nstreams:\n  - table: public.trips\n    primary_key: trip_id\n    cursor: updated_at\n` +
-      `destination:\n  type: duckdb\n  path: ${warehouse}\n`,
+      `destination:\n  type: duckdb\n  path: ${warehouse}\n  memory_limit: 128MB\n`,
   );
   await admin(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
   await admin(`CREATE DATABASE ${DB}`);

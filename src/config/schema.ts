@@ -93,7 +93,7 @@ export const duckdbDestinationSchema = z
       .string()
       .regex(/^\d+(\.\d+)?\s*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)$/i, 'a size such as 256MB or 2GiB')
       .optional()
-      .describe("DuckDB's memory limit for tidemark's connection (default 128MB): the table pages it keeps cached; more spills to disk."),
+      .describe("DuckDB's memory limit for tidemark's connection (default DuckDB's own, 80 % of RAM; 128MB keeps a long load's memory flat): the table pages it keeps cached; more spills to disk."),
   })
   .strict()
   .describe('Loads into a DuckDB file; data, state and run records commit in one transaction.');

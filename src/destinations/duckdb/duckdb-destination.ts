@@ -88,7 +88,9 @@ function fromText(spec: BulkColumn, c: string): string {
  * grew with the table (bulk path: 1M taxi rows 288 MB, 3M 409 MB; with 128MB: 338 and 358 MB). Pages over the limit are evicted (they are on disk) and
  * operators spill to the database's temp directory, so a bound costs a long load nothing it needs.
  */
-const DEFAULT_MEMORY_LIMIT = '128MB';
+// Not bounded by default: the JSON reader reserves twice its maximum_object_size (1 GiB) for a compressed file and
+// for explaining a bad line, which a tight bound refuses; `memory_limit: 128MB` keeps a long load's memory flat.
+const DEFAULT_MEMORY_LIMIT = `${Math.floor((totalmem() * 0.8) / 2 ** 20)}MB`;
 
 /** DuckDB's default line limit; longer rows raise it for that chunk. */
 const DEFAULT_MAX_LINE = 2_097_152;
@@ -215,17 +217,8 @@ function duckDbDialect(connection: DuckDBConnection, schema: string, memoryLimit
       // DuckDB reads the files itself: no row crosses into JS, and INSERT casts each column to the target type.
       const values: DuckDBValue[] = scan.params.map((p) => (typeof p === 'string' ? p : listValue([...p])));
       const names = columns.map((c) => quoteIdent(c)).join(', ');
-      // The JSON reader reserves buffers of twice its maximum_object_size (1 GiB, so that one record may be that big)
-      // for a compressed file, which the load's memory limit would refuse: JSON scans run under DuckDB's own default
-      // (80 % of RAM; set explicitly, since RESET leaves the buffer manager at the old limit).
-      const json = scan.sql.includes('read_json(');
-      if (json) await connection.run(`SET memory_limit = '${Math.floor((totalmem() * 0.8) / 2 ** 20)}MB'`);
-      try {
-        const result = await connection.run(`INSERT INTO ${quoteIdent(schema)}.${quoteIdent(table)} (${names}) SELECT * FROM (${scan.sql})`, values);
-        return result.rowsChanged;
-      } finally {
-        if (json) await connection.run(`SET memory_limit = ${quoteString(memoryLimit)}`);
-      }
+      const result = await connection.run(`INSERT INTO ${quoteIdent(schema)}.${quoteIdent(table)} (${names}) SELECT * FROM (${scan.sql})`, values);
+      return result.rowsChanged;
     },
   };
 }

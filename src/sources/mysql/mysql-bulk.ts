@@ -13,7 +13,7 @@
  * - text, JSON, ENUM/SET converted to utf8mb4, quoted by the client (quotes doubled); NULL as an empty unquoted field.
  * Segments are cast to binary so they arrive as bytes (no UTF-8 decoding on the client).
  */
-import { mkdtemp, readdir, rm, unlink } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BulkChunk } from '../../core/connector.js';
@@ -21,7 +21,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { processAlive } from '../../shared/process.js';
-import { CsvChunker, type FinishedChunk, type RowKey } from '../postgres/csv-chunks.js';
+import { bulkChunkOf, CsvChunker, type RowKey } from '../postgres/csv-chunks.js';
 import { decoderFor } from '../postgres/pg-types.js';
 import type { BitColumn } from './mysql-types.js';
 
@@ -200,23 +200,13 @@ export async function* mysqlChunks(options: {
     wake = undefined;
     w?.();
   };
-  const toChunk = (c: FinishedChunk<Position>, uniqueKey: boolean): BulkChunk => ({
-    path: c.path,
-    rows: c.rows,
-    maxRowBytes: c.maxRowBytes,
-    uniqueKey,
-    ...(c.last?.position.last ? { last: c.last.position.last } : {}),
-    ...(c.last?.position.lastPk ? { lastPk: c.last.position.lastPk } : {}),
-    ...(c.first?.position.last ? { firstCursor: c.first.position.last.cursor.value } : {}),
-    release: () => unlink(c.path).catch(() => undefined),
-  });
   const chunker = new CsvChunker<Position>({
     dir,
     chunkRows: options.chunkRows,
     ...(options.keys.keyOf ? { keyOf: options.keys.keyOf } : {}),
     sameGroup: options.keys.sameGroup,
     onChunk: (c) => {
-      ready.push(toChunk(c, options.uniqueKey));
+      ready.push(bulkChunkOf(c, options.uniqueKey));
       notify();
     },
   });

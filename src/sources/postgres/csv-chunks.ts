@@ -7,7 +7,10 @@
  * complete, so a cut always falls between rows.
  */
 import { closeSync, openSync, writeSync } from 'node:fs';
+import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { BulkChunk } from '../../core/connector.js';
+import type { TypedValue, Watermark } from '../../core/types.js';
 import { parseCsvRow } from '../../shared/bulk-csv.js';
 
 export { parseCsvRow };
@@ -38,6 +41,26 @@ export interface FinishedChunk<P> {
   readonly maxRowBytes: number;
   readonly first?: RowKey<P>;
   readonly last?: RowKey<P>;
+}
+
+/** Where a chunk's rows stand: the watermark of an incremental read, the key of a keyset read. */
+export interface ChunkPosition {
+  readonly last?: Watermark;
+  readonly lastPk?: readonly TypedValue[];
+}
+
+/** A finished chunk file as a source hands it over; releasing it deletes the file. */
+export function bulkChunkOf(c: FinishedChunk<ChunkPosition>, uniqueKey: boolean): BulkChunk {
+  return {
+    path: c.path,
+    rows: c.rows,
+    maxRowBytes: c.maxRowBytes,
+    uniqueKey,
+    ...(c.last?.position.last ? { last: c.last.position.last } : {}),
+    ...(c.last?.position.lastPk ? { lastPk: c.last.position.lastPk } : {}),
+    ...(c.first?.position.last ? { firstCursor: c.first.position.last.cursor.value } : {}),
+    release: () => unlink(c.path).catch(() => undefined),
+  };
 }
 
 export class CsvChunker<P> {

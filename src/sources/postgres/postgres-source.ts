@@ -5,7 +5,7 @@
  * COPY takes no bind parameters, so watermark values are bound into transaction-local settings with `set_config($n)`
  * and read back in the predicate with `current_setting(…)::type`: values never enter the SQL text.
  */
-import { mkdtemp, readdir, rm, unlink } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type pg from 'pg';
@@ -18,7 +18,7 @@ import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { CopyTextParser } from './copy-text.js';
-import { CsvChunker, type FinishedChunk, type RowKey } from './csv-chunks.js';
+import { bulkChunkOf, CsvChunker, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
 import { processAlive } from '../../shared/process.js';
 import { PostgresChangeLog } from './pg-change-log.js';
@@ -413,23 +413,13 @@ export class PostgresSource implements Source {
       wake = undefined;
       w?.();
     };
-    const toChunk = (c: FinishedChunk<P>): BulkChunk => ({
-      path: c.path,
-      rows: c.rows,
-      maxRowBytes: c.maxRowBytes,
-      uniqueKey,
-      ...(c.last?.position.last ? { last: c.last.position.last } : {}),
-      ...(c.last?.position.lastPk ? { lastPk: c.last.position.lastPk } : {}),
-      ...(c.first?.position.last ? { firstCursor: c.first.position.last.cursor.value } : {}),
-      release: () => unlink(c.path).catch(() => undefined),
-    });
     const chunker = new CsvChunker<P>({
       dir,
       chunkRows: options.chunkRows,
       ...(options.keyOf ? { keyOf: options.keyOf } : {}),
       sameGroup: options.sameGroup,
       onChunk: (c) => {
-        ready.push(toChunk(c));
+        ready.push(bulkChunkOf(c, uniqueKey));
         notify();
       },
     });

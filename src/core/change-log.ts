@@ -85,7 +85,19 @@ export interface RelationChange {
   readonly kind: 'relation';
   readonly table: string;
   readonly columns: readonly Column[];
+  /**
+   * By column name: what every row already in the table at this point of the log holds in that column, should the
+   * column be new here (an `ADD COLUMN … DEFAULT` writes no log for the rows it fills). A column absent holds NULL in
+   * those rows. The source cannot tell which columns are new; the engine, which knows the columns it has seen, can.
+   */
+  readonly existing?: Readonly<Record<string, ExistingValue>>;
 }
+
+/**
+ * A column's value in rows the log never rewrote: `value`, or `unknown` with the reason (a volatile default, a table
+ * rewrite): those rows hold values the log does not show, so a mirror cannot follow.
+ */
+export type ExistingValue = { readonly value: Value } | { readonly unknown: string };
 
 export type Change = RowChange | TruncateChange | RelationChange;
 
@@ -158,8 +170,8 @@ export interface ChangeLogSource {
 }
 
 /**
- * What a destination applies to one table inside a load commit, in this order: `truncate`, then `deletes`, then
- * `upserts`, then `patches`. The engine collapses a commit's changes so each key appears at most once over
+ * What a destination applies to one table inside a load commit, in this order: `truncate`, then `fills`, then
+ * `deletes`, then `upserts`, then `patches`. The engine collapses a commit's changes so each key appears at most once over
  * `deletes`, `upserts` and `patches`. Keys are values of `TableTarget.schema.primaryKey`, in that order.
  */
 export interface ChangeSet {
@@ -168,6 +180,11 @@ export interface ChangeSet {
    * value instead (soft deletes).
    */
   readonly truncate?: { readonly mark?: { readonly column: string; readonly value: Value } };
+  /**
+   * Columns set to a value in every row the table holds (a column the source added with a default: rows the log
+   * never rewrote). Target schema column indexes, each at most once.
+   */
+  readonly fills?: readonly { readonly column: number; readonly value: Value }[];
   readonly deletes: readonly (readonly Value[])[];
   /** Whole rows (target schema order): replace the row with the same key, or insert. */
   readonly upserts: readonly Row[];

@@ -28,6 +28,7 @@ import { comparePositions } from './binlog-position.js';
 import type { BinlogReader, RowChange as BinlogChange, RowImage } from './binlog-reader.js';
 import { binaryLogs, checkLogSetup, currentPosition, logSettings, startSnapshot, type LogConn } from './binlog-setup.js';
 import { binlogRow, imageMatches } from './binlog-values.js';
+import { COLUMN_DEFAULTS_SQL, existingValues, type ColumnDefaultRow } from './column-defaults.js';
 
 /** What the change log needs of its MySQL source: a query on its connection, and the table source's discovery. */
 export interface MysqlLogHost {
@@ -108,7 +109,7 @@ export class MysqlChangeLog implements ChangeLogSource {
   async *read(request: ChangeLogRequest, read: LogReadRequest): AsyncGenerator<LogTransaction> {
     const tables = await this.resolve(request);
     const byKey = new Map(tables.map((t) => [`${t.database}.${t.name}`, t]));
-    const { basename } = await logSettings(this.conn());
+    const { basename, mariadb } = await logSettings(this.conn());
     const { BinlogReader } = await import('./binlog-reader.js');
     const { maxSkewMs: _skew, ...connection } = this.options;
     const reader: BinlogReader = new BinlogReader({
@@ -145,7 +146,8 @@ export class MysqlChangeLog implements ChangeLogSource {
           if (known === undefined || !imageMatches(known, image)) {
             known = await this.columnsOf(t, image, txn.position);
             columns.set(change.table, known);
-            changes.push({ kind: 'relation', table: t.table, columns: known });
+            const defaults = (await this.host.query(COLUMN_DEFAULTS_SQL, [t.database, t.name])) as ColumnDefaultRow[];
+            changes.push({ kind: 'relation', table: t.table, columns: known, existing: existingValues(known, defaults, mariadb) });
           }
           changes.push(rowChange(t, known, change, txn.position));
         }

@@ -7,7 +7,7 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { canonicalDecimal } from '../../../src/core/values.js';
+import { canonicalRows as canonical, comparedColumns } from '../../helpers/canonical-rows.js';
 import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { duckdbQuery, sqliteQuery } from '../../helpers/warehouse.js';
@@ -25,18 +25,8 @@ afterAll(async () => {
 });
 
 const suffix = Math.random().toString(36).slice(2, 8);
-/** Every column the source ends with; `dec` ones compare as canonical decimals (SQLite trims trailing zeros). */
-const COLUMNS: readonly { readonly name: string; readonly dec?: boolean }[] = [
-  { name: 'id' },
-  { name: 'note' },
-  { name: 'amount', dec: true },
-  { name: 'qty' },
-  { name: 'label' },
-  { name: 'big' },
-  { name: 'plain' },
-  { name: 'price', dec: true },
-  { name: 'tag' },
-];
+/** Every column the source ends with. */
+const COLUMNS = comparedColumns('id note amount:dec qty label big plain price:dec tag');
 
 async function sourceDb(): Promise<PgTestDb> {
   const db = await createCdcDb('cdcfill');
@@ -46,34 +36,20 @@ async function sourceDb(): Promise<PgTestDb> {
   return db;
 }
 
-function canonicalRows(rows: readonly Record<string, unknown>[], present: readonly string[]): string[] {
-  return rows
-    .map((r) =>
-      JSON.stringify(
-        COLUMNS.filter((c) => present.includes(c.name)).map((c) => {
-          const v = r[c.name];
-          if (v === null || v === undefined) return null;
-          return c.dec ? canonicalDecimal(String(v)) : String(v);
-        }),
-      ),
-    )
-    .sort();
-}
-
 async function sourceRows(db: PgTestDb, present: readonly string[]): Promise<string[]> {
-  return canonicalRows(await db.sql(`SELECT ${present.map((c) => `${c}::text AS ${c}`).join(', ')} FROM items`), present);
+  return canonical(COLUMNS, await db.sql(`SELECT ${present.map((c) => `${c}::text AS ${c}`).join(', ')} FROM items`), present);
 }
 
 async function destinationRows(destination: CdcDestination, present: readonly string[]): Promise<string[]> {
   const select = (cast: string) => `SELECT ${present.map((c) => `CAST(${c} AS ${cast}) AS ${c}`).join(', ')} FROM items`;
-  if (destination.type === 'duckdb') return canonicalRows(await duckdbQuery(destination.path, select('VARCHAR')), present);
-  if (destination.type === 'sqlite') return canonicalRows(sqliteQuery(destination.path, select('TEXT')), present);
+  if (destination.type === 'duckdb') return canonical(COLUMNS, await duckdbQuery(destination.path, select('VARCHAR')), present);
+  if (destination.type === 'sqlite') return canonical(COLUMNS, sqliteQuery(destination.path, select('TEXT')), present);
   if (destination.type !== 'postgres') throw new Error('no reader');
   const pg = (await import('pg')).default;
   const c = new pg.Client({ connectionString: destination.url, types: { getTypeParser: () => (v: string) => v } as unknown as import('pg').CustomTypesConfig });
   await c.connect();
   try {
-    return canonicalRows((await c.query(`${select('text')}`.replace('FROM items', `FROM "${destination.schema}".items`))).rows as Record<string, unknown>[], present);
+    return canonical(COLUMNS, (await c.query(`${select('text')}`.replace('FROM items', `FROM "${destination.schema}".items`))).rows as Record<string, unknown>[], present);
   } finally {
     await c.end();
   }

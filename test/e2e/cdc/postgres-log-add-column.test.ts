@@ -75,21 +75,25 @@ async function runOk(config: string): Promise<void> {
   expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
 }
 
+/** One commit batch (under checkpoint_rows 500): changes before the ALTERs, the ALTERs, changes after them. */
+async function alterInOneBatch(db: PgTestDb): Promise<void> {
+  await db.sql(`INSERT INTO items SELECT g, 'new ' || g, g FROM generate_series(3001, 3100) g`);
+  await db.sql(`UPDATE items SET note = 'before' WHERE id <= 50`);
+  await db.sql(`ALTER TABLE items ADD COLUMN qty int NOT NULL DEFAULT 7`);
+  await db.sql(`ALTER TABLE items ADD COLUMN label text DEFAULT 'it''s "quoted" {x}', ADD COLUMN big bigint DEFAULT 9007199254740993`);
+  await db.sql(`ALTER TABLE items ADD COLUMN plain int`);
+  await db.sql(`UPDATE items SET qty = 1, note = 'after' WHERE id BETWEEN 41 AND 60`);
+  await db.sql(`INSERT INTO items (id, note, qty, label, big, plain) SELECT g, 'own ' || g, g, NULL, -g, g FROM generate_series(3101, 3150) g`);
+  await db.sql(`INSERT INTO items (id, note) VALUES (3151, 'defaults')`);
+  await db.sql(`DELETE FROM items WHERE id BETWEEN 61 AND 70 OR id = 3001`);
+}
+
 describe.each(['duckdb', 'sqlite', 'postgres'] as const)('ADD COLUMN with a default, strategy log into %s', (kind) => {
   it('gives the rows the log never rewrote the default, in the same commit as the changes around the ALTER', async () => {
     const { db, destination, config } = await setUp(kind, `addcol_${kind}`);
     await runOk(config);
 
-    // One commit batch (under checkpoint_rows 500): changes before the ALTERs, the ALTERs, changes after them.
-    await db.sql(`INSERT INTO items SELECT g, 'new ' || g, g FROM generate_series(3001, 3100) g`);
-    await db.sql(`UPDATE items SET note = 'before' WHERE id <= 50`);
-    await db.sql(`ALTER TABLE items ADD COLUMN qty int NOT NULL DEFAULT 7`);
-    await db.sql(`ALTER TABLE items ADD COLUMN label text DEFAULT 'it''s "quoted" {x}', ADD COLUMN big bigint DEFAULT 9007199254740993`);
-    await db.sql(`ALTER TABLE items ADD COLUMN plain int`);
-    await db.sql(`UPDATE items SET qty = 1, note = 'after' WHERE id BETWEEN 41 AND 60`);
-    await db.sql(`INSERT INTO items (id, note, qty, label, big, plain) SELECT g, 'own ' || g, g, NULL, -g, g FROM generate_series(3101, 3150) g`);
-    await db.sql(`INSERT INTO items (id, note) VALUES (3151, 'defaults')`);
-    await db.sql(`DELETE FROM items WHERE id BETWEEN 61 AND 70 OR id = 3001`);
+    await alterInOneBatch(db);
     await runOk(config);
     const six = ['id', 'note', 'amount', 'qty', 'label', 'big', 'plain'];
     expect(await destinationRows(destination, six)).toEqual(await sourceRows(db, six));
@@ -129,4 +133,47 @@ describe('ADD COLUMN with a volatile default, strategy log', () => {
     const qty = await duckdbQuery((destination as { path: string }).path, `SELECT count(*)::INT AS n FROM items WHERE qty IS NULL`);
     expect(qty[0]!.n).toBe(0);
   });
+});
+
+describe('ADD COLUMN with a default, strategy log with write: append', () => {
+  it('rewrites no recorded version, and a volatile default does not stop it', async () => {
+    const db = await sourceDb();
+    const dir = join(root, 'addcol_append');
+    await mkdir(dir, { recursive: true });
+    const path = join(dir, 'w.duckdb');
+    const config = await writeYaml(
+      dir,
+      'p.yaml',
+      cdcPipelineYaml({ name: `addcol_append_${suffix}`, url: db.url, destination: { type: 'duckdb', path }, streams: [{ table: 'public.items', strategy: 'log', write: 'append', checkpoint_rows: 500 }] }),
+    );
+    await runOk(config);
+    await db.sql(`UPDATE items SET note = 'before' WHERE id <= 10`);
+    await db.sql(`ALTER TABLE items ADD COLUMN qty int NOT NULL DEFAULT 7`);
+    await db.sql(`ALTER TABLE items ADD COLUMN r float8 DEFAULT random()`);
+    await db.sql(`UPDATE items SET note = 'after' WHERE id <= 5`);
+    await runOk(config);
+    const versions = await duckdbQuery(
+      path,
+      `SELECT _tidemark_op AS op, note, count(*)::INT AS n, count(qty)::INT AS qty, count(r)::INT AS r FROM items GROUP BY ALL ORDER BY op, note NULLS FIRST`,
+    );
+    expect(versions.filter((v) => v.op !== 'snapshot')).toEqual([
+      { op: 'update', note: 'after', n: 5, qty: 5, r: 5 },
+      { op: 'update', note: 'before', n: 10, qty: 0, r: 0 },
+    ]);
+    expect(versions.filter((v) => v.op === 'snapshot').reduce((n, v) => n + Number(v.qty), 0)).toBe(0);
+  });
+});
+
+describe('ADD COLUMN with a default, kill -9 around the commit that applies it', () => {
+  it.each(['load.before_commit=1', 'load.after_commit=1'])('at %s: the next run gives the default to exactly the rows from before', async (point) => {
+    const { db, destination, config } = await setUp('duckdb', `addcol_kill_${point.replace(/[=.]/g, '_')}`);
+    await runOk(config);
+    await alterInOneBatch(db);
+    const crashed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: `${point}:kill` } });
+    expect(crashed.signal).toBe('SIGKILL');
+    await db.sql(`UPDATE items SET qty = 2 WHERE id BETWEEN 200 AND 210`);
+    await runOk(config);
+    const six = ['id', 'note', 'amount', 'qty', 'label', 'big', 'plain'];
+    expect(await destinationRows(destination, six)).toEqual(await sourceRows(db, six));
+  }, 120_000);
 });

@@ -155,6 +155,12 @@ export interface ChangeLogSource {
   snapshot(request: ChangeLogRequest, options: { readonly initial: boolean }): Promise<LogSnapshot>;
   /** The source's current log position: `run` reads up to it and stops. */
   currentPosition(): Promise<string>;
+  /**
+   * What the rows of `table` hold now in each column, as a relation change's `existing` says it. The engine asks at
+   * the end of a bounded read for columns the table has that the log never described (an ALTER no change of the
+   * table has followed yet, so every row is from before it). Without it, those rows get values with the next change.
+   */
+  existing?(request: ChangeLogRequest, table: string): Promise<Readonly<Record<string, ExistingValue>>>;
   /** Committed transactions after `request.after`, whole, in commit order. */
   read(request: ChangeLogRequest, read: LogReadRequest): AsyncIterable<LogTransaction>;
   /**

@@ -298,6 +298,7 @@ class LogLoader {
     let pendingChanges = 0;
     let lastPosition: string | undefined;
     let lastCommit = Date.now();
+    let reachedEnd = false;
     const commitPending = async () => {
       if (lastPosition === undefined) return;
       const position = lastPosition;
@@ -324,7 +325,10 @@ class LogLoader {
           if (pendingChanges > 0 && Date.now() - lastCommit >= interval) await commitPending();
           continue;
         }
-        if (result.done) break;
+        if (result.done) {
+          reachedEnd = true;
+          break;
+        }
         next = iterator.next();
         const txn = result.value;
         pendingChanges += this.apply(txn, byTable);
@@ -337,6 +341,7 @@ class LogLoader {
     }
     // Whole transactions only are pending: a stop (SIGTERM) keeps them too.
     await commitPending();
+    if (until !== undefined && reachedEnd && !this.ctx.signal?.aborted) await this.fillUndescribed(until);
     // Everything up to `until` is applied and committed: the slot may let go of the WAL before it, relevant or not.
     if (until !== undefined && !this.ctx.signal?.aborted) {
       const applied = this.streams.map((s) => s.log!.position).reduce((a, b) => (this.log.compare(a, b) >= 0 ? a : b));
@@ -404,12 +409,31 @@ class LogLoader {
     const described = s.log!.columns ?? [];
     const fresh = change.columns.filter((c) => !described.includes(c.name));
     if (fresh.length === 0) return;
-    for (const column of fresh) this.fill(s, column, change, txn);
+    for (const column of fresh) this.fill(s, column, change, txn.position);
     s.log = { ...s.log!, columns: [...described, ...fresh.map((c) => c.name)] };
   }
 
-  /** The rows written before a column was added (in the destination, and pending) get its value there. */
-  private fill(s: LogStream, column: Column, change: RelationChange, txn: LogTransaction): void {
+  /**
+   * Columns the table had when the run began that the log has not described up to `until`: added by an ALTER that
+   * no change of the table has followed (each would have come with them), so every row is from before it.
+   */
+  private async fillUndescribed(until: string): Promise<void> {
+    const touched: LogStream[] = [];
+    for (const s of this.streams) {
+      const described = s.log!.columns ?? [];
+      const missing = s.schema.columns.slice(0, s.sourceColumns).filter((c) => !described.includes(c.name));
+      if (missing.length === 0 || this.log.existing === undefined) continue;
+      const existing = await this.log.existing(this.request, s.config.table!);
+      const change: RelationChange = { kind: 'relation', table: s.config.table!, columns: missing, existing };
+      for (const column of missing) this.fill(s, column, change, until);
+      s.log = { ...s.log!, columns: [...described, ...missing.map((c) => c.name)] };
+      touched.push(s);
+    }
+    if (touched.length) await this.commit(touched);
+  }
+
+  /** The rows written before a column was added at `position` (in the destination, and pending) get its value there. */
+  private fill(s: LogStream, column: Column, change: RelationChange, position: string): void {
     // A change log records versions as they were: a version written before the column existed had no value for it.
     if (s.config.write === 'append') return;
     const existing = change.existing?.[column.name];
@@ -418,7 +442,7 @@ class LogLoader {
     const recover = `tidemark state reset ${s.config.name} --config <pipeline file> takes a new snapshot`;
     if ('unknown' in existing) {
       throw new SourceError(
-        `column ${column.name} was added to ${change.table} and the rows from before it hold values the log does not carry (${existing.unknown}); the stream stops before log position ${txn.position} rather than keep NULL there: ${recover}`,
+        `column ${column.name} was added to ${change.table} and the rows from before it hold values the log does not carry (${existing.unknown}); the stream stops before log position ${position} rather than keep NULL there: ${recover}`,
         { context: where },
       );
     }
@@ -427,7 +451,7 @@ class LogLoader {
     const refused = this.ctx.destination.rejectReason(column.type, value);
     if (refused !== undefined) throw new SourceError(`column ${column.name} of ${change.table}: its default ${refused}; the destination cannot hold this value exactly`, { context: where });
     // A key range copied from a snapshot newer than the ALTER already holds the column's true values.
-    if (s.log!.segments?.some((g) => this.log.compare(g.position, txn.position) > 0) === true) {
+    if (s.log!.segments?.some((g) => this.log.compare(g.position, position) > 0) === true) {
       throw new SourceError(`column ${column.name} was added to ${change.table} while the table copy was resumed from a newer snapshot: its rows cannot all be given the default alike; ${recover}`, { context: where });
     }
     const at = s.schema.columns.findIndex((c) => c.name === column.name);

@@ -14,6 +14,7 @@ import type {
   ChangeLogSetup,
   ChangeLogSource,
   ChangeLogStatus,
+  ExistingValue,
   LogReadRequest,
   LogSnapshot,
   LogTransaction,
@@ -146,8 +147,7 @@ export class MysqlChangeLog implements ChangeLogSource {
           if (known === undefined || !imageMatches(known, image)) {
             known = await this.columnsOf(t, image, txn.position);
             columns.set(change.table, known);
-            const defaults = (await this.host.query(COLUMN_DEFAULTS_SQL, [t.database, t.name])) as ColumnDefaultRow[];
-            changes.push({ kind: 'relation', table: t.table, columns: known, existing: existingValues(known, defaults, mariadb) });
+            changes.push({ kind: 'relation', table: t.table, columns: known, existing: await this.existingOf(t, known, mariadb) });
           }
           changes.push(rowChange(t, known, change, txn.position));
         }
@@ -176,6 +176,18 @@ export class MysqlChangeLog implements ChangeLogSource {
       );
     }
     return own;
+  }
+
+  async existing(request: ChangeLogRequest, table: string): Promise<Record<string, ExistingValue>> {
+    const t = (await this.resolve(request)).find((r) => r.table === table);
+    if (t === undefined) return {};
+    const schema = await this.host.discover({ name: t.stream, table: `${t.database}.${t.name}`, primaryKey: t.primaryKey });
+    return this.existingOf(t, schema.columns, (await logSettings(this.conn())).mariadb);
+  }
+
+  private async existingOf(t: ResolvedTable, columns: readonly Column[], mariadb: boolean): Promise<Record<string, ExistingValue>> {
+    const defaults = (await this.host.query(COLUMN_DEFAULTS_SQL, [t.database, t.name])) as ColumnDefaultRow[];
+    return existingValues(columns, defaults, mariadb);
   }
 
   async acknowledge(_request: ChangeLogRequest, _position: string): Promise<void> {

@@ -499,6 +499,17 @@ export class PostgresChangeLog implements ChangeLogSource {
     return out;
   }
 
+  async existing(_request: ChangeLogRequest, table: string): Promise<Record<string, ExistingValue>> {
+    const rows = await this.query<{ relid: string; name: string; oid: string; typmod: string }>(
+      `SELECT attrelid::text AS relid, attname AS name, atttypid::text AS oid, atttypmod::text AS typmod
+         FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+      [quoteQualified(table)],
+    );
+    if (rows.length === 0) return {};
+    const info = await this.tableInfo(rows.map((r) => ({ name: r.name, typeOid: Number(r.oid), typmod: Number(r.typmod), key: false })), () => true);
+    return this.existingValues(Number(rows[0]!.relid), info);
+  }
+
   private async notNullColumns(request: ChangeLogRequest): Promise<Map<string, Set<string>>> {
     const out = new Map<string, Set<string>>();
     for (const t of request.tables) {

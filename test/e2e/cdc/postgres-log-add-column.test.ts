@@ -110,6 +110,22 @@ describe.each(['duckdb', 'sqlite', 'postgres'] as const)('ADD COLUMN with a defa
   });
 });
 
+describe('ADD COLUMN with a default and no change after it', () => {
+  it('gives every row the default at the end of the run that read up to the ALTER', async () => {
+    const { db, destination, config } = await setUp('duckdb', 'addcol_last');
+    await runOk(config);
+    await db.sql(`UPDATE items SET note = 'before' WHERE id <= 10`);
+    await db.sql(`ALTER TABLE items ADD COLUMN qty int NOT NULL DEFAULT 7, ADD COLUMN label text DEFAULT 'x', ADD COLUMN plain int`);
+    await runOk(config);
+    const cols = ['id', 'note', 'amount', 'qty', 'label', 'plain'];
+    expect(await destinationRows(destination, cols)).toEqual(await sourceRows(db, cols));
+    // The next change comes with the columns the run has already filled: nothing is filled twice.
+    await db.sql(`UPDATE items SET qty = 1, label = NULL WHERE id BETWEEN 5 AND 20`);
+    await runOk(config);
+    expect(await destinationRows(destination, cols)).toEqual(await sourceRows(db, cols));
+  });
+});
+
 describe('ADD COLUMN with a volatile default, strategy log', () => {
   it('stops the stream with an error naming the column and the way back, and a reset mirrors the table again', async () => {
     const { db, destination, config } = await setUp('duckdb', 'addcol_volatile');

@@ -94,6 +94,22 @@ describe.each(['duckdb', 'sqlite', 'postgres'] as const)('mysql ADD COLUMN with 
   });
 });
 
+describe('mysql ADD COLUMN with a default and no change after it', () => {
+  it('gives every row the default at the end of the run that read up to the ALTER', async () => {
+    const config = await pipeline('duckdb');
+    await runOk(config);
+    await db.sql(`UPDATE items SET note = 'before' WHERE id <= 10`);
+    await db.sql(`ALTER TABLE items ADD COLUMN qty int NOT NULL DEFAULT 7, ADD COLUMN label varchar(40) DEFAULT 'x', ADD COLUMN plain int`);
+    await runOk(config);
+    const cols = ['id', 'note', 'amount', 'qty', 'label', 'plain'];
+    expect(await destinationRows('duckdb', cols)).toEqual(await sourceRows(cols));
+    // The next change comes with the columns the run has already filled: nothing is filled twice.
+    await db.sql(`UPDATE items SET qty = 1, label = NULL WHERE id BETWEEN 5 AND 20`);
+    await runOk(config);
+    expect(await destinationRows('duckdb', cols)).toEqual(await sourceRows(cols));
+  });
+});
+
 describe('mysql ADD COLUMN with an expression default, strategy log', () => {
   it('stops the stream with an error naming the column and the way back, and a reset mirrors the table again', async () => {
     const config = await pipeline('duckdb');

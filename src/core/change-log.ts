@@ -1,7 +1,7 @@
 /**
  * The seam for `strategy: log` (change data capture): a source that can read its database's own change log
  * (Postgres logical replication, MySQL/MariaDB binlog) offers `Source.changeLog`; a destination that can apply
- * changes (deletes, upserts, column patches, truncates) inside its load commit declares `capabilities.changes`.
+ * changes (deletes, upserts, column patches and fills, truncates) inside its load commit declares `capabilities.changes`.
  * Neither side knows the other; the engine (src/engine/log-load.ts) joins them. Nothing here does I/O.
  *
  * Positions are opaque strings chosen by the source; only the source compares them (`compare`). Every transaction

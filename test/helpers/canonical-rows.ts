@@ -1,10 +1,13 @@
 /** Rows from either end of a mirror as sorted canonical text, so every column of every row compares exactly. */
-import { canonicalDecimal } from '../../src/core/values.js';
+import { canonicalDecimal, canonicalTimestamp } from '../../src/core/values.js';
 
-/** A column to compare; `dec` ones compare as canonical decimals (SQLite keeps them without trailing zeros). */
+/**
+ * A column to compare; `dec` ones compare as canonical decimals (SQLite keeps them without trailing zeros), `tstz`
+ * ones as canonical UTC instants (each end prints its own offset or `Z`).
+ */
 export interface ComparedColumn {
   readonly name: string;
-  readonly dec?: boolean;
+  readonly as?: 'dec' | 'tstz';
 }
 
 /** The `present` columns of `columns`, in that order, of every row; NULL stays null. */
@@ -16,20 +19,21 @@ export function canonicalRows(columns: readonly ComparedColumn[], rows: readonly
         compared.map((c) => {
           const v = r[c.name];
           if (v === null || v === undefined) return null;
-          return c.dec ? canonicalDecimal(String(v)) : String(v);
+          if (c.as === 'dec') return canonicalDecimal(String(v));
+          return c.as === 'tstz' ? canonicalTimestamp(String(v), true) : String(v);
         }),
       ),
     )
     .sort();
 }
 
-/** Columns from a list of names, `name:dec` for decimals: `id note amount:dec`. */
+/** Columns from a list of names with their comparison: `id note amount:dec at:tstz`. */
 export function comparedColumns(spec: string): ComparedColumn[] {
   return spec
     .trim()
     .split(/\s+/)
     .map((word) => {
-      const [name, kind] = word.split(':');
-      return kind === 'dec' ? { name: name!, dec: true } : { name: name! };
+      const [name, as] = word.split(':');
+      return as === 'dec' || as === 'tstz' ? { name: name!, as } : { name: name! };
     });
 }

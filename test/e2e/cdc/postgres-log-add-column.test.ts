@@ -26,7 +26,7 @@ afterAll(async () => {
 
 const suffix = Math.random().toString(36).slice(2, 8);
 /** Every column the source ends with. */
-const COLUMNS = comparedColumns('id note amount:dec qty label big plain price:dec tag');
+const COLUMNS = comparedColumns('id note amount:dec qty label big plain price:dec tag at:tstz');
 
 async function sourceDb(): Promise<PgTestDb> {
   const db = await createCdcDb('cdcfill');
@@ -37,11 +37,11 @@ async function sourceDb(): Promise<PgTestDb> {
 }
 
 async function sourceRows(db: PgTestDb, present: readonly string[]): Promise<string[]> {
-  return canonical(COLUMNS, await db.sql(`SELECT ${present.map((c) => `${c}::text AS ${c}`).join(', ')} FROM items`), present);
+  return canonical(COLUMNS, await db.sql(`SELECT ${present.map((c) => `"${c}"::text AS "${c}"`).join(', ')} FROM items`), present);
 }
 
 async function destinationRows(destination: CdcDestination, present: readonly string[]): Promise<string[]> {
-  const select = (cast: string) => `SELECT ${present.map((c) => `CAST(${c} AS ${cast}) AS ${c}`).join(', ')} FROM items`;
+  const select = (cast: string) => `SELECT ${present.map((c) => `CAST("${c}" AS ${cast}) AS "${c}"`).join(', ')} FROM items`;
   if (destination.type === 'duckdb') return canonical(COLUMNS, await duckdbQuery(destination.path, select('VARCHAR')), present);
   if (destination.type === 'sqlite') return canonical(COLUMNS, sqliteQuery(destination.path, select('TEXT')), present);
   if (destination.type !== 'postgres') throw new Error('no reader');
@@ -100,8 +100,8 @@ describe.each(['duckdb', 'sqlite', 'postgres'] as const)('ADD COLUMN with a defa
 
     // The ALTER as the first change a run reads, then updates, inserts and deletes.
     await db.sql(`ALTER TABLE items ADD COLUMN price numeric(30,10) NOT NULL DEFAULT 12345678901234567890.0123456789`);
-    await db.sql(`ALTER TABLE items ADD COLUMN tag text NOT NULL DEFAULT ''`);
-    await db.sql(`UPDATE items SET price = 0.5, tag = 'x' WHERE id BETWEEN 100 AND 120`);
+    await db.sql(`ALTER TABLE items ADD COLUMN tag text NOT NULL DEFAULT '', ADD COLUMN at timestamptz DEFAULT '2024-03-01 10:00:00.123456+02'`);
+    await db.sql(`UPDATE items SET price = 0.5, tag = 'x', at = '1999-12-31 23:59:59.999999+00' WHERE id BETWEEN 100 AND 120`);
     await db.sql(`INSERT INTO items (id, note, price, tag) VALUES (4000, 'latest', 1, 'y')`);
     await db.sql(`DELETE FROM items WHERE id = 2`);
     await runOk(config);

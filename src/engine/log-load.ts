@@ -406,11 +406,13 @@ class LogLoader {
     const all = s.schema.columns.map((c) => c.name);
     s.mapping = change.columns.map((c) => all.indexOf(c.name));
     if (this.log.compare(txn.position, s.log!.position) <= 0) return;
+    // A relation names every column of the table: one it leaves out was dropped, and is new again if re-added.
     const described = s.log!.columns ?? [];
+    const kept = described.filter((name) => change.columns.some((c) => c.name === name));
     const fresh = change.columns.filter((c) => !described.includes(c.name));
-    if (fresh.length === 0) return;
+    if (fresh.length === 0 && kept.length === described.length) return;
     for (const column of fresh) this.fill(s, column, change, txn.position);
-    s.log = { ...s.log!, columns: [...described, ...fresh.map((c) => c.name)] };
+    s.log = { ...s.log!, columns: [...kept, ...fresh.map((c) => c.name)] };
   }
 
   /**

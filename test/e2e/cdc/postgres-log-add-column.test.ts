@@ -104,6 +104,11 @@ describe.each(['duckdb', 'sqlite', 'postgres'] as const)('ADD COLUMN with a defa
     await db.sql(`UPDATE items SET price = 0.5, tag = 'x', at = '1999-12-31 23:59:59.999999+00' WHERE id BETWEEN 100 AND 120`);
     await db.sql(`INSERT INTO items (id, note, price, tag) VALUES (4000, 'latest', 1, 'y')`);
     await db.sql(`DELETE FROM items WHERE id = 2`);
+    // Dropped and added again: every row from before holds the new default, whatever it had.
+    await db.sql(`ALTER TABLE items DROP COLUMN plain`);
+    await db.sql(`UPDATE items SET note = 'while dropped' WHERE id = 3`);
+    await db.sql(`ALTER TABLE items ADD COLUMN plain int DEFAULT 3`);
+    await db.sql(`UPDATE items SET plain = 4 WHERE id = 4`);
     await runOk(config);
     const all = COLUMNS.map((c) => c.name);
     expect(await destinationRows(destination, all)).toEqual(await sourceRows(db, all));

@@ -77,6 +77,8 @@ export class PostgresChangeLog implements ChangeLogSource {
   /** The open replication stream, while `read` runs: acknowledgements go through it. */
   private stream: (Duplex & pg.Submittable) | undefined;
   private readonly types = new Map<number, { info: PgTypeInfo; typmod: number | null }>();
+  /** `server_version_num`, once asked. */
+  private serverVersion: number | undefined;
 
   constructor(
     private readonly options: ServerSourceOptions,
@@ -482,9 +484,13 @@ export class PostgresChangeLog implements ChangeLogSource {
    * logical decoding does not carry. A column that is gone by now says nothing.
    */
   private async existingValues(relid: number, info: TableInfo): Promise<Record<string, ExistingValue>> {
+    // Missing values came with Postgres 11 (10 rewrote the table for any default), generated columns with 12.
+    this.serverVersion ??= Number((await this.query<{ v: string }>(`SELECT current_setting('server_version_num') AS v`))[0]!.v);
+    const missing = this.serverVersion >= 110000;
     const rows = await this.query<{ name: string; missing: string | null; has_missing: boolean | string; has_default: boolean | string }>(
-      `SELECT a.attname AS name, a.atthasmissing AS has_missing, CASE WHEN a.atthasmissing THEN array_to_string(a.attmissingval, '') END AS missing,
-              (a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '' OR (t.typtype = 'd' AND t.typdefault IS NOT NULL)) AS has_default
+      `SELECT a.attname AS name, ${missing ? 'a.atthasmissing' : 'false'} AS has_missing,
+              ${missing ? `CASE WHEN a.atthasmissing THEN array_to_string(a.attmissingval, '') END` : 'NULL::text'} AS missing,
+              (a.atthasdef OR a.attidentity <> '' ${this.serverVersion >= 120000 ? `OR a.attgenerated <> ''` : ''} OR (t.typtype = 'd' AND t.typdefault IS NOT NULL)) AS has_default
          FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
         WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped`,
       [String(relid)],

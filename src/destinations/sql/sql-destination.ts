@@ -374,6 +374,7 @@ class SqlLoadTransaction implements LoadTransaction {
         if (g === undefined) groups.set(id, (g = { columns: [...p.columns], rows: [] }));
         g.rows.push([...p.key, ...p.values]);
       }
+      const fills = await this.stageFills(i, tc, stage);
       const patches: { stage: string; columns: number[] }[] = [];
       let n = 0;
       for (const g of groups.values()) {
@@ -381,12 +382,21 @@ class SqlLoadTransaction implements LoadTransaction {
         const name = await stage(`_tidemark_chg_patch_${i}_${n++}`, cols, g.rows);
         if (name !== undefined) patches.push({ stage: name, columns: g.columns });
       }
-      out.push({ target: tc, keyColumns, ...(deletes ? { deletes } : {}), ...(upserts ? { upserts } : {}), patches });
+      out.push({ target: tc, keyColumns, ...(fills ? { fills } : {}), ...(deletes ? { deletes } : {}), ...(upserts ? { upserts } : {}), patches });
     }
     return out;
   }
 
-  /** Inside the commit's transaction: truncate, deletes, upserts, patches of one table (see ChangeSet). */
+  /** The values of `ChangeSet.fills` as one staged row (column k named `_tidemark_v<k>`), cast back as upserts are. */
+  private async stageFills(i: number, tc: TableChanges, stage: (name: string, columns: readonly Column[], rows: readonly Row[]) => Promise<string | undefined>): Promise<StagedChanges['fills']> {
+    const fills = tc.changes.fills ?? [];
+    if (fills.length === 0) return undefined;
+    const columns = fills.map((f, k) => ({ ...tc.target.schema.columns[f.column]!, name: `_tidemark_v${k}` }));
+    const name = await stage(`_tidemark_chg_fill_${i}`, columns, [fills.map((f) => f.value)]);
+    return name === undefined ? undefined : { stage: name, columns: fills.map((f) => f.column) };
+  }
+
+  /** Inside the commit's transaction: truncate, fills, deletes, upserts, patches of one table (see ChangeSet). */
   private async applyChanges(staged: StagedChanges): Promise<void> {
     const { target, changes } = staged.target;
     const { schema } = target;
@@ -400,6 +410,14 @@ class SqlLoadTransaction implements LoadTransaction {
       const mark = changes.truncate.mark;
       if (mark === undefined) await this.exec.run(`DELETE FROM ${quoted}`);
       else await this.exec.run(`UPDATE ${quoted} SET ${quoteIdent(mark.column)} = ? WHERE ${quoteIdent(mark.column)} IS NULL`, [sqlParam(mark.value)]);
+    }
+    if (staged.fills !== undefined) {
+      const s = quoteIdent(staged.fills.stage);
+      const sets = staged.fills.columns.map((ci, k) => {
+        const column = schema.columns[ci]!;
+        return `${quoteIdent(column.name)} = (SELECT ${this.dialect.castFromStage(`${s}.${quoteIdent(`_tidemark_v${k}`)}`, column.type)} FROM ${s})`;
+      });
+      await this.exec.run(`UPDATE ${quoted} SET ${sets.join(', ')}`);
     }
     if (staged.deletes !== undefined) await this.exec.run(`DELETE FROM ${quoted} WHERE (${pkList}) IN (${keysOf(staged.deletes)})`);
     if (staged.upserts !== undefined) {
@@ -541,6 +559,8 @@ class SqlLoadTransaction implements LoadTransaction {
 interface StagedChanges {
   readonly target: TableChanges;
   readonly keyColumns: readonly Column[];
+  /** The stage holding `ChangeSet.fills` (one row), and the target columns it sets, in stage column order. */
+  readonly fills?: { readonly stage: string; readonly columns: readonly number[] };
   readonly deletes?: string;
   readonly upserts?: string;
   readonly patches: readonly { readonly stage: string; readonly columns: readonly number[] }[];

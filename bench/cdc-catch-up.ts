@@ -14,6 +14,7 @@ import { readFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { DuckDBInstance } from '@duckdb/node-api';
 import pg from 'pg';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -59,6 +60,22 @@ async function tidemark(args: readonly string[], nodeArgs: readonly string[] = [
   return { seconds: Number(process.hrtime.bigint() - started) / 1e9, peakRssMb: Math.round(peak / 1024), stdout };
 }
 
+/** The catch-up is only a figure if it is exact: the mirror's rows, amounts and notes equal the source's. */
+async function expectMirror(url: string, warehouse: string): Promise<void> {
+  const summary = `SELECT count(*)::text AS n, sum(amount)::text AS amount, count(*) FILTER (WHERE note = 'u2')::text AS u2, sum(id)::text AS ids FROM events`;
+  const [source] = await sql(url, summary);
+  const instance = await DuckDBInstance.create(warehouse);
+  const connection = await instance.connect();
+  try {
+    const reader = await connection.runAndReadAll(summary.replaceAll('::text', '::VARCHAR'));
+    const [mirror] = reader.getRowObjectsJS();
+    if (JSON.stringify(mirror) !== JSON.stringify(source)) throw new Error(`the mirror differs from the source: ${JSON.stringify(mirror)} vs ${JSON.stringify(source)}`);
+  } finally {
+    connection.closeSync();
+    instance.closeSync();
+  }
+}
+
 async function main(): Promise<void> {
   const changes = Number(arg('changes', '1000000'));
   const tps = Number(arg('tps', '500'));
@@ -100,6 +117,7 @@ async function main(): Promise<void> {
     const prof = arg('cpu-prof', '');
     const catchUp = await tidemark(['run', '--json', config], prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : []);
     const applied = JSON.parse(catchUp.stdout).streams[0].rows_read as number;
+    await expectMirror(url, join(dir, 'w.duckdb'));
     if (seconds === 0) {
       console.log(`BENCH_RESULT ${JSON.stringify({ bench: 'cdc-catch-up', backlog_changes: applied, catch_up_seconds: Number(catchUp.seconds.toFixed(2)), changes_per_second: Math.round(applied / catchUp.seconds), catch_up_peak_rss_mb: catchUp.peakRssMb })}`);
       return;

@@ -1,6 +1,6 @@
 /** Shared pieces of the `strategy: log` tests: a source database whose slots are dropped with it, pipelines, comparisons. */
 import pg from 'pg';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, afterEach, beforeAll } from 'vitest';
 import { tempDir } from '../../helpers/fs.js';
 import { createPgDb, PG_BASE, type PgTestDb } from '../../integration/postgres/pg-db.js';
 import { duckdbQuery, sqliteQuery } from '../../helpers/warehouse.js';
@@ -87,18 +87,19 @@ export function uniquePipeline(prefix: string): string {
 }
 
 /**
- * A test file's scratch directory and source databases: `root()` is made before its tests, and after them every
- * database `db()` made is dropped with its slots, then the directory is removed.
+ * A test file's scratch directory and source databases: `root()` is made before its tests and removed after them;
+ * each database `db()` makes is dropped with its slots when its test ends, so that a file holds only the slots of
+ * the test running (the server's max_replication_slots is shared by every test run on it).
  */
 export function cdcWorkspace(): { root(): string; db(prefix?: string): Promise<PgTestDb> } {
   let dir: string | undefined;
   let cleanup: (() => Promise<void>) | undefined;
   const dbs: PgTestDb[] = [];
   beforeAll(async () => ({ dir, cleanup } = await tempDir()));
-  afterAll(async () => {
-    for (const db of dbs) await db.drop().catch(() => undefined);
-    await cleanup?.();
+  afterEach(async () => {
+    for (const db of dbs.splice(0)) await db.drop().catch(() => undefined);
   });
+  afterAll(async () => cleanup?.());
   return {
     root: () => dir!,
     async db(prefix) {

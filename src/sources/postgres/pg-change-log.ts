@@ -461,10 +461,12 @@ export class PostgresChangeLog implements ChangeLogSource {
       this.stream.write(statusUpdate(lsn, false));
       return;
     }
-    // No stream open (the run read to its end): advance the slot directly, once its walsender has let go of it.
+    // No stream open (the run read to its end, or was stopped): advance the slot directly. The walsender of the
+    // run's stream can stay on the slot for seconds after its client left, busy decoding a backlog: claim it first.
     const slot = slotName(request.pipeline);
     for (let attempt = 0; ; attempt += 1) {
       try {
+        await this.claimSlot(slot);
         const row = await this.slotRow(slot);
         if (row === undefined) return;
         if (row.confirmed !== null && parsePgLsn(row.confirmed) >= lsn) return;

@@ -1,26 +1,55 @@
 /**
- * MySQL/MariaDB → DuckDB full load of the taxi table, pair by pair against its floor:
- *   floor     `mysql --quick -e "SELECT * FROM trips" > /dev/null` (the server's text of every row, to a client that
- *             drops it)
- *   tidemark  `tidemark run` into a fresh DuckDB file (stream with primary key and cursor; the bulk path)
+ * MySQL/MariaDB → DuckDB (or, with --to, SQLite or Postgres) full load of the taxi table, pair by pair against its
+ * floor:
+ *   floor     into DuckDB: `mysql --quick -e "SELECT * FROM trips" > /dev/null` (the server's text of every row, to a
+ *             client that drops it); into SQLite: that text piped into `sqlite3 … ".import /dev/stdin trips"` (an empty
+ *             table of the same column types); into Postgres: piped into `psql -c "COPY trips FROM STDIN (NULL 'NULL')"`
+ *             (an empty table without an index)
+ *   tidemark  `tidemark run` into a fresh destination (stream with primary key and cursor; the bulk path)
  *   row path  the same with TIDEMARK_BULK=0, once, with --row-path (its time and peak RSS)
  * Each repetition runs the floor then tidemark; the ratio is the median of each repetition's ratio. Whole processes,
  * wall seconds and peak RSS (GNU time).
  *
- * Usage: npm run build && npx tsx bench/mysql-to-duckdb.ts [--rows 1000000] [--reps 3] [--row-path] [--keep]
+ * Usage: npm run build && npx tsx bench/mysql-to-duckdb.ts [--rows 1000000] [--reps 3] [--to duckdb|sqlite|postgres] [--row-path] [--keep]
  * Needs the machine's MariaDB/MySQL at 127.0.0.1:3306 (or BENCH_MYSQL_URL; local_infile=ON) and `mysql` on PATH.
  * The database has a unique name per run. Prints one `BENCH_RESULT {json}` line.
  */
-import { spawn } from 'node:child_process';
-import { readFile, rm } from 'node:fs/promises';
+import { spawn, spawnSync } from 'node:child_process';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { create, drop } from './mysql-taxi.js';
+import { TAXI_COLUMNS } from './taxi.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(ROOT, 'bin/tidemark.js');
 const BASE = new URL(process.env.BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306');
+const PG = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432';
+
+type Target = 'duckdb' | 'sqlite' | 'postgres';
+
+/** The column list of the floor's table: the taxi columns with the target's types, without a key. */
+function floorDdl(to: Exclude<Target, 'duckdb'>): string {
+  const sqlite: Record<string, string> = { integer: 'INTEGER', bigint: 'INTEGER', 'double precision': 'REAL', text: 'TEXT', timestamp: 'TEXT', 'timestamp(6)': 'TEXT' };
+  return TAXI_COLUMNS.map(([n, t]) => {
+    const type = t.replace(' PRIMARY KEY', '');
+    return `"${n}" ${to === 'sqlite' ? (sqlite[type] ?? 'TEXT') : type}`;
+  }).join(', ');
+}
+
+/** Where a repetition loads: the tidemark destination YAML and the floor's shell pipeline after the mysql client. */
+async function target(to: Target, dir: string, rep: number, pgDb: string): Promise<{ destination: string; sink: string }> {
+  if (to === 'duckdb') return { destination: `  type: duckdb\n  path: ${join(dir, 'warehouse.duckdb')}\n  memory_limit: 128MB\n`, sink: '> /dev/null' };
+  if (to === 'sqlite') {
+    const floorFile = join(dir, `floor-${rep}.sqlite`);
+    spawnSync('/usr/bin/sqlite3', [floorFile, `CREATE TABLE trips (${floorDdl('sqlite')})`]);
+    return { destination: `  type: sqlite\n  path: ${join(dir, `warehouse-${rep}.sqlite`)}\n`, sink: `| /usr/bin/sqlite3 "${floorFile}" ".mode tabs" ".import /dev/stdin trips"` };
+  }
+  const url = `${PG}/${pgDb}`;
+  spawnSync('psql', ['-q', url, '-c', `CREATE SCHEMA floor_${rep}; CREATE TABLE floor_${rep}.trips (${floorDdl('postgres')})`]);
+  return { destination: `  type: postgres\n  url: ${url}\n  schema: tm_${rep}\n`, sink: `| psql -q "${url}" -c "COPY floor_${rep}.trips FROM STDIN (NULL 'NULL')"` };
+}
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -52,12 +81,16 @@ async function timed(command: string, args: readonly string[], env: Record<strin
 const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const round = (x: number) => Math.round(x * 1000) / 1000;
 
-export async function benchMysqlToDuckdb(options: { rows: number; reps: number; rowPath: boolean; keep: boolean }) {
+export async function benchMysqlToDuckdb(options: { rows: number; reps: number; rowPath: boolean; keep: boolean; to?: Target }) {
+  const to = options.to ?? 'duckdb';
   const db = `tmb_mysql_${process.pid}_${Date.now().toString(36)}`;
   const dir = await create(db, options.rows);
   const config = join(dir, 'trips.yaml');
   const warehouse = join(dir, 'warehouse.duckdb');
-  const mysqlArgs = ['--quick', `-h${BASE.hostname}`, `-P${BASE.port || '3306'}`, `-u${decodeURIComponent(BASE.username) || 'root'}`, db, '-e', 'SELECT * FROM trips'];
+  const yaml = await readFile(config, 'utf8');
+  const pgDb = `${db}_dst`;
+  if (to === 'postgres') spawnSync('psql', ['-q', `${PG}/postgres`, '-c', `CREATE DATABASE ${pgDb}`]);
+  const mysqlArgs = ['--quick', '--batch', '--skip-column-names', `-h${BASE.hostname}`, `-P${BASE.port || '3306'}`, `-u${decodeURIComponent(BASE.username) || 'root'}`, db, '-e', 'SELECT * FROM trips'];
   const password = decodeURIComponent(BASE.password);
   const mysqlEnv: Record<string, string> = password ? { MYSQL_PWD: password } : {};
   const loads: number[] = [];
@@ -69,22 +102,25 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       await rm(warehouse, { force: true });
       await rm(`${warehouse}.wal`, { force: true });
       loads.push(loadavg()[0]!);
-      const floor = await timed('sh', ['-c', `exec mysql "$@" > /dev/null`, 'mysql', ...mysqlArgs], mysqlEnv, dir);
+      const into = await target(to, dir, rep, pgDb);
+      await writeFile(config, yaml.replace(/destination:\n[\s\S]*$/, `destination:\n${into.destination}`));
+      const floor = await timed('bash', ['-o', 'pipefail', '-c', `mysql "$@" ${into.sink}`, 'mysql', ...mysqlArgs], mysqlEnv, dir);
       const run = await timed(process.execPath, [BIN, 'run', config, '--json'], {}, dir);
       const loaded = JSON.parse(run.stdout).streams[0].rows_loaded as number;
       if (loaded !== options.rows) throw new Error(`tidemark loaded ${loaded} of ${options.rows} rows`);
       floors.push(floor);
       runs.push(run);
       ratios.push(run.seconds / floor.seconds);
-      process.stderr.write(`mysql → duckdb rep ${rep + 1}: floor ${floor.seconds} s, tidemark ${run.seconds} s (${run.rssMb} MB)\n`);
+      process.stderr.write(`mysql → ${to} rep ${rep + 1}: floor ${floor.seconds} s, tidemark ${run.seconds} s (${run.rssMb} MB)\n`);
     }
     let rowPath: Timing | undefined;
-    if (options.rowPath) {
+    if (options.rowPath && to === 'duckdb') {
       await rm(warehouse, { force: true });
       await rm(`${warehouse}.wal`, { force: true });
       rowPath = await timed(process.execPath, [BIN, 'run', config, '--json'], { TIDEMARK_BULK: '0' }, dir);
     }
     return {
+      to,
       rows: options.rows,
       reps: options.reps,
       load_avg: round(median(loads)),
@@ -100,6 +136,7 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
     if (options.keep) process.stderr.write(`kept database ${db} and ${dir}\n`);
     else {
       await drop(db);
+      if (to === 'postgres') spawnSync('psql', ['-q', `${PG}/postgres`, '-c', `DROP DATABASE IF EXISTS ${pgDb} WITH (FORCE)`]);
       await rm(dir, { recursive: true, force: true });
     }
   }
@@ -111,6 +148,7 @@ if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === resolve(
     reps: Number(arg('reps', '3')),
     rowPath: process.argv.includes('--row-path'),
     keep: process.argv.includes('--keep'),
+    to: arg('to', 'duckdb') as Target,
   });
   console.log(`BENCH_RESULT ${JSON.stringify(result)}`);
 }

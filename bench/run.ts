@@ -13,7 +13,7 @@
  *                                 `apt-get install -y pgloader sqlite3 python3-pandas python3-sqlalchemy python3-psycopg2`
  *   npm run bench -- --memory     also the row paths and MariaDB at 3× the rows: peak RSS must stay flat (±20 %)
  *
- * Workloads (each runnable alone, see its header): bench/pg-to-duckdb.ts, bench/mysql-to-duckdb.ts,
+ * Workloads (each runnable alone, see its header): bench/pg-to-duckdb.ts, bench/mysql-to-duckdb.ts (also --to sqlite|postgres),
  * bench/pg-to-postgres.ts and bench/pg-to-sqlite.ts (when present), bench/files-bench.ts.
  */
 import { spawnSync } from 'node:child_process';
@@ -122,6 +122,15 @@ row(
   '≤ 2.5×',
 );
 row(`MariaDB → DuckDB row path (\`TIDEMARK_BULK=0\`), ${k(SCALE.rows)}`, `${f(num(my, 'row_path_s'))} s, ${my.row_path_rss_mb} MB`, '—', '—', '≤ 400 MB');
+// MySQL/MariaDB → SQLite and → Postgres (bulk path), each against the client's text piped into the target's importer.
+for (const [to, name, floorName] of [
+  ['sqlite', 'SQLite', '`mysql --quick … | sqlite3 .import`'],
+  ['postgres', 'Postgres', '`mysql --quick … | psql COPY FROM STDIN`'],
+] as const) {
+  const r = workload('mysql-to-duckdb.ts', [...common, '--to', to]);
+  note(r);
+  row(`MariaDB → ${name}, ${k(SCALE.rows)} (bulk path)`, `${f(num(r, 'tidemark_s'))} s, ${r.tidemark_rss_mb} MB`, `${floorName} ${f(num(r, 'floor_s'))} s`, `${f(num(r, 'tidemark_vs_floor'))}×`, '≤ 3×');
+}
 
 if (memory) {
   // The same paths at 3× the rows, once each: peak RSS must not grow with the table.

@@ -1,7 +1,7 @@
 /**
  * The seam for `strategy: log` (change data capture): a source that can read its database's own change log
  * (Postgres logical replication, MySQL/MariaDB binlog) offers `Source.changeLog`; a destination that can apply
- * changes (deletes, upserts, column patches, truncates) inside its load commit declares `capabilities.changes`.
+ * changes (deletes, upserts, column patches and fills, truncates) inside its load commit declares `capabilities.changes`.
  * Neither side knows the other; the engine (src/engine/log-load.ts) joins them. Nothing here does I/O.
  *
  * Positions are opaque strings chosen by the source; only the source compares them (`compare`). Every transaction
@@ -85,7 +85,19 @@ export interface RelationChange {
   readonly kind: 'relation';
   readonly table: string;
   readonly columns: readonly Column[];
+  /**
+   * By column name: what every row already in the table at this point of the log holds in that column, should the
+   * column be new here (an `ADD COLUMN … DEFAULT` writes no log for the rows it fills). A column absent holds NULL in
+   * those rows. The source cannot tell which columns are new; the engine, which knows the columns it has seen, can.
+   */
+  readonly existing?: Readonly<Record<string, ExistingValue>>;
 }
+
+/**
+ * A column's value in rows the log never rewrote: `value`, or `unknown` with the reason (a volatile default, a table
+ * rewrite): those rows hold values the log does not show, so a mirror cannot follow.
+ */
+export type ExistingValue = { readonly value: Value } | { readonly unknown: string };
 
 export type Change = RowChange | TruncateChange | RelationChange;
 
@@ -143,6 +155,12 @@ export interface ChangeLogSource {
   snapshot(request: ChangeLogRequest, options: { readonly initial: boolean }): Promise<LogSnapshot>;
   /** The source's current log position: `run` reads up to it and stops. */
   currentPosition(): Promise<string>;
+  /**
+   * What the rows of `table` hold now in each column, as a relation change's `existing` says it. The engine asks at
+   * the end of a bounded read for columns the table has that the log never described (an ALTER no change of the
+   * table has followed yet, so every row is from before it). Without it, those rows get values with the next change.
+   */
+  existing?(request: ChangeLogRequest, table: string): Promise<Readonly<Record<string, ExistingValue>>>;
   /** Committed transactions after `request.after`, whole, in commit order. */
   read(request: ChangeLogRequest, read: LogReadRequest): AsyncIterable<LogTransaction>;
   /**
@@ -158,8 +176,8 @@ export interface ChangeLogSource {
 }
 
 /**
- * What a destination applies to one table inside a load commit, in this order: `truncate`, then `deletes`, then
- * `upserts`, then `patches`. The engine collapses a commit's changes so each key appears at most once over
+ * What a destination applies to one table inside a load commit, in this order: `truncate`, then `fills`, then
+ * `deletes`, then `upserts`, then `patches`. The engine collapses a commit's changes so each key appears at most once over
  * `deletes`, `upserts` and `patches`. Keys are values of `TableTarget.schema.primaryKey`, in that order.
  */
 export interface ChangeSet {
@@ -168,6 +186,11 @@ export interface ChangeSet {
    * value instead (soft deletes).
    */
   readonly truncate?: { readonly mark?: { readonly column: string; readonly value: Value } };
+  /**
+   * Columns set to a value in every row the table holds (a column the source added with a default: rows the log
+   * never rewrote). Target schema column indexes, each at most once.
+   */
+  readonly fills?: readonly { readonly column: number; readonly value: Value }[];
   readonly deletes: readonly (readonly Value[])[];
   /** Whole rows (target schema order): replace the row with the same key, or insert. */
   readonly upserts: readonly Row[];

@@ -375,6 +375,8 @@ export interface CommitRequest {
   readonly swap: boolean;
   /** The first commit of a new generation: any leftover build table of the stream is dropped first. */
   readonly freshBuild?: boolean;
+  /** The load's last commit: the destination finishes work it deferred (a key index built once after a first load). */
+  readonly final?: boolean;
   /** Called inside the transaction right before COMMIT; throwing aborts it (the engine re-checks its lease here). */
   readonly verify?: () => Promise<void>;
   /** Ledger rows written (replacing any of the same partition) in this same commit. */

@@ -128,6 +128,11 @@ export interface LogState {
    * `upToPk` absent: to the end of the table. Dropped once the applied position passes them.
    */
   readonly segments?: readonly { readonly upToPk?: readonly TypedValue[]; readonly position: string }[];
+  /**
+   * The source columns the log has described up to `position` (the copy's, then each column a relation added): a
+   * column the log describes later is new there, and the rows before it get its default. Absent in older states.
+   */
+  readonly columns?: readonly string[];
 }
 
 /** The state document of one pipeline. `version` grows by one with every commit. */

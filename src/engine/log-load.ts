@@ -10,7 +10,7 @@
  *    (at transaction ends) or `commit_interval` under `--follow`. The source is told the position only after that
  *    commit; a restart skips everything at or below the committed position.
  */
-import type { ChangeLogRequest, ChangeLogSource, ChangeSet, LogSnapshot, LogTransaction, RowChange } from '../core/change-log.js';
+import type { ChangeLogRequest, ChangeLogSource, ChangeSet, LogSnapshot, LogTransaction, RelationChange, RowChange } from '../core/change-log.js';
 import type { LoadTransaction, OpenedRead, TableChanges, TableTarget } from '../core/connector.js';
 import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
@@ -47,6 +47,8 @@ interface LogStream {
   pending: Map<string, Pending>;
   appended: Row[];
   truncate: ChangeSet['truncate'] | undefined;
+  /** Columns added with a default since the last commit: schema index → the value of every row written before. */
+  fills: Map<number, Value>;
   rejects: Reject[];
   /** Relation column index → schema index, for the latest relation of the table. */
   mapping: readonly number[] | undefined;
@@ -131,10 +133,12 @@ class LogLoader {
         schema,
         sourceColumns: discovered.columns.length,
         keyIndexes: config.primaryKey.map((k) => discovered.columns.findIndex((c) => c.name === k)),
-        log: prior?.strategy === 'log' ? prior.log : undefined,
+        // A state from before columns were recorded: the columns of now are the best guess of what the log described.
+        log: prior?.strategy === 'log' && prior.log !== undefined ? { columns: discovered.columns.map((c) => c.name), ...prior.log } : undefined,
         pending: new Map(),
         appended: [],
         truncate: undefined,
+        fills: new Map(),
         rejects: [],
         mapping: undefined,
         changesRead: 0,
@@ -192,6 +196,8 @@ class LogLoader {
       batchRows: s.config.batchRows,
       ...(this.ctx.signal ? { signal: this.ctx.signal } : {}),
     });
+    // A resumed copy keeps the columns of its first snapshot: the log from there describes what came after.
+    if (resumedFrom === undefined) s.log = { ...s.log, columns: read.schema.columns.map((c) => c.name) };
     try {
       const bulk = s.config.write === 'merge' && s.config.log?.deletes !== 'soft' && process.env.TIDEMARK_BULK !== '0' ? read.bulk : undefined;
       const sourceColumns = s.schema.columns.slice(0, s.sourceColumns);
@@ -292,6 +298,7 @@ class LogLoader {
     let pendingChanges = 0;
     let lastPosition: string | undefined;
     let lastCommit = Date.now();
+    let reachedEnd = false;
     const commitPending = async () => {
       if (lastPosition === undefined) return;
       const position = lastPosition;
@@ -318,7 +325,10 @@ class LogLoader {
           if (pendingChanges > 0 && Date.now() - lastCommit >= interval) await commitPending();
           continue;
         }
-        if (result.done) break;
+        if (result.done) {
+          reachedEnd = true;
+          break;
+        }
         next = iterator.next();
         const txn = result.value;
         pendingChanges += this.apply(txn, byTable);
@@ -331,6 +341,7 @@ class LogLoader {
     }
     // Whole transactions only are pending: a stop (SIGTERM) keeps them too.
     await commitPending();
+    if (until !== undefined && reachedEnd && !this.ctx.signal?.aborted) await this.fillUndescribed(until);
     // Everything up to `until` is applied and committed: the slot may let go of the WAL before it, relevant or not.
     if (until !== undefined && !this.ctx.signal?.aborted) {
       const applied = this.streams.map((s) => s.log!.position).reduce((a, b) => (this.log.compare(a, b) >= 0 ? a : b));
@@ -355,7 +366,7 @@ class LogLoader {
     let counted = 0;
     for (const change of txn.changes) {
       if (change.kind === 'relation') {
-        for (const s of byTable.get(change.table) ?? []) this.relation(s, change.columns);
+        for (const s of byTable.get(change.table) ?? []) this.relation(s, change, txn);
         continue;
       }
       if (change.kind === 'truncate') {
@@ -378,18 +389,76 @@ class LogLoader {
     return counted;
   }
 
-  /** New columns of the source table join the stream's schema (the destination adds them at the next commit). */
-  private relation(s: LogStream, columns: readonly Column[]): void {
+  /**
+   * New columns of the source table join the stream's schema (the destination adds them at the next commit). A column
+   * the log describes for the first time after the stream's position was added there: the rows before it hold the
+   * value the source names (its default), which the log never carries.
+   */
+  private relation(s: LogStream, change: RelationChange, txn: LogTransaction): void {
     const names = s.schema.columns.map((c) => c.name);
-    const added = columns.filter((c) => !names.includes(c.name));
+    const added = change.columns.filter((c) => !names.includes(c.name));
     if (added.length) {
       s.schema = { ...s.schema, columns: [...s.schema.columns, ...added.map((c) => ({ ...c, nullable: true }))] };
       for (const entry of s.pending.values()) if (entry.kind === 'upsert') entry.row.push(...added.map(() => null));
       for (const row of s.appended) row.push(...added.map(() => null));
-      this.ctx.onWarning?.(s.config.name, `the source table grew column${added.length > 1 ? 's' : ''} ${added.map((c) => c.name).join(', ')}: added to the destination table (rows get values as they change)`);
+      this.ctx.onWarning?.(s.config.name, `the source table grew column${added.length > 1 ? 's' : ''} ${added.map((c) => c.name).join(', ')}: added to the destination table`);
     }
     const all = s.schema.columns.map((c) => c.name);
-    s.mapping = columns.map((c) => all.indexOf(c.name));
+    s.mapping = change.columns.map((c) => all.indexOf(c.name));
+    if (this.log.compare(txn.position, s.log!.position) <= 0) return;
+    // A relation names every column of the table: one it leaves out was dropped, and is new again if re-added.
+    const described = s.log!.columns ?? [];
+    const kept = described.filter((name) => change.columns.some((c) => c.name === name));
+    const fresh = change.columns.filter((c) => !described.includes(c.name));
+    if (fresh.length === 0 && kept.length === described.length) return;
+    for (const column of fresh) this.fill(s, column, change, txn.position);
+    s.log = { ...s.log!, columns: [...kept, ...fresh.map((c) => c.name)] };
+  }
+
+  /**
+   * Columns the table had when the run began that the log has not described up to `until`: added by an ALTER that
+   * no change of the table has followed (each would have come with them), so every row is from before it.
+   */
+  private async fillUndescribed(until: string): Promise<void> {
+    const touched: LogStream[] = [];
+    for (const s of this.streams) {
+      const described = s.log!.columns ?? [];
+      const missing = s.schema.columns.slice(0, s.sourceColumns).filter((c) => !described.includes(c.name));
+      if (missing.length === 0 || this.log.existing === undefined) continue;
+      const existing = await this.log.existing(this.request, s.config.table!);
+      const change: RelationChange = { kind: 'relation', table: s.config.table!, columns: missing, existing };
+      for (const column of missing) this.fill(s, column, change, until);
+      s.log = { ...s.log!, columns: [...described, ...missing.map((c) => c.name)] };
+      touched.push(s);
+    }
+    if (touched.length) await this.commit(touched);
+  }
+
+  /** The rows written before a column was added at `position` (in the destination, and pending) get its value there. */
+  private fill(s: LogStream, column: Column, change: RelationChange, position: string): void {
+    // A change log records versions as they were: a version written before the column existed had no value for it.
+    if (s.config.write === 'append') return;
+    const existing = change.existing?.[column.name];
+    if (existing === undefined) return;
+    const where = { pipeline: this.ctx.pipeline, stream: s.config.name, phase: 'log', at: `${change.table}.${column.name}` };
+    const recover = `tidemark state reset ${s.config.name} --config <pipeline file> takes a new snapshot`;
+    if ('unknown' in existing) {
+      throw new SourceError(
+        `column ${column.name} was added to ${change.table} and the rows from before it hold values the log does not carry (${existing.unknown}); the stream stops before log position ${position} rather than keep NULL there: ${recover}`,
+        { context: where },
+      );
+    }
+    const value = existing.value;
+    if (value === null) return;
+    const refused = this.ctx.destination.rejectReason(column.type, value);
+    if (refused !== undefined) throw new SourceError(`column ${column.name} of ${change.table}: its default ${refused}; the destination cannot hold this value exactly`, { context: where });
+    // A key range copied from a snapshot newer than the ALTER already holds the column's true values.
+    if (s.log!.segments?.some((g) => this.log.compare(g.position, position) > 0) === true) {
+      throw new SourceError(`column ${column.name} was added to ${change.table} while the table copy was resumed from a newer snapshot: its rows cannot all be given the default alike; ${recover}`, { context: where });
+    }
+    const at = s.schema.columns.findIndex((c) => c.name === column.name);
+    s.fills.set(at, value);
+    for (const entry of s.pending.values()) if (entry.kind === 'upsert') entry.row[at] = value;
   }
 
   private truncate(s: LogStream, txn: LogTransaction): void {
@@ -559,6 +628,7 @@ class LogLoader {
       s.pending = new Map();
       s.appended = [];
       s.truncate = undefined;
+      s.fills = new Map();
       s.rejects = [];
     }
     this.ctx.onCommit?.(this.resultOf(first, 'committed'));
@@ -566,7 +636,7 @@ class LogLoader {
 
   private changeSet(s: LogStream): ChangeSet | undefined {
     if (s.config.write === 'append') return s.appended.length ? { deletes: [], upserts: s.appended, patches: [] } : undefined;
-    if (s.pending.size === 0 && s.truncate === undefined) return undefined;
+    if (s.pending.size === 0 && s.truncate === undefined && s.fills.size === 0) return undefined;
     const deletes: (readonly Value[])[] = [];
     const upserts: Row[] = [];
     const patches: { key: readonly Value[]; columns: number[]; values: Value[] }[] = [];
@@ -575,7 +645,8 @@ class LogLoader {
       else if (entry.kind === 'upsert') upserts.push(entry.row);
       else patches.push({ key: entry.key, columns: [...entry.values.keys()], values: [...entry.values.values()] });
     }
-    return { ...(s.truncate !== undefined ? { truncate: s.truncate } : {}), deletes, upserts, patches };
+    const fills = [...s.fills].map(([column, value]) => ({ column, value }));
+    return { ...(s.truncate !== undefined ? { truncate: s.truncate } : {}), ...(fills.length ? { fills } : {}), deletes, upserts, patches };
   }
 
   private streamState(s: LogStream): StreamState {

@@ -12,7 +12,7 @@ import { DEFAULT_CHECKPOINT_ROWS, type PipelineConfig, type StreamConfig } from 
 import { openSingerSpool } from '../registry/index.js';
 import { emptyState } from './run.js';
 import { loadStream } from './stream-load.js';
-import { withTargetSession } from './target-session.js';
+import { TargetTotals, withTargetSession } from './target-session.js';
 
 export interface TargetOptions {
   /** The Singer message stream (stdin). */
@@ -49,7 +49,7 @@ export async function runTarget(pipeline: PipelineConfig, options: TargetOptions
 
 class TargetRun {
   private state: PipelineState;
-  private readonly totals = new Map<string, { read: number; loaded: number; rejected: number; commits: number }>();
+  private readonly totals: TargetTotals;
   private readonly configs = new Map<string, StreamConfig>();
   private readonly checkpointRows: number;
   private statesEmitted = 0;
@@ -62,6 +62,7 @@ class TargetRun {
     private readonly lease: Lease,
     private readonly options: TargetOptions,
   ) {
+    this.totals = new TargetTotals(startedAt);
     this.state = emptyState(pipeline.name);
     this.checkpointRows = Math.min(DEFAULT_CHECKPOINT_ROWS, ...pipeline.streams.map((s) => s.checkpointRows));
   }
@@ -90,7 +91,7 @@ class TargetRun {
     } finally {
       await spool.close();
     }
-    return { pipeline: this.pipeline.name, run_id: this.runId, ok: true, streams: this.results(), states_emitted: this.statesEmitted };
+    return { pipeline: this.pipeline.name, run_id: this.runId, ok: true, streams: this.totals.results((stream) => ({ watermark: this.state.streams[stream]?.watermark ?? null, full: false })), states_emitted: this.statesEmitted };
   }
 
   /** Commits every stream's spooled records with the STATE that follows them, then passes that STATE on. */
@@ -108,13 +109,7 @@ class TargetRun {
           this.state,
         );
         this.state = outcome.state;
-        const total = this.totals.get(stream.name) ?? { read: 0, loaded: 0, rejected: 0, commits: 0 };
-        this.totals.set(stream.name, {
-          read: total.read + outcome.result.rows_read,
-          loaded: total.loaded + outcome.result.rows_loaded,
-          rejected: total.rejected + outcome.result.rows_rejected,
-          commits: total.commits + outcome.result.commits,
-        });
+        this.totals.add(stream.name, outcome.result);
       } catch (error) {
         if (error instanceof TidemarkError) throw withContext(error, { pipeline: this.pipeline.name, stream: stream.name }, 'destination');
         throw error;
@@ -155,19 +150,4 @@ class TargetRun {
     return config;
   }
 
-  private results(): StreamResult[] {
-    return [...this.totals.entries()].map(([stream, t]) => ({
-      stream,
-      outcome: 'committed',
-      rows_read: t.read,
-      rows_loaded: t.loaded,
-      rows_rejected: t.rejected,
-      commits: t.commits,
-      cursor_min: null,
-      cursor_max: null,
-      watermark: this.state.streams[stream]?.watermark ?? null,
-      duration_ms: Date.now() - Date.parse(this.startedAt),
-      full: false,
-    }));
-  }
 }

@@ -395,6 +395,7 @@ class StreamLoader {
       rejects: this.pendingRejects,
       swap: final && this.building,
       freshBuild: this.freshBuild,
+      final,
       verify: () => this.ctx.lease.assertHeld(),
     });
     await failpoint('load.after_commit');

@@ -3,6 +3,7 @@
  * the pipeline's lease, taken above the destination's recorded fence, and the opened destination.
  */
 import type { Destination, Lease } from '../core/connector.js';
+import type { StreamResult, Watermark } from '../core/types.js';
 import { withContext } from '../core/errors.js';
 import type { Logger } from '../core/logger.js';
 import type { PipelineConfig } from '../config/load.js';
@@ -25,5 +26,30 @@ export async function withTargetSession<T>(pipeline: PipelineConfig, logger: Log
     }
   } finally {
     await lease.release();
+  }
+}
+
+/** What a target run moved per stream, summed over the loads of its checkpoints, reported as run results. */
+export class TargetTotals {
+  private readonly byStream = new Map<string, { read: number; loaded: number; rejected: number; commits: number }>();
+
+  constructor(private readonly startedAt: string) {}
+
+  add(stream: string, result: StreamResult): void {
+    const total = this.byStream.get(stream) ?? { read: 0, loaded: 0, rejected: 0, commits: 0 };
+    this.byStream.set(stream, {
+      read: total.read + result.rows_read,
+      loaded: total.loaded + result.rows_loaded,
+      rejected: total.rejected + result.rows_rejected,
+      commits: total.commits + result.commits,
+    });
+  }
+
+  results(of: (stream: string) => { readonly watermark: Watermark | null; readonly full: boolean }): StreamResult[] {
+    return [...this.byStream.entries()].map(([stream, t]) => {
+      const { watermark, full } = of(stream);
+      const elapsed = Date.now() - Date.parse(this.startedAt);
+      return { stream, outcome: 'committed', rows_read: t.read, rows_loaded: t.loaded, rows_rejected: t.rejected, commits: t.commits, cursor_min: null, cursor_max: null, watermark, duration_ms: elapsed, full };
+    });
   }
 }

@@ -4,10 +4,10 @@
  * `tidemark airbyte-destination` (Airbyte), which read each stream's lines back through the Source interface.
  */
 import { createReadStream } from 'node:fs';
-import { mkdtemp, open, rm, type FileHandle } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { open, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { readLines } from './lines.js';
+import { ownedTempDir, removeOrphanTempDirs } from './process.js';
 
 /** Lines are written to the files in chunks of about this size. */
 const WRITE_CHUNK = 256 * 1024;
@@ -25,8 +25,10 @@ export class SpoolFiles {
 
   private constructor(private readonly dir: string) {}
 
+  /** A new spool directory; those of killed processes (same prefix) are removed first. */
   static async create(prefix: string): Promise<SpoolFiles> {
-    return new SpoolFiles(await mkdtemp(join(tmpdir(), prefix)));
+    await removeOrphanTempDirs(prefix);
+    return new SpoolFiles(await ownedTempDir(prefix));
   }
 
   /** Appends one line (without its newline) to a stream's file. */

@@ -9,12 +9,14 @@ import { cli, startCli } from '../helpers/cli.js';
 import { tempDir, writeYaml } from '../helpers/fs.js';
 import { createItems, itemRange, pipelineYaml, upsertItems } from '../helpers/shop.js';
 import { destinationQuery } from '../helpers/warehouse.js';
+import { FULL_SWEEP, sweepPoints } from '../helpers/sweep.js';
 
 const KINDS = ['duckdb', 'sqlite'] as const;
 /**
  * Every failpoint at its 1st to 6th hit: the incremental run under test commits 4 times, so the sweep covers the
  * first, second and last occurrence of each point (a hit number past the last one fires nothing, and the run must
- * then simply succeed). CI runs the fixed sample below, where every point fires; TIDEMARK_SWEEP=all runs them all.
+ * then simply succeed). CI runs the fixed sample below, where every point fires, each in two of the four destination ×
+ * write combinations; TIDEMARK_SWEEP=all runs every point everywhere.
  */
 const ALL_POINTS = ['lock.after_acquire', 'extract.after_batch', 'load.after_write', 'load.before_commit', 'load.after_commit'].flatMap((p) =>
   [1, 2, 3, 4, 5, 6].map((n) => `${p}=${n}`),
@@ -30,7 +32,8 @@ const SAMPLE = [
   'load.after_commit=2',
   'load.after_commit=4',
 ];
-const POINTS = process.env.TIDEMARK_SWEEP === 'all' ? ALL_POINTS : SAMPLE;
+const POINTS = FULL_SWEEP ? ALL_POINTS : SAMPLE;
+const WRITES = ['append', 'merge'] as const;
 
 let root: string;
 let cleanup: () => Promise<void>;
@@ -57,8 +60,8 @@ async function snapshot(kind: (typeof KINDS)[number], target: string) {
 }
 
 describe.each(KINDS)('kill -9 into %s', (kind) => {
-  describe.each(['append', 'merge'] as const)('write %s', (write) => {
-    it.each(POINTS)('at %s, then a clean re-run gives the exact source', async (point) => {
+  describe.each(WRITES)('write %s', (write) => {
+    it.each(sweepPoints(POINTS, KINDS.indexOf(kind) * WRITES.length + WRITES.indexOf(write), KINDS.length * WRITES.length))('at %s, then a clean re-run gives the exact source', async (point) => {
       const dir = join(root, `${kind}-${write}-${point.replace(/[=.]/g, '_')}`);
       await import('node:fs/promises').then((fs) => fs.mkdir(dir, { recursive: true }));
       const source = join(dir, 'source.sqlite');

@@ -513,7 +513,7 @@ class FilesLoadTransaction implements LoadTransaction {
     const { pipeline } = this.load;
     for (const { target, changes: set } of changes) {
       const stream = checkName('stream', target.schema.name);
-      if (target.write !== 'append' || target.build !== undefined || target.replacePartition !== undefined || set.truncate !== undefined || set.deletes.length > 0 || set.patches.length > 0) {
+      if (target.write !== 'append' || target.build !== undefined || target.replacePartition !== undefined || set.truncate !== undefined || set.deletes.length > 0 || set.patches.length > 0 || (set.fills?.length ?? 0) > 0) {
         throw lakeError('the files destination only appends a change log (write: append); it cannot delete, update or truncate rows in place', pipeline, stream);
       }
       if (set.upserts.length === 0) continue;

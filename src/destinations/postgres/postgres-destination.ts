@@ -345,6 +345,16 @@ function postgresDialect(exec: PostgresExecutor, schema: string): SqlDialect {
       // Unnamed: Postgres picks a free name, so a build table's index never collides with the live table's.
       await e.run(`CREATE INDEX ON ${qualified(table)} (${primaryKey.map((c) => quoteIdent(c)).join(', ')})`);
     },
+    async keyIndexed(e, table, primaryKey) {
+      const rows = await e.query(
+        `SELECT 1 AS one FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = ? AND c.relname = ? AND i.indnkeyatts = ?
+           AND (SELECT jsonb_agg(a.attname ORDER BY k.at) FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, at)
+                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum) = ?::jsonb`,
+        [schema, table, primaryKey.length, JSON.stringify(primaryKey)],
+      );
+      return rows.length > 0;
+    },
   };
 }
 

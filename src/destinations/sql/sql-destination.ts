@@ -99,6 +99,12 @@ class SqlLoadTransaction implements LoadTransaction {
   private bulkUnique = false;
   /** Whether the target held rows before this load's first bulk chunk (undefined: not asked yet). */
   private targetHadRows: boolean | undefined;
+  /**
+   * A table this load created for a first bulk load, still without its key index: COPY into an unindexed table and
+   * one index build at the end beat maintaining the index row by row. Built at the load's final commit, or as soon
+   * as a commit merges into the table.
+   */
+  private indexDeferred: { readonly table: string; readonly primaryKey: readonly string[] } | undefined;
 
   constructor(
     private readonly exec: SqlExecutor,
@@ -179,7 +185,7 @@ class SqlLoadTransaction implements LoadTransaction {
         if (!this.open) {
           await this.exec.run(this.dialect.beginStatement);
           this.open = true;
-          await this.ensureTable(table, columns, false);
+          await this.ensureTable(table, columns, false, schema.primaryKey, this.dialect.keyIndexed !== undefined);
         }
         into = this.dialect.table(table);
       } else {
@@ -300,6 +306,10 @@ class SqlLoadTransaction implements LoadTransaction {
       const table = target.build !== undefined ? buildTableName(stream) : stream;
       await this.ensureTable(table, target.schema.columns, request.freshBuild === true);
       if (!scanned) await this.deletePartition(table);
+      if (this.indexDeferred !== undefined && (request.final === true || this.staged > 0 || this.bulkStaged > 0 || changeStages.length > 0)) {
+        await this.dialect.afterCreateTable?.(this.exec, this.indexDeferred.table, this.indexDeferred.primaryKey);
+        this.indexDeferred = undefined;
+      }
       if (this.staged > 0) await this.applyStage(table);
       if (this.bulkStaged > 0) await this.applyBulk(table);
       for (const staged of changeStages) await this.applyChanges(staged);
@@ -364,6 +374,7 @@ class SqlLoadTransaction implements LoadTransaction {
         if (g === undefined) groups.set(id, (g = { columns: [...p.columns], rows: [] }));
         g.rows.push([...p.key, ...p.values]);
       }
+      const fills = await this.stageFills(i, tc, stage);
       const patches: { stage: string; columns: number[] }[] = [];
       let n = 0;
       for (const g of groups.values()) {
@@ -371,12 +382,21 @@ class SqlLoadTransaction implements LoadTransaction {
         const name = await stage(`_tidemark_chg_patch_${i}_${n++}`, cols, g.rows);
         if (name !== undefined) patches.push({ stage: name, columns: g.columns });
       }
-      out.push({ target: tc, keyColumns, ...(deletes ? { deletes } : {}), ...(upserts ? { upserts } : {}), patches });
+      out.push({ target: tc, keyColumns, ...(fills ? { fills } : {}), ...(deletes ? { deletes } : {}), ...(upserts ? { upserts } : {}), patches });
     }
     return out;
   }
 
-  /** Inside the commit's transaction: truncate, deletes, upserts, patches of one table (see ChangeSet). */
+  /** The values of `ChangeSet.fills` as one staged row (column k named `_tidemark_v<k>`), cast back as upserts are. */
+  private async stageFills(i: number, tc: TableChanges, stage: (name: string, columns: readonly Column[], rows: readonly Row[]) => Promise<string | undefined>): Promise<StagedChanges['fills']> {
+    const fills = tc.changes.fills ?? [];
+    if (fills.length === 0) return undefined;
+    const columns = fills.map((f, k) => ({ ...tc.target.schema.columns[f.column]!, name: `_tidemark_v${k}` }));
+    const name = await stage(`_tidemark_chg_fill_${i}`, columns, [fills.map((f) => f.value)]);
+    return name === undefined ? undefined : { stage: name, columns: fills.map((f) => f.column) };
+  }
+
+  /** Inside the commit's transaction: truncate, fills, deletes, upserts, patches of one table (see ChangeSet). */
   private async applyChanges(staged: StagedChanges): Promise<void> {
     const { target, changes } = staged.target;
     const { schema } = target;
@@ -390,6 +410,14 @@ class SqlLoadTransaction implements LoadTransaction {
       const mark = changes.truncate.mark;
       if (mark === undefined) await this.exec.run(`DELETE FROM ${quoted}`);
       else await this.exec.run(`UPDATE ${quoted} SET ${quoteIdent(mark.column)} = ? WHERE ${quoteIdent(mark.column)} IS NULL`, [sqlParam(mark.value)]);
+    }
+    if (staged.fills !== undefined) {
+      const s = quoteIdent(staged.fills.stage);
+      const sets = staged.fills.columns.map((ci, k) => {
+        const column = schema.columns[ci]!;
+        return `${quoteIdent(column.name)} = (SELECT ${this.dialect.castFromStage(`${s}.${quoteIdent(`_tidemark_v${k}`)}`, column.type)} FROM ${s})`;
+      });
+      await this.exec.run(`UPDATE ${quoted} SET ${sets.join(', ')}`);
     }
     if (staged.deletes !== undefined) await this.exec.run(`DELETE FROM ${quoted} WHERE (${pkList}) IN (${keysOf(staged.deletes)})`);
     if (staged.upserts !== undefined) {
@@ -451,6 +479,9 @@ class SqlLoadTransaction implements LoadTransaction {
   }
 
   async rollback(): Promise<void> {
+    // A table created in the transaction being rolled back is gone; one committed earlier keeps waiting for its index
+    // (the next load's first look at it builds it).
+    if (this.indexDeferred?.table === this.created) this.indexDeferred = undefined;
     this.created = undefined;
     this.ensured = undefined;
     if (this.open) {
@@ -464,7 +495,13 @@ class SqlLoadTransaction implements LoadTransaction {
   }
 
   /** Creates the table, or adds the columns the source grew since; inside the commit, so a failed run leaves none. */
-  private async ensureTable(table: string, columns: readonly Column[], fresh: boolean, primaryKey: readonly string[] = this.load.target.schema.primaryKey): Promise<void> {
+  private async ensureTable(
+    table: string,
+    columns: readonly Column[],
+    fresh: boolean,
+    primaryKey: readonly string[] = this.load.target.schema.primaryKey,
+    deferIndex = false,
+  ): Promise<void> {
     const known = this.ensured?.table === table ? this.ensured.names : this.knownColumns.get(table);
     if (!fresh && known !== undefined && columns.every((c) => known.has(c.name))) return;
     this.ensured = { table, names: new Set(columns.map((c) => c.name)) };
@@ -480,9 +517,14 @@ class SqlLoadTransaction implements LoadTransaction {
     if (existing === undefined) {
       const ddl = columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`).join(', ');
       await this.exec.run(`CREATE TABLE ${quoted} (${ddl})`);
-      await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
+      if (deferIndex && primaryKey.length > 0) this.indexDeferred = { table, primaryKey };
+      else await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
       this.created = table;
       return;
+    }
+    // A first load killed between its checkpoints left the table without the key index it deferred.
+    if (primaryKey.length > 0 && this.dialect.keyIndexed !== undefined && !(await this.dialect.keyIndexed(this.exec, table, primaryKey))) {
+      await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
     }
     const have = new Set(existing);
     for (const c of columns) {
@@ -517,6 +559,8 @@ class SqlLoadTransaction implements LoadTransaction {
 interface StagedChanges {
   readonly target: TableChanges;
   readonly keyColumns: readonly Column[];
+  /** The stage holding `ChangeSet.fills` (one row), and the target columns it sets, in stage column order. */
+  readonly fills?: { readonly stage: string; readonly columns: readonly number[] };
   readonly deletes?: string;
   readonly upserts?: string;
   readonly patches: readonly { readonly stage: string; readonly columns: readonly number[] }[];

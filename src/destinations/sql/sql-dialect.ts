@@ -95,4 +95,9 @@ export interface SqlDialect {
   lockPipeline?(exec: SqlExecutor, pipeline: string): Promise<void>;
   /** Called after a target table is created (e.g. to index the primary key a merge looks rows up by). */
   afterCreateTable?(exec: SqlExecutor, table: string, primaryKey: readonly string[]): Promise<void>;
+  /**
+   * Whether the table has the index `afterCreateTable` builds. Dialects that answer it let a first bulk load into a
+   * new table build that index once at its end instead of maintaining it during the load.
+   */
+  keyIndexed?(exec: SqlExecutor, table: string, primaryKey: readonly string[]): Promise<boolean>;
 }

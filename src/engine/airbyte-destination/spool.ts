@@ -22,7 +22,7 @@ export class AirbyteSpool implements Source {
   ) {}
 
   static async create(streams: readonly CatalogStream[]): Promise<AirbyteSpool> {
-    return new AirbyteSpool(await SpoolFiles.create('tidemark-airbyte-'), new Map(streams.map((s) => [s.table, s])));
+    return new AirbyteSpool(await SpoolFiles.create('tidemark-airbyte-destination-'), new Map(streams.map((s) => [s.table, s])));
   }
 
   async add(table: string, data: ExactJson): Promise<void> {

@@ -18,7 +18,7 @@ import type { StreamConfig } from '../../config/load.js';
 import { readLines } from '../../shared/lines.js';
 import { emptyState } from '../run.js';
 import { loadStream } from '../stream-load.js';
-import { withTargetSession } from '../target-session.js';
+import { TargetTotals, withTargetSession } from '../target-session.js';
 import type { AirbyteDestinationConfig } from './config.js';
 import { parseAirbyteMessage, stateEcho, type AirbyteInput, type CatalogStream } from './protocol.js';
 import { AirbyteSpool } from './spool.js';
@@ -68,10 +68,10 @@ export async function runAirbyteWrite(config: AirbyteDestinationConfig, catalog:
 
 class AirbyteWrite {
   private state: PipelineState;
+  private readonly totals: TargetTotals;
   private readonly pipelineName: string;
   private readonly configs = new Map<string, StreamConfig>();
   private readonly byStream = new Map<string, CatalogStream>();
-  private readonly totals = new Map<string, { read: number; loaded: number; rejected: number; commits: number }>();
   /** STATE messages received since the last checkpoint, each with the records that came before it. */
   private pendingStates: { readonly state: StateInput; readonly records: number }[] = [];
   private recordsSinceState = 0;
@@ -90,6 +90,7 @@ class AirbyteWrite {
     private readonly options: AirbyteWriteOptions,
     private readonly logger: Logger,
   ) {
+    this.totals = new TargetTotals(startedAt);
     this.pipelineName = config.pipeline.name;
     this.state = emptyState(this.pipelineName);
     for (const s of catalog) {
@@ -135,7 +136,7 @@ class AirbyteWrite {
     return {
       pipeline: this.pipelineName,
       run_id: this.runId,
-      streams: this.results(),
+      streams: this.totals.results((stream) => ({ watermark: null, full: this.configs.get(stream)?.strategy === 'full' })),
       states_emitted: this.statesEmitted,
       records_resent: this.resent,
       records_uncommitted: uncommitted,
@@ -251,13 +252,7 @@ class AirbyteWrite {
         this.state,
       );
       this.state = outcome.state;
-      const total = this.totals.get(table) ?? { read: 0, loaded: 0, rejected: 0, commits: 0 };
-      this.totals.set(table, {
-        read: total.read + outcome.result.rows_read,
-        loaded: total.loaded + outcome.result.rows_loaded,
-        rejected: total.rejected + outcome.result.rows_rejected,
-        commits: total.commits + outcome.result.commits,
-      });
+      this.totals.add(table, outcome.result);
       if (outcome.result.rows_rejected > 0) {
         this.logger.log('warn', `stream ${table}: ${outcome.result.rows_rejected} record(s) the destination cannot hold exactly were kept as rejects (tidemark rejects)`);
       }
@@ -275,21 +270,6 @@ class AirbyteWrite {
     this.pendingStates = [];
   }
 
-  private results(): StreamResult[] {
-    return [...this.totals.entries()].map(([stream, t]) => ({
-      stream,
-      outcome: 'committed',
-      rows_read: t.read,
-      rows_loaded: t.loaded,
-      rows_rejected: t.rejected,
-      commits: t.commits,
-      cursor_min: null,
-      cursor_max: null,
-      watermark: null,
-      duration_ms: Date.now() - Date.parse(this.startedAt),
-      full: this.configs.get(stream)?.strategy === 'full',
-    }));
-  }
 }
 
 function streamKey(name: string, namespace: string | undefined): string {

@@ -4,11 +4,11 @@
  * tail for errors, and a silence limit, so a connector that never ends is stopped with a clear error.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SourceError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
+import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { readLines } from '../singer/singer-messages.js';
 import { exitOf, Tail, type Exit } from '../singer/singer-source.js';
 import { parseAirbyteMessage, type AirbyteMessage } from './airbyte-messages.js';
@@ -27,29 +27,6 @@ export interface ConnectorRunOptions {
 }
 
 const PREFIX = 'tidemark-airbyte-';
-let swept = false;
-
-/** Removes, once per process, the temp directories of tidemark processes that no longer exist. */
-async function sweepOrphans(): Promise<void> {
-  if (swept) return;
-  swept = true;
-  const names = await readdir(tmpdir()).catch(() => [] as string[]);
-  for (const name of names) {
-    const pid = Number(/^tidemark-airbyte-(\d+)-/.exec(name)?.[1]);
-    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || alive(pid)) continue;
-    await rm(join(tmpdir(), name), { recursive: true, force: true }).catch(() => undefined);
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 export class ConnectorRun {
   private stopped = false;
   private cleaned: Promise<void> | undefined;
@@ -68,9 +45,9 @@ export class ConnectorRun {
   }
 
   static async start(options: ConnectorRunOptions): Promise<ConnectorRun> {
-    await sweepOrphans();
-    // The pid in the name lets a later run remove what a killed one (kill -9) could not: the config file too.
-    const dir = await mkdtemp(join(tmpdir(), `${PREFIX}${process.pid}-`));
+    // A later run removes what a killed one (kill -9) could not: the config file too.
+    await removeOrphanTempDirs(PREFIX);
+    const dir = await ownedTempDir(PREFIX);
     let child: ChildProcess;
     try {
       const args = [...options.command.slice(1), options.verb];

@@ -13,14 +13,13 @@
  * - text, JSON, ENUM/SET converted to utf8mb4, quoted by the client (quotes doubled); NULL as an empty unquoted field.
  * Segments are cast to binary so they arrive as bytes (no UTF-8 decoding on the client).
  */
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { BulkChunk } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
-import { processAlive } from '../../shared/process.js';
+import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { bulkChunkOf, CsvChunker, type RowKey } from '../postgres/csv-chunks.js';
 import { decoderFor } from '../postgres/pg-types.js';
 import type { BitColumn } from './mysql-types.js';
@@ -189,8 +188,9 @@ export async function* mysqlChunks(options: {
   readonly signal?: AbortSignal;
   readonly maxLineBytes: number;
 }): AsyncIterable<BulkChunk> {
-  await removeOrphanChunkDirs();
-  const dir = await mkdtemp(join(tmpdir(), `${CHUNK_DIR_PREFIX}${process.pid}-`));
+  // Chunk directories of runs that were killed are removed by the next bulk read.
+  await removeOrphanTempDirs(CHUNK_DIR_PREFIX);
+  const dir = await ownedTempDir(CHUNK_DIR_PREFIX);
   const ready: BulkChunk[] = [];
   let ended = false;
   let failure: unknown;
@@ -294,12 +294,3 @@ export async function* mysqlChunks(options: {
   }
 }
 
-/** Chunk directories of runs that were killed (their process is gone) are removed by the next bulk read. */
-async function removeOrphanChunkDirs(): Promise<void> {
-  const names = await readdir(tmpdir()).catch(() => [] as string[]);
-  for (const name of names) {
-    const pid = new RegExp(`^${CHUNK_DIR_PREFIX}(\\d+)-`).exec(name)?.[1];
-    if (pid === undefined || Number(pid) === process.pid || processAlive(Number(pid))) continue;
-    await rm(join(tmpdir(), name), { recursive: true, force: true }).catch(() => undefined);
-  }
-}

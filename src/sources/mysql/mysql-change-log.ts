@@ -14,6 +14,7 @@ import type {
   ChangeLogSetup,
   ChangeLogSource,
   ChangeLogStatus,
+  ExistingValue,
   LogReadRequest,
   LogSnapshot,
   LogTransaction,
@@ -28,6 +29,7 @@ import { comparePositions } from './binlog-position.js';
 import type { BinlogReader, RowChange as BinlogChange, RowImage } from './binlog-reader.js';
 import { binaryLogs, checkLogSetup, currentPosition, logSettings, startSnapshot, type LogConn } from './binlog-setup.js';
 import { binlogRow, imageMatches } from './binlog-values.js';
+import { COLUMN_DEFAULTS_SQL, existingValues, type ColumnDefaultRow } from './column-defaults.js';
 
 /** What the change log needs of its MySQL source: a query on its connection, and the table source's discovery. */
 export interface MysqlLogHost {
@@ -108,7 +110,7 @@ export class MysqlChangeLog implements ChangeLogSource {
   async *read(request: ChangeLogRequest, read: LogReadRequest): AsyncGenerator<LogTransaction> {
     const tables = await this.resolve(request);
     const byKey = new Map(tables.map((t) => [`${t.database}.${t.name}`, t]));
-    const { basename } = await logSettings(this.conn());
+    const { basename, mariadb } = await logSettings(this.conn());
     const { BinlogReader } = await import('./binlog-reader.js');
     const { maxSkewMs: _skew, ...connection } = this.options;
     const reader: BinlogReader = new BinlogReader({
@@ -145,7 +147,7 @@ export class MysqlChangeLog implements ChangeLogSource {
           if (known === undefined || !imageMatches(known, image)) {
             known = await this.columnsOf(t, image, txn.position);
             columns.set(change.table, known);
-            changes.push({ kind: 'relation', table: t.table, columns: known });
+            changes.push({ kind: 'relation', table: t.table, columns: known, existing: await this.existingOf(t, known, mariadb) });
           }
           changes.push(rowChange(t, known, change, txn.position));
         }
@@ -174,6 +176,18 @@ export class MysqlChangeLog implements ChangeLogSource {
       );
     }
     return own;
+  }
+
+  async existing(request: ChangeLogRequest, table: string): Promise<Record<string, ExistingValue>> {
+    const t = (await this.resolve(request)).find((r) => r.table === table);
+    if (t === undefined) return {};
+    const schema = await this.host.discover({ name: t.stream, table: `${t.database}.${t.name}`, primaryKey: t.primaryKey });
+    return this.existingOf(t, schema.columns, (await logSettings(this.conn())).mariadb);
+  }
+
+  private async existingOf(t: ResolvedTable, columns: readonly Column[], mariadb: boolean): Promise<Record<string, ExistingValue>> {
+    const defaults = (await this.host.query(COLUMN_DEFAULTS_SQL, [t.database, t.name])) as ColumnDefaultRow[];
+    return existingValues(columns, defaults, mariadb);
   }
 
   async acknowledge(_request: ChangeLogRequest, _position: string): Promise<void> {

@@ -15,6 +15,7 @@ import type {
   ChangeLogSetup,
   ChangeLogSource,
   ChangeLogStatus,
+  ExistingValue,
   LogReadRequest,
   LogSnapshot,
   LogTransaction,
@@ -79,6 +80,8 @@ export class PostgresChangeLog implements ChangeLogSource {
   private readonly types = new Map<number, { info: PgTypeInfo; typmod: number | null }>();
   /** Column type oid → its array element type, or null when the type is no array. */
   private readonly elements = new Map<number, ArrayElementType | null>();
+  /** `server_version_num`, once asked. */
+  private serverVersion: number | undefined;
 
   constructor(
     private readonly options: ServerSourceOptions,
@@ -96,7 +99,9 @@ export class PostgresChangeLog implements ChangeLogSource {
       ...(database !== undefined ? { database } : {}),
       application_name: 'tidemark',
       types: TEXT_TYPES,
-      ...(replication ? { replication: 'database', options: OUTPUT_SETTINGS } : {}),
+      // The admin session prints catalog values (a column's missing value) for the same decoders as the walsender's.
+      options: OUTPUT_SETTINGS,
+      ...(replication ? { replication: 'database' } : {}),
     } as pg.ClientConfig;
   }
 
@@ -340,7 +345,7 @@ export class PostgresChangeLog implements ChangeLogSource {
               .catch(() => undefined);
           }, HEARTBEAT_MS)
         : undefined;
-    const relations = new Map<number, { table: string | undefined; info: TableInfo; announced: boolean; keyIndexes: readonly number[] }>();
+    const relations = new Map<number, { table: string | undefined; info: TableInfo; existing: Record<string, ExistingValue>; announced: boolean; keyIndexes: readonly number[] }>();
     const keys = new Map(request.tables.map((t) => [t.table, t.primaryKey]));
     let txn: { changes: Change[]; commitTime: bigint } | undefined;
     const abort = () => stream.destroy();
@@ -363,7 +368,8 @@ export class PostgresChangeLog implements ChangeLogSource {
             const nn = notNull.get(`${message.namespace}.${message.name}`);
             const info = await this.tableInfo(message.columns, (name) => !(nn?.has(name) ?? false));
             const key = table !== undefined ? (keys.get(table) ?? []) : [];
-            relations.set(message.relid, { table, info, announced: false, keyIndexes: key.map((k) => message.columns.findIndex((c) => c.name === k)) });
+            const existing = table !== undefined ? await this.existingValues(message.relid, info) : {};
+            relations.set(message.relid, { table, info, existing, announced: false, keyIndexes: key.map((k) => message.columns.findIndex((c) => c.name === k)) });
             break;
           }
           case 'insert':
@@ -372,7 +378,7 @@ export class PostgresChangeLog implements ChangeLogSource {
             const rel = relations.get(message.relid);
             if (rel === undefined || rel.table === undefined || txn === undefined) break;
             if (!rel.announced) {
-              txn.changes.push({ kind: 'relation', table: rel.table, columns: rel.info.columns });
+              txn.changes.push({ kind: 'relation', table: rel.table, columns: rel.info.columns, existing: rel.existing });
               rel.announced = true;
             }
             const tuple = message.tag === 'delete' ? message.old : message.tuple;
@@ -512,6 +518,45 @@ export class PostgresChangeLog implements ChangeLogSource {
       done.push(`dropped publication ${slot}`);
     }
     return done;
+  }
+
+  /**
+   * What rows the log never rewrote hold in each column (`RelationChange.existing`), from the catalog of now. A column
+   * added with a constant (or stable) default keeps it as its "missing value", which rows written before read as theirs;
+   * a default without one means the table was rewritten (a volatile default, an identity, VACUUM FULL since), which
+   * logical decoding does not carry. A column that is gone by now says nothing.
+   */
+  private async existingValues(relid: number, info: TableInfo): Promise<Record<string, ExistingValue>> {
+    // Missing values came with Postgres 11 (10 rewrote the table for any default), generated columns with 12.
+    this.serverVersion ??= Number((await this.query<{ v: string }>(`SELECT current_setting('server_version_num') AS v`))[0]!.v);
+    const missing = this.serverVersion >= 110000;
+    const rows = await this.query<{ name: string; missing: string | null; has_missing: boolean | string; has_default: boolean | string }>(
+      `SELECT a.attname AS name, ${missing ? 'a.atthasmissing' : 'false'} AS has_missing,
+              ${missing ? `CASE WHEN a.atthasmissing THEN array_to_string(a.attmissingval, '') END` : 'NULL::text'} AS missing,
+              (a.atthasdef OR a.attidentity <> '' ${this.serverVersion >= 120000 ? `OR a.attgenerated <> ''` : ''} OR (t.typtype = 'd' AND t.typdefault IS NOT NULL)) AS has_default
+         FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+        WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped`,
+      [String(relid)],
+    );
+    const out: Record<string, ExistingValue> = {};
+    for (const r of rows) {
+      const i = info.columns.findIndex((c) => c.name === r.name);
+      if (i < 0) continue;
+      if (truthy(r.has_missing) && r.missing !== null) out[r.name] = { value: coerceValue(info.columns[i]!.type, info.decoders[i]!(r.missing)) };
+      else if (truthy(r.has_default)) out[r.name] = { unknown: 'a volatile default, an identity or a generated column rewrote the table, or a VACUUM FULL did since: logical decoding carries no table rewrite' };
+    }
+    return out;
+  }
+
+  async existing(_request: ChangeLogRequest, table: string): Promise<Record<string, ExistingValue>> {
+    const rows = await this.query<{ relid: string; name: string; oid: string; typmod: string }>(
+      `SELECT attrelid::text AS relid, attname AS name, atttypid::text AS oid, atttypmod::text AS typmod
+         FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+      [quoteQualified(table)],
+    );
+    if (rows.length === 0) return {};
+    const info = await this.tableInfo(rows.map((r) => ({ name: r.name, typeOid: Number(r.oid), typmod: Number(r.typmod), key: false })), () => true);
+    return this.existingValues(Number(rows[0]!.relid), info);
   }
 
   private async notNullColumns(request: ChangeLogRequest): Promise<Map<string, Set<string>>> {

@@ -5,8 +5,7 @@
  * COPY takes no bind parameters, so watermark values are bound into transaction-local settings with `set_config($n)`
  * and read back in the predicate with `current_setting(…)::type`: values never enter the SQL text.
  */
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type pg from 'pg';
 import { loadPg } from '../../shared/pg-driver.js';
@@ -20,7 +19,7 @@ import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, timeUnitMi
 import { CopyTextParser } from './copy-text.js';
 import { bulkChunkOf, CsvChunker, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
-import { processAlive } from '../../shared/process.js';
+import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { PostgresChangeLog } from './pg-change-log.js';
 
 const ALIAS = 't';
@@ -401,8 +400,9 @@ export class PostgresSource implements Source {
   ): AsyncIterable<BulkChunk> {
     const client = await this.connection();
     const uniqueKey = await options.uniqueKey();
-    await removeOrphanChunkDirs();
-    const dir = await mkdtemp(join(tmpdir(), `${CHUNK_DIR_PREFIX}${process.pid}-`));
+    // Chunk directories of runs that were killed are removed by the next bulk read.
+    await removeOrphanTempDirs(CHUNK_DIR_PREFIX);
+    const dir = await ownedTempDir(CHUNK_DIR_PREFIX);
     const ready: BulkChunk[] = [];
     let ended = false;
     let stopped = false;
@@ -509,16 +509,6 @@ export class PostgresSource implements Source {
 }
 
 const CHUNK_DIR_PREFIX = 'tidemark-pg-';
-
-/** Chunk directories of runs that were killed (their process is gone) are removed by the next bulk read. */
-async function removeOrphanChunkDirs(): Promise<void> {
-  const names = await readdir(tmpdir()).catch(() => [] as string[]);
-  for (const name of names) {
-    const pid = new RegExp(`^${CHUNK_DIR_PREFIX}(\\d+)-`).exec(name)?.[1];
-    if (pid === undefined || Number(pid) === process.pid || processAlive(Number(pid))) continue;
-    await rm(join(tmpdir(), name), { recursive: true, force: true }).catch(() => undefined);
-  }
-}
 
 function readStart(request: ReadRequest): TypedValue | undefined {
   return request.from ?? request.after?.cursor;

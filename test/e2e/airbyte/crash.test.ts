@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../../helpers/fs.js';
 import { airbyte, catalog, globalState, joined, KINDS, legacyState, record, resendAfter, states, streamState, warehouse, type CatalogEntry, type Kind } from './helpers.js';
+import { sweepPoints } from '../../helpers/sweep.js';
 
 let root: string;
 let cleanup: () => Promise<void>;
@@ -51,7 +52,8 @@ const SNAP = ids((i) => i % 3 === 2).map(String);
 const POINTS = ['load.after_commit=5', 'load.before_commit=8', 'load.after_write=12'];
 
 describe.each(KINDS)('kill -9 into %s', (kind) => {
-  it.each(POINTS)('at %s, then the resend from the last echoed STATE: every record once', async (point) => {
+  // Each point into two of the destinations (all of them under TIDEMARK_SWEEP=all).
+  it.each(sweepPoints(POINTS, KINDS.indexOf(kind), KINDS.length))('at %s, then the resend from the last echoed STATE: every record once', async (point) => {
     const dir = join(root, `${kind}-${point.replace(/[=.]/g, '_')}`);
     const pipeline = 'ab';
     const wh = await warehouse(kind, dir, pipeline);

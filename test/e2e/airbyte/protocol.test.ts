@@ -2,7 +2,8 @@
  * `tidemark airbyte-destination`: spec, check and write driven by hand-written Airbyte message streams, one per
  * message type and per kind of malformed input, into SQLite (the crash tests cover every destination).
  */
-import { writeFile } from 'node:fs/promises';
+import { readdir, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../../helpers/fs.js';
@@ -25,6 +26,9 @@ async function setup(entries: readonly CatalogEntry[], extra: Record<string, unk
   await writeFile(catalogFile, catalog(entries));
   return { path, args: ['write', '--config', config, '--catalog', catalogFile], config };
 }
+
+/** The destination's spool directories in the temp directory. */
+const spoolDirs = async () => (await readdir(tmpdir())).filter((n) => n.startsWith('tidemark-airbyte-destination-'));
 
 const USERS: CatalogEntry = { name: 'users', mode: 'append', properties: { id: { type: 'integer' }, name: { type: ['null', 'string'] } } };
 
@@ -117,6 +121,19 @@ describe('write', () => {
     expect(out.signal).toBe('SIGKILL');
     expect(states(out.stdout)).toEqual([]);
     expect(sqliteQuery(path, "SELECT count(*) AS n FROM sqlite_master WHERE name = 'users'")[0]).toEqual({ n: 0n });
+  });
+
+  it('the spool directory a killed write leaves behind is removed by the next write', async () => {
+    const { args } = await setup([USERS], { checkpoint_rows: 3 });
+    const input = [record('users', '{"id":1}'), record('users', '{"id":2}'), streamState('users', { at: 2 })].join('\n');
+    const before = new Set(await spoolDirs());
+    const killed = await airbyte(args, input, { TIDEMARK_FAILPOINTS: 'load.before_commit=1:kill' });
+    expect(killed.signal).toBe('SIGKILL');
+    const left = (await spoolDirs()).filter((d) => !before.has(d));
+    expect(left).toHaveLength(1);
+    const next = await airbyte(args, input);
+    expect(next.code, next.stderr).toBe(0);
+    expect(await spoolDirs()).not.toContain(left[0]);
   });
 
   it('input ending without a final STATE commits nothing after the last STATE', async () => {

@@ -10,6 +10,7 @@ import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { duckdbQuery } from '../../helpers/warehouse.js';
 import { serverPipelineYaml } from '../postgres/pg-db.js';
 import { createMysqlDb, type MysqlTestDb } from './mysql-db.js';
+import { sweepPoints } from '../../helpers/sweep.js';
 
 let db: MysqlTestDb;
 let dir: string;
@@ -165,8 +166,10 @@ describe('bulk path MySQL → DuckDB', () => {
   }, 180_000);
 
   const POINTS = ['extract.after_batch=2', 'load.after_write=2', 'load.before_commit=3', 'load.after_commit=1', 'load.after_commit=2'] as const;
-  describe.each(['merge', 'append'] as const)('write %s', (write) => {
-    it.each(POINTS)('kill -9 at %s during the initial and an incremental load, then a re-run: exactly the source', async (point) => {
+  const WRITES = ['merge', 'append'] as const;
+  describe.each(WRITES)('write %s', (write) => {
+    // Each point in one of the two writes (both under TIDEMARK_SWEEP=all).
+    it.each(sweepPoints(POINTS, WRITES.indexOf(write), WRITES.length, 1))('kill -9 at %s during the initial and an incremental load, then a re-run: exactly the source', async (point) => {
       await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, updated_at datetime(6) NOT NULL, value text) ENGINE=InnoDB`);
       await db.sql(`INSERT INTO items SELECT g, TIMESTAMP('2024-01-01') + INTERVAL (g DIV 4) * 1000 MICROSECOND, CONCAT('v', g) FROM ${series(400)}`);
       const { config, target } = await pipeline('crash', { table: 'items', primary_key: ['id'], cursor: 'updated_at', write, checkpoint_rows: 50 });

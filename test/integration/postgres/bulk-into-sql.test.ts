@@ -9,6 +9,7 @@ import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { sqliteQuery } from '../../helpers/warehouse.js';
 import { createPgDb, type PgTestDb } from './pg-db.js';
+import { sweepPoints } from '../../helpers/sweep.js';
 
 let db: PgTestDb;
 let dir: string;
@@ -70,7 +71,8 @@ INSERT INTO typed VALUES
  (8, 8, 42, 0, 0, 1.5, -2.5, false, E'line\\nbreak,comma', '"q"', '\\x', NULL, '{}', '{}', '2024-12-31', '12:00:00.5', '2024-12-31 23:59:59.5', '2024-12-31 23:59:59.000001-08', '-1 day', '{}', 'xyz', '2024-01-01 00:00:04'),
  (9, 9, 43, 1.1, 2, 2.5, 3.5, true, 'plain', 'w', '\\x01', NULL, '[1,2]', '{"a":1}', '2023-02-28', '01:02:03', '2023-02-28 01:02:03', '2023-02-28 01:02:03.1+00', 'PT1H', '{1}', 'q', '2024-01-01 00:00:04')`;
 
-describe.each(['postgres', 'sqlite'] as const)('bulk path Postgres → %s', (kind) => {
+const KINDS = ['postgres', 'sqlite'] as const;
+describe.each(KINDS)('bulk path Postgres → %s', (kind) => {
   it('loads and rejects exactly what the row path does, value for value', async () => {
     await db.sql(TYPES_DDL);
     await db.sql(TYPES_ROWS);
@@ -129,8 +131,10 @@ describe.each(['postgres', 'sqlite'] as const)('bulk path Postgres → %s', (kin
   });
 
   const POINTS = ['extract.after_batch=2', 'load.after_write=2', 'load.before_commit=3', 'load.after_commit=2'] as const;
-  describe.each(['merge', 'append'] as const)('write %s', (write) => {
-    it.each(POINTS)('kill -9 at %s during the initial and an incremental load, then a re-run: exactly the source', async (point) => {
+  const WRITES = ['merge', 'append'] as const;
+  describe.each(WRITES)('write %s', (write) => {
+    // Each point in two of the four destination × write combinations (all of them under TIDEMARK_SWEEP=all).
+    it.each(sweepPoints(POINTS, KINDS.indexOf(kind) * WRITES.length + WRITES.indexOf(write), KINDS.length * WRITES.length))('kill -9 at %s during the initial and an incremental load, then a re-run: exactly the source', async (point) => {
       await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamp(6) NOT NULL, value text)`);
       await db.sql(`INSERT INTO items SELECT g, timestamp '2024-01-01' + (g / 4) * interval '1 millisecond', 'v' || g FROM generate_series(1, 400) g`);
       const target = await pipeline(kind, 'crash', { table: 'public.items', primary_key: ['id'], cursor: 'updated_at', write, checkpoint_rows: 50 });

@@ -8,6 +8,7 @@ import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { duckdbQuery } from '../../helpers/warehouse.js';
 import { createPgDb, serverPipelineYaml, type PgTestDb } from './pg-db.js';
+import { sweepPoints } from '../../helpers/sweep.js';
 
 let db: PgTestDb;
 let dir: string;
@@ -117,8 +118,10 @@ describe('bulk path Postgres → DuckDB', () => {
     'load.after_commit=1',
     'load.after_commit=2',
   ] as const;
-  describe.each(['merge', 'append'] as const)('write %s', (write) => {
-    it.each(POINTS)('kill -9 at %s during the initial and an incremental load, then a re-run: exactly the source', async (point) => {
+  const WRITES = ['merge', 'append'] as const;
+  describe.each(WRITES)('write %s', (write) => {
+    // Each point in one of the two writes (both under TIDEMARK_SWEEP=all).
+    it.each(sweepPoints(POINTS, WRITES.indexOf(write), WRITES.length, 1))('kill -9 at %s during the initial and an incremental load, then a re-run: exactly the source', async (point) => {
       await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamp(6) NOT NULL, value text)`);
       await db.sql(`INSERT INTO items SELECT g, timestamp '2024-01-01' + (g / 4) * interval '1 millisecond', 'v' || g FROM generate_series(1, 400) g`);
       const { config, target } = await pipeline('crash', { table: 'public.items', primary_key: ['id'], cursor: 'updated_at', write, checkpoint_rows: 50 });

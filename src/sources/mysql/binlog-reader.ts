@@ -211,6 +211,7 @@ export class BinlogReader {
       timezone: 'Z',
     };
     await this.readStartColumns(settings);
+    if (this.done) return;
     const zongji = new ZongJi(settings) as ZongJiLike;
     this.zongji = zongji;
     zongji._fetchTableInfo = (event, next) => this.fetchTableInfo(zongji, event, next);
@@ -224,10 +225,14 @@ export class BinlogReader {
         this.gateConnection(zongji);
         resolve();
       });
+      // Closed before the stream was ready (a SIGTERM right after start): stop() tears the connections down under
+      // zongji's start-up queries, whose failures ("write after end") are the close's doing, not the log's.
+      zongji.on('stopped', () => resolve());
       zongji.on('error', (error: unknown) => {
         const wrapped = this.streamError(error);
-        if (!ready) reject(wrapped);
-        else this.fail(wrapped);
+        if (ready) this.fail(wrapped);
+        else if (this.done) resolve();
+        else reject(wrapped);
       });
       zongji.on('binlog', (event) => {
         try {

@@ -28,6 +28,7 @@ import { coerceValue } from '../../core/values.js';
 import { loadPg } from '../../shared/pg-driver.js';
 import { quoteIdent, quoteQualified } from '../../shared/sql.js';
 import type { ServerSourceOptions } from '../server-source.js';
+import { ARRAY_ELEMENT_SQL, arrayElementKind, arrayElementOf, pgArrayToJson, type ArrayElementRow, type ArrayElementType } from './pg-array-text.js';
 import { decoderFor, pgColumnType, type Decoder, type PgTypeInfo } from './pg-types.js';
 import {
   decodeFrame,
@@ -77,6 +78,8 @@ export class PostgresChangeLog implements ChangeLogSource {
   /** The open replication stream, while `read` runs: acknowledgements go through it. */
   private stream: (Duplex & pg.Submittable) | undefined;
   private readonly types = new Map<number, { info: PgTypeInfo; typmod: number | null }>();
+  /** Column type oid → its array element type, or null when the type is no array. */
+  private readonly elements = new Map<number, ArrayElementType | null>();
   /** `server_version_num`, once asked. */
   private serverVersion: number | undefined;
 
@@ -141,11 +144,9 @@ export class PostgresChangeLog implements ChangeLogSource {
     const wanted: string[] = [];
     const identities: string[] = [];
     for (const t of request.tables) {
-      const rows = await this.query<{ oid: string | null; identity: string; ident: string | null; has_pk: boolean | string; arrays: string | null }>(
+      const rows = await this.query<{ oid: string | null; identity: string; ident: string | null; has_pk: boolean | string }>(
         `SELECT c.oid::text AS oid, c.relreplident AS ident, format('%I.%I', n.nspname, c.relname) AS identity,
-                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) AS has_pk,
-                (SELECT string_agg(a.attname, ', ') FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
-                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND ty.typcategory = 'A') AS arrays
+                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) AS has_pk
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
         [quoteQualified(t.table)],
       );
@@ -153,7 +154,7 @@ export class PostgresChangeLog implements ChangeLogSource {
       if (row === undefined || row.oid === null) {
         throw new SourceError(`table ${t.table} of stream ${t.stream} is gone from the source (dropped or renamed): its log stream stops here; recreate it and run tidemark state reset (a new snapshot), or remove the stream`, { context: { stream: t.stream } });
       }
-      if (row.arrays !== null) throw new ConfigError(`strategy log cannot decode array columns yet (${t.table}: ${row.arrays}); use strategy: full or incremental for this table`, { context: { stream: t.stream } });
+      await this.refuseUndecodableArrays(t.table, t.stream);
       const identity = row.ident === 'f' ? 'full' : row.ident === 'n' ? 'nothing' : row.ident === 'i' ? 'index' : truthy(row.has_pk) ? 'default' : 'none';
       if (identity === 'nothing' || identity === 'none') {
         warnings.push(
@@ -264,14 +265,54 @@ export class PostgresChangeLog implements ChangeLogSource {
     for (const r of rows) this.types.set(Number(r.oid), { info: r, typmod: r.typmod !== null ? Number(r.typmod) : null });
   }
 
+  private async arrayElements(oids: readonly number[]): Promise<void> {
+    const missing = oids.filter((o) => !this.elements.has(o));
+    if (missing.length === 0) return;
+    for (const o of missing) this.elements.set(o, null);
+    for (const r of await this.query<ArrayElementRow>(ARRAY_ELEMENT_SQL, [missing.map(String)])) this.elements.set(Number(r.col), arrayElementOf(r));
+  }
+
+  /** Array columns whose text form lacks what `to_json` prints (composite elements, user casts to json) are refused. */
+  private async refuseUndecodableArrays(table: string, stream: string): Promise<void> {
+    const columns = await this.query<{ name: string; oid: string }>(
+      `SELECT attname AS name, atttypid::text AS oid FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+      [quoteQualified(table)],
+    );
+    await this.arrayElements(columns.map((c) => Number(c.oid)));
+    const refused = columns.flatMap((c) => {
+      const element = this.elements.get(Number(c.oid));
+      const kind = element ? arrayElementKind(element) : undefined;
+      return typeof kind === 'object' ? [`${c.name}: ${kind.refused}`] : [];
+    });
+    if (refused.length > 0) {
+      throw new ConfigError(`strategy log cannot decode these array columns of ${table} (${refused.join('; ')}); use strategy: full or incremental for this table`, { context: { stream } });
+    }
+  }
+
+  /** The column's decoder; an array column's text form becomes the JSON text the table source reads. */
+  private decoderOf(column: Column, typeOid: number): Decoder {
+    const element = this.elements.get(typeOid);
+    if (!element) return decoderFor(column.type);
+    const kind = arrayElementKind(element);
+    if (typeof kind === 'object') throw new SourceError(`strategy log cannot decode column ${column.name}: ${kind.refused}`, { context: { at: column.name } });
+    return (text) => {
+      try {
+        return pgArrayToJson(text, kind, element.delimiter);
+      } catch (cause) {
+        throw new SourceError(`column ${column.name}: ${(cause as Error).message}`, { cause, context: { at: column.name } });
+      }
+    };
+  }
+
   private async tableInfo(columns: readonly RelationColumn[], nullable: (name: string) => boolean): Promise<TableInfo> {
     await this.typeInfo(columns.map((c) => c.typeOid));
+    await this.arrayElements(columns.map((c) => c.typeOid));
     const cols: Column[] = columns.map((c) => {
       const t = this.types.get(c.typeOid);
       const type: ColumnType = t === undefined ? { kind: 'text' } : pgColumnType(t.info, t.typmod ?? c.typmod);
       return { name: c.name, type, nullable: nullable(c.name) };
     });
-    return { columns: cols, decoders: cols.map((c) => decoderFor(c.type)) };
+    return { columns: cols, decoders: cols.map((c, i) => this.decoderOf(c, columns[i]!.typeOid)) };
   }
 
   async *read(request: ChangeLogRequest, read: LogReadRequest): AsyncIterable<LogTransaction> {
@@ -426,10 +467,12 @@ export class PostgresChangeLog implements ChangeLogSource {
       this.stream.write(statusUpdate(lsn, false));
       return;
     }
-    // No stream open (the run read to its end): advance the slot directly, once its walsender has let go of it.
+    // No stream open (the run read to its end, or was stopped): advance the slot directly. The walsender of the
+    // run's stream can stay on the slot for seconds after its client left, busy decoding a backlog: claim it first.
     const slot = slotName(request.pipeline);
     for (let attempt = 0; ; attempt += 1) {
       try {
+        await this.claimSlot(slot);
         const row = await this.slotRow(slot);
         if (row === undefined) return;
         if (row.confirmed !== null && parsePgLsn(row.confirmed) >= lsn) return;

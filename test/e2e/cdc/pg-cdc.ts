@@ -1,5 +1,7 @@
 /** Shared pieces of the `strategy: log` tests: a source database whose slots are dropped with it, pipelines, comparisons. */
 import pg from 'pg';
+import { afterAll, afterEach, beforeAll } from 'vitest';
+import { tempDir } from '../../helpers/fs.js';
 import { createPgDb, PG_BASE, type PgTestDb } from '../../integration/postgres/pg-db.js';
 import { duckdbQuery, sqliteQuery } from '../../helpers/warehouse.js';
 
@@ -74,4 +76,36 @@ export async function destinationRows(destination: CdcDestination, sql: string):
     }
   }
   throw new Error(`no reader for ${destination.type}`);
+}
+
+/**
+ * A pipeline name no other test run on the same servers uses: slot names are server-wide (and MariaDB server ids
+ * too), so a fixed name lets two checkouts running at once drop or take over each other's slot.
+ */
+export function uniquePipeline(prefix: string): string {
+  return `${prefix}_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
+}
+
+/**
+ * A test file's scratch directory and source databases: `root()` is made before its tests and removed after them;
+ * each database `db()` makes is dropped with its slots when its test ends, so that a file holds only the slots of
+ * the test running (the server's max_replication_slots is shared by every test run on it).
+ */
+export function cdcWorkspace(): { root(): string; db(prefix?: string): Promise<PgTestDb> } {
+  let dir: string | undefined;
+  let cleanup: (() => Promise<void>) | undefined;
+  const dbs: PgTestDb[] = [];
+  beforeAll(async () => ({ dir, cleanup } = await tempDir()));
+  afterEach(async () => {
+    for (const db of dbs.splice(0)) await db.drop().catch(() => undefined);
+  });
+  afterAll(async () => cleanup?.());
+  return {
+    root: () => dir!,
+    async db(prefix) {
+      const db = await createCdcDb(prefix);
+      dbs.push(db);
+      return db;
+    },
+  };
 }

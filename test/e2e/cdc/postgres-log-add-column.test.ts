@@ -6,31 +6,23 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { canonicalRows as canonical, comparedColumns } from '../../helpers/canonical-rows.js';
 import { cli } from '../../helpers/cli.js';
-import { tempDir, writeYaml } from '../../helpers/fs.js';
+import { writeYaml } from '../../helpers/fs.js';
 import { duckdbQuery, sqliteQuery } from '../../helpers/warehouse.js';
 import type { PgTestDb } from '../../integration/postgres/pg-db.js';
 import { PG_BASE } from '../../integration/postgres/pg-db.js';
-import { cdcPipelineYaml, createCdcDb, type CdcDestination } from './pg-cdc.js';
+import { cdcPipelineYaml, cdcWorkspace, type CdcDestination } from './pg-cdc.js';
 
-let root: string;
-let cleanup: () => Promise<void>;
-const dbs: PgTestDb[] = [];
-beforeAll(async () => ({ dir: root, cleanup } = await tempDir()));
-afterAll(async () => {
-  for (const db of dbs) await db.drop().catch(() => undefined);
-  await cleanup();
-});
+const workspace = cdcWorkspace();
 
 const suffix = Math.random().toString(36).slice(2, 8);
 /** Every column the source ends with. */
 const COLUMNS = comparedColumns('id note amount:dec qty label big plain price:dec tag at:tstz');
 
 async function sourceDb(): Promise<PgTestDb> {
-  const db = await createCdcDb('cdcfill');
-  dbs.push(db);
+  const db = await workspace.db('cdcfill');
   await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, note text, amount numeric(20,6))`);
   await db.sql(`INSERT INTO items SELECT g, 'note ' || g, g * 1.5 FROM generate_series(1, 3000) g`);
   return db;
@@ -57,12 +49,11 @@ async function destinationRows(destination: CdcDestination, present: readonly st
 
 async function setUp(kind: 'duckdb' | 'sqlite' | 'postgres', name: string): Promise<{ db: PgTestDb; destination: CdcDestination; config: string }> {
   const db = await sourceDb();
-  const dir = join(root, name);
+  const dir = join(workspace.root(), name);
   await mkdir(dir, { recursive: true });
   let destination: CdcDestination;
   if (kind === 'postgres') {
-    const destDb = await createCdcDb('cdcfilldst');
-    dbs.push(destDb);
+    const destDb = await workspace.db('cdcfilldst');
     destination = { type: 'postgres', url: `${PG_BASE}/${destDb.name}`, schema: 'mirror' };
   } else destination = { type: kind, path: join(dir, `warehouse.${kind}`) };
   const pipeline = `${name}_${suffix}`;
@@ -159,7 +150,7 @@ describe('ADD COLUMN with a volatile default, strategy log', () => {
 describe('ADD COLUMN with a default, strategy log with write: append', () => {
   it('rewrites no recorded version, and a volatile default does not stop it', async () => {
     const db = await sourceDb();
-    const dir = join(root, 'addcol_append');
+    const dir = join(workspace.root(), 'addcol_append');
     await mkdir(dir, { recursive: true });
     const path = join(dir, 'w.duckdb');
     const config = await writeYaml(

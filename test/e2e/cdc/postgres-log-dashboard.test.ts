@@ -9,7 +9,7 @@ import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import type { PgTestDb } from '../../integration/postgres/pg-db.js';
 import { startUi, type RunningUi } from '../ui/helpers.js';
-import { cdcPipelineYaml, createCdcDb } from './pg-cdc.js';
+import { cdcPipelineYaml, createCdcDb, uniquePipeline } from './pg-cdc.js';
 
 let root: string;
 let cleanup: () => Promise<void>;
@@ -33,8 +33,7 @@ describe('dashboard and max_retained_wal', () => {
     await mkdir(dir, { recursive: true });
     const pipeline = (name: string, extra: Record<string, unknown>) =>
       writeYaml(dir, `${name}.yaml`, cdcPipelineYaml({ name, url: db.url, destination: { type: 'duckdb', path: join(root, `${name}.duckdb`) }, streams: [{ table: 't', strategy: 'log', ...extra }] }));
-    // Slots are named after pipelines and the server is shared: a per-process suffix keeps parallel runs apart.
-    const [tightName, roomyName] = [`tight_${process.pid}`, `roomy_${process.pid}`];
+    const [tightName, roomyName] = [uniquePipeline('tight'), uniquePipeline('roomy')];
     const tight = await pipeline(tightName, { max_retained_wal: 1 });
     const roomy = await pipeline(roomyName, {});
     for (const config of [tight, roomy]) expect((await cli(['run', config])).code).toBe(0);

@@ -9,24 +9,19 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
-import { tempDir, writeYaml } from '../../helpers/fs.js';
+import { writeYaml } from '../../helpers/fs.js';
 import { startS3, type LocalS3 } from '../../helpers/s3.js';
 import type { PgTestDb } from '../../integration/postgres/pg-db.js';
 import { bucketLake, committed, dirLake, lakeDestinationYaml, orphans, tableRows, type LakeAccess } from '../lake/helpers.js';
-import { createCdcDb } from './pg-cdc.js';
+import { cdcWorkspace, uniquePipeline } from './pg-cdc.js';
 
-let root: string;
-let cleanup: () => Promise<void>;
+const workspace = cdcWorkspace();
 let s3: LocalS3;
-const dbs: PgTestDb[] = [];
 beforeAll(async () => {
-  ({ dir: root, cleanup } = await tempDir());
   s3 = await startS3();
 });
 afterAll(async () => {
-  for (const db of dbs) await db.drop().catch(() => undefined);
   await s3?.stop();
-  await cleanup();
 });
 
 type Where = 'dir' | 's3';
@@ -40,10 +35,8 @@ interface Setup {
 }
 
 async function setup(base: string, where: Where): Promise<Setup> {
-  // Slots are named after pipelines and the server is shared: a per-process suffix keeps parallel runs apart.
-  const name = `${base}_${process.pid}`;
-  const db = await createCdcDb('cdclake');
-  dbs.push(db);
+  const name = uniquePipeline(base);
+  const db = await workspace.db('cdclake');
   // FULL identity: deletes carry the whole old row, so every change row can be compared column by column.
   await db.sql(`CREATE TABLE t (id bigint PRIMARY KEY, v numeric(30,3), note text); ALTER TABLE t REPLICA IDENTITY FULL`);
   await db.sql(`CREATE TABLE u (id int PRIMARY KEY, note text); ALTER TABLE u REPLICA IDENTITY FULL`);
@@ -63,7 +56,7 @@ async function setup(base: string, where: Where): Promise<Setup> {
   await db.sql(`INSERT INTO u SELECT g, 'u1' FROM generate_series(1, 50) g`);
   // The snapshot copies these: only changes after it are the change log's.
   await db.sql(`TRUNCATE audit`);
-  const dir = join(root, name);
+  const dir = join(workspace.root(), name);
   await mkdir(dir, { recursive: true });
   const streams = ['t', 'u'].map((table) => `  - table: ${table}\n    strategy: log\n    write: append\n    checkpoint_rows: 40\n`).join('');
   const yaml = `name: ${name}\nsource:\n  type: postgres\n  url: ${JSON.stringify(db.url)}\nstreams:\n${streams}${lakeDestinationYaml(where, dir, s3, name)}`;
@@ -162,7 +155,7 @@ describe('strategy: log, write: append into the lake', () => {
   }, 120_000);
 
   it('refuses write: merge into the lake with a one-line reason', async () => {
-    const dir = join(root, 'merge-refused');
+    const dir = join(workspace.root(), 'merge-refused');
     await mkdir(dir, { recursive: true });
     const config = await writeYaml(
       dir,

@@ -4,29 +4,21 @@
  * exactly (a multiset comparison of every column) into each destination.
  */
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
-import { tempDir, writeYaml } from '../../helpers/fs.js';
+import { writeYaml } from '../../helpers/fs.js';
 import { duckdbQuery } from '../../helpers/warehouse.js';
 import type { PgTestDb } from '../../integration/postgres/pg-db.js';
 import { PG_BASE } from '../../integration/postgres/pg-db.js';
-import { cdcPipelineYaml, createCdcDb, destinationRows, sourceRows, type CdcDestination } from './pg-cdc.js';
+import { cdcPipelineYaml, cdcWorkspace, destinationRows, sourceRows, uniquePipeline, type CdcDestination } from './pg-cdc.js';
 
-let root: string;
-let cleanup: () => Promise<void>;
-const dbs: PgTestDb[] = [];
-beforeAll(async () => ({ dir: root, cleanup } = await tempDir()));
-afterAll(async () => {
-  for (const db of dbs) await db.drop().catch(() => undefined);
-  await cleanup();
-});
+const workspace = cdcWorkspace();
 
 /** Random hex that does not compress below the TOAST threshold, so it is stored out of line. */
 const LONG = `(SELECT string_agg(md5(random()::text || g.x::text), '') FROM generate_series(1, 120) AS g(x))`;
 
 async function sourceDb(): Promise<PgTestDb> {
-  const db = await createCdcDb();
-  dbs.push(db);
+  const db = await workspace.db();
   await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, amount numeric(38,6), big bigint, at timestamptz, note text, doc jsonb, blob bytea, long text)`);
   await db.sql(
     `INSERT INTO items SELECT g, g * 1.000001, 9007199254740993 + g, timestamptz '2024-03-01 10:00:00.123456+00' + g * interval '1 second 7 microseconds',
@@ -74,16 +66,15 @@ const DESTINATIONS = ['duckdb', 'sqlite', 'postgres'] as const;
 describe.each(DESTINATIONS)('strategy log into %s', (kind) => {
   it('copies the table, then mirrors every change exactly (TRUNCATE and a new column too)', async () => {
     const db = await sourceDb();
-    const dir = join(root, `mirror-${kind}`);
+    const dir = join(workspace.root(), `mirror-${kind}`);
     await import('node:fs/promises').then((fs) => fs.mkdir(dir, { recursive: true }));
     let destination: CdcDestination;
     let destDb: PgTestDb | undefined;
     if (kind === 'postgres') {
-      destDb = await createCdcDb('cdcdst');
-      dbs.push(destDb);
+      destDb = await workspace.db('cdcdst');
       destination = { type: 'postgres', url: `${PG_BASE}/${destDb.name}`, schema: 'mirror' };
     } else destination = { type: kind, path: join(dir, `warehouse.${kind}`) };
-    const config = await writeYaml(dir, 'p.yaml', cdcPipelineYaml({ name: `mirror_${kind}`, url: db.url, destination, streams: [{ table: 'public.items', strategy: 'log', checkpoint_rows: 40 }] }));
+    const config = await writeYaml(dir, 'p.yaml', cdcPipelineYaml({ name: uniquePipeline(`mirror_${kind}`), url: db.url, destination, streams: [{ table: 'public.items', strategy: 'log', checkpoint_rows: 40 }] }));
 
     const first = await cli(['run', '--json', config]);
     expect(first.code, first.stderr).toBe(0);
@@ -116,14 +107,14 @@ describe.each(DESTINATIONS)('strategy log into %s', (kind) => {
 describe('strategy log, other write modes', () => {
   it('deletes: soft keeps deleted rows with _tidemark_deleted_at; write: append records every version', async () => {
     const db = await sourceDb();
-    const dir = join(root, 'modes');
+    const dir = join(workspace.root(), 'modes');
     await import('node:fs/promises').then((fs) => fs.mkdir(dir, { recursive: true }));
     const destination: CdcDestination = { type: 'duckdb', path: join(dir, 'w.duckdb') };
     const config = await writeYaml(
       dir,
       'p.yaml',
       cdcPipelineYaml({
-        name: 'modes',
+        name: uniquePipeline('modes'),
         url: db.url,
         destination,
         streams: [
@@ -155,12 +146,12 @@ describe('strategy log, other write modes', () => {
   });
 
   it('refuses write: merge into the files destination with a one-line reason', async () => {
-    const dir = join(root, 'lake-refused');
+    const dir = join(workspace.root(), 'lake-refused');
     await import('node:fs/promises').then((fs) => fs.mkdir(dir, { recursive: true }));
     const config = await writeYaml(
       dir,
       'p.yaml',
-      cdcPipelineYaml({ name: 'lake', url: `${PG_BASE}/postgres`, destination: { type: 'files', location: join(dir, 'lake') }, streams: [{ table: 'public.items', strategy: 'log', write: 'merge' }] }),
+      cdcPipelineYaml({ name: uniquePipeline('lake'), url: `${PG_BASE}/postgres`, destination: { type: 'files', location: join(dir, 'lake') }, streams: [{ table: 'public.items', strategy: 'log', write: 'merge' }] }),
     );
     const r = await cli(['validate', config]);
     expect(r.code).toBe(2);

@@ -208,6 +208,26 @@ describe('binlog reader', () => {
     expect(seen).toEqual([1, 2, 3]);
   });
 
+  it('ends without an error when closed while it is still connecting (a SIGTERM right after a follower started)', async () => {
+    await admin.query('CREATE TABLE t (id int PRIMARY KEY)');
+    const table = await tableOf('t');
+    const from = await currentPosition(admin);
+    const { basename } = await logSettings(admin);
+    // Closed at every stage of the start: before its connections exist, while its queries run, at the dump's start.
+    for (let delay = 0; delay <= 60; delay += 3) {
+      const reader = new BinlogReader({ connection: connection(), tables: [table], from, basename });
+      // Other databases' transactions on the server arrive too, without changes of t.
+      const read = (async () => {
+        const changes = [];
+        for await (const t of reader.transactions()) changes.push(...t.changes);
+        return changes;
+      })();
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      await reader.close();
+      await expect(read, `closed after ${delay} ms`).resolves.toEqual([]);
+    }
+  });
+
   it('reports TRUNCATE, ALTER and DROP of a watched table as statements, and stops at changes of a table gone since', async () => {
     await admin.query('CREATE TABLE t (id int PRIMARY KEY)');
     await admin.query('CREATE TABLE u (id int PRIMARY KEY)');
@@ -249,7 +269,7 @@ describe('binlog reader', () => {
 
   it('checks the server and the user before reading, naming what is missing', async () => {
     await expect(checkLogSetup(admin)).resolves.toMatchObject({ format: 'ROW', rowImage: 'FULL', logBin: true });
-    const user = `tm_nobinlog_${process.pid}`;
+    const user = `tm_nobinlog_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
     await admin.query(`CREATE USER '${user}'@'%' IDENTIFIED BY 'pw'`);
     try {
       await admin.query(`GRANT SELECT ON \`${db.name}\`.* TO '${user}'@'%'`);

@@ -102,7 +102,7 @@ describe('mysql change log', () => {
 
   it('refuses a table without a primary key, and names a replica id per pipeline', async () => {
     await db.sql('CREATE TABLE nokey (v int)');
-    await expect(source.changeLog.setup({ pipeline: 'p', tables: [{ stream: 'nokey', table: 'nokey', primaryKey: [] }] }, { dryRun: true })).rejects.toThrow(
+    await expect(source.changeLog.setup({ pipeline: `p_${db.name}`, tables: [{ stream: 'nokey', table: 'nokey', primaryKey: [] }] }, { dryRun: true })).rejects.toThrow(
       /table nokey has no primary key/,
     );
     expect(replicaId('a')).not.toBe(replicaId('b'));

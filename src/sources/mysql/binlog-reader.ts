@@ -12,6 +12,7 @@
 import { SourceError } from '../../core/errors.js';
 import { formatMicros } from '../../core/values.js';
 import type { ServerSourceOptions } from '../server-source.js';
+import { exactTextSettings } from './mysql-settings.js';
 import { comparePositions, fileNameOf, parsePosition, positionText } from './binlog-position.js';
 import { enumMembers, type RawBinlogValue } from './binlog-values.js';
 
@@ -194,20 +195,11 @@ export class BinlogReader {
     // The CLI bundle loads packages with require(): an ES module's namespace may then arrive wrapped once more.
     const loaded = (await import('@vlasky/zongji')) as unknown as { default: unknown };
     const ZongJi = (typeof loaded.default === 'function' ? loaded.default : (loaded.default as { default: unknown }).default) as new (settings: unknown) => unknown;
-    const { url, host, port, user, password, database } = this.options.connection;
+    const { url } = this.options.connection;
+    // The decoder honours the exact-text settings like a mysql2 query does.
     const settings = {
       ...(url !== undefined ? { uri: url.replace(/^mariadb:/i, 'mysql:') } : {}),
-      ...(host !== undefined ? { host } : {}),
-      ...(port !== undefined ? { port } : {}),
-      ...(user !== undefined ? { user } : {}),
-      ...(password !== undefined ? { password } : {}),
-      ...(database !== undefined ? { database } : {}),
-      charset: 'utf8mb4',
-      // Exact text for what a JS number would round (the decoder honours these like a mysql2 query does).
-      supportBigNumbers: true,
-      bigNumberStrings: true,
-      dateStrings: true,
-      jsonStrings: true,
+      ...exactTextSettings(this.options.connection),
       timezone: 'Z',
     };
     await this.readStartColumns(settings);

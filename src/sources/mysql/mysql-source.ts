@@ -12,6 +12,7 @@ import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreate
 import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
+import { exactTextSettings } from './mysql-settings.js';
 import { bulkLine, chunkKeys, mysqlChunks } from './mysql-bulk.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 
@@ -128,21 +129,9 @@ export class MysqlSource implements Source {
   private async connection(): Promise<mysql.Connection> {
     if (this.conn) return this.conn;
     if (this.heldSnapshot) throw new SourceError('the connection holding the log snapshot was lost; the next run takes the snapshot again', { context: { phase: 'snapshot' }, retryable: true });
-    const { url, host, port, user, password, database } = this.options;
-    const settings = {
-      ...(host !== undefined ? { host } : {}),
-      ...(port !== undefined ? { port } : {}),
-      ...(user !== undefined ? { user } : {}),
-      ...(password !== undefined ? { password } : {}),
-      ...(database !== undefined ? { database } : {}),
-      charset: 'utf8mb4',
-      supportBigNumbers: true,
-      bigNumberStrings: true,
-      dateStrings: true,
-      // Exact strings for BIGINT/DECIMAL, DATE/DATETIME and JSON without a per-value typeCast (which costs an object
-      // and closures per value); BIT arrives as a Buffer and is decoded per batch (see bitDecoders).
-      jsonStrings: true,
-    };
+    const { url } = this.options;
+    // BIT arrives as a Buffer and is decoded per batch (see bitDecoders).
+    const settings = exactTextSettings(this.options);
     let conn: mysql.Connection | undefined;
     try {
       conn = url !== undefined ? await mysql.createConnection({ uri: url, ...settings }) : await mysql.createConnection(settings);

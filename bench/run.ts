@@ -14,6 +14,7 @@
  *   npm run bench -- --memory     also the row paths and MariaDB at 3× the rows: peak RSS must stay flat (±20 %)
  *
  * Workloads (each runnable alone, see its header): bench/pg-to-duckdb.ts, bench/mysql-to-duckdb.ts (also --to sqlite|postgres),
+ * bench/cdc-catch-up.ts, bench/mysql-cdc.ts,
  * bench/pg-to-postgres.ts and bench/pg-to-sqlite.ts (when present), bench/files-bench.ts.
  */
 import { spawnSync } from 'node:child_process';
@@ -153,6 +154,16 @@ const fileRows = SCALE.months * SCALE.monthRows;
 const perS = (s: number) => Math.round(fileRows / s).toLocaleString('en-US');
 row(`${SCALE.months} Parquet months → DuckDB`, `${f(num(files, 'duckdb_load_s'))} s, ${files.duckdb_load_rss_mb} MB`, `DuckDB's own INSERT … read_parquet ${f(num(files, 'duckdb_own_s'))} s`, `${f(num(files, 'duckdb_load_s') / num(files, 'duckdb_own_s'))}×`, '≤ 1.25×', `${perS(num(files, 'duckdb_load_s'))} rows/s`);
 row(`${SCALE.months} Parquet months → SQLite`, `${f(num(files, 'sqlite_load_s'))} s, ${files.sqlite_load_rss_mb} MB`, `Python sqlite3.executemany ${f(num(files, 'python_s'))} s`, `${f(num(files, 'sqlite_load_s') / num(files, 'python_s'))}×`, '≤ 1×', `${perS(num(files, 'sqlite_load_s'))} rows/s`);
+
+// Change data capture (strategy: log) into DuckDB: the catch-up from a backlog of changes, and the lag under --follow.
+const cdc = workload('cdc-catch-up.ts', ['--changes', String(SCALE.rows), '--tps', '500', '--seconds', quick ? '5' : '20']);
+note(cdc);
+const perSecond = (n: number) => `${Math.round(n).toLocaleString('en-US')} changes/s`;
+row(`Postgres log → DuckDB catch-up, ${k(num(cdc, 'backlog_changes'))} changes`, `${f(num(cdc, 'catch_up_seconds'))} s, ${cdc.catch_up_peak_rss_mb} MB`, '—', perSecond(num(cdc, 'changes_per_second')), '≥ 50,000 changes/s', 'the mirror checked equal to the source');
+row('Postgres log → DuckDB lag under `run --follow`', `p95 ${cdc.follow_lag_p95_ms} ms`, '—', '—', 'p95 ≤ 2 s', `pgbench at ${f(num(cdc, 'follow_tps'), 0)} transactions/s`);
+const mycdc = workload('mysql-cdc.ts', ['--changes', String(Math.min(SCALE.rows, 300_000))]);
+note({ load_end: mycdc.load_end!, load_avg: mycdc.load_1m! });
+row(`MariaDB binlog → DuckDB catch-up, ${k(num(mycdc, 'changes'))} changes`, `${f(num(mycdc, 'catch_up_s'))} s`, `the binlog reader alone ${perSecond(num(mycdc, 'reader_changes_per_s'))}`, perSecond(num(mycdc, 'changes_per_s')), '—');
 
 console.log(
   `\n### Benchmarks (${quick ? '--quick' : large ? '--large' : 'default'} scale, ${REPS} pairs per ratio; ${cpus().length} cores, ` +

@@ -3,15 +3,17 @@
  * canonical decimal and timestamp strings); they are appended as wide stage types and cast to the exact column type
  * in the COPY, so DuckDB — not JS — decides every value's binary form.
  */
-import { mkdtemp, rm, stat } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DuckDBInstance, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api';
 import type { FileFormat } from '../../core/connector.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
+import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { quoteIdent, quoteString } from '../../shared/sql.js';
 import { appendRowsWithSeq, duckdbColumnType, duckdbStageType as stageType } from '../duckdb/duckdb-types.js';
 import type { LakeCompression } from './lake-layout.js';
+
+const TEMP_PREFIX = 'tidemark-lake-';
 
 /** The type a column is written as; wider-than-DuckDB decimals and intervals stay exact as text. */
 export const lakeColumnType = duckdbColumnType;
@@ -53,8 +55,10 @@ export class LakeWriter {
     return new LakeWriter(instance, connection);
   }
 
+  /** A directory for files on their way to the lake; those of killed runs are removed first. */
   async tempDir(): Promise<string> {
-    const dir = await mkdtemp(join(tmpdir(), 'tidemark-lake-'));
+    await removeOrphanTempDirs(TEMP_PREFIX);
+    const dir = await ownedTempDir(TEMP_PREFIX);
     this.tempDirs.add(dir);
     return dir;
   }

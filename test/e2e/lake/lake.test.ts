@@ -4,7 +4,8 @@
  * directory; bucket locking refused on a server that ignores conditional writes; validation of merge and names;
  * a damaged state object repaired, never taken for "no state".
  */
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -60,6 +61,22 @@ async function setup(where: Where, name: string, rows = 60) {
   return { dir, source, prefix: name };
 }
 
+/** Lake staging directories in the temp directory whose process is gone. */
+async function deadRunsTempDirs(): Promise<string[]> {
+  const dead = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return false;
+    } catch (error) {
+      return (error as NodeJS.ErrnoException).code !== 'EPERM';
+    }
+  };
+  return (await readdir(tmpdir())).filter((name) => {
+    const pid = Number(/^tidemark-lake-(\d+)-/.exec(name)?.[1]);
+    return Number.isInteger(pid) && pid > 0 && dead(pid);
+  });
+}
+
 describe.each(['dir', 's3'] as const)('kill -9 into a lake (%s)', (where) => {
   it.each(POINTS)('at %s, then a clean re-run gives the exact source, no duplicates, no orphans', async (point) => {
     const { dir, source, prefix } = await setup(where, `${where}-${point.replace(/[=.]/g, '_')}`);
@@ -83,9 +100,13 @@ describe.each(['dir', 's3'] as const)('kill -9 into a lake (%s)', (where) => {
       ? (src.prepare(`SELECT count(*) AS n FROM items WHERE (updated_at, id) > (?, ?)`).get(wm.cursor.value, Number(wm.pk[0]!.value)) as { n: number }).n
       : 100;
     src.close();
+    const leftBehind = await deadRunsTempDirs();
     const again = await cli(['run', config, '--json'], { env });
     expect(again.code, again.stderr).toBe(0);
     expect(JSON.parse(again.stdout).streams[0].rows_read).toBe(pending);
+    // The staging directories of a killed run are removed by the next one.
+    const stillThere = new Set(await readdir(tmpdir()));
+    expect(leftBehind.filter((d) => stillThere.has(d))).toEqual([]);
     const rows = await tableRows(lake, 'items', 'items');
     expect(rows).toHaveLength(100);
     expect(new Set(rows.map((r) => r.split(':')[0])).size).toBe(100);

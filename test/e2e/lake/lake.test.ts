@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, startCli } from '../../helpers/cli.js';
-import { tempDir, writeYaml } from '../../helpers/fs.js';
+import { orphanTempDirs, tempDir, writeYaml } from '../../helpers/fs.js';
 import { startS3, type LocalS3 } from '../../helpers/s3.js';
 import { createItems, itemRange, upsertItems } from '../../helpers/shop.js';
 import { bucketLake, committed, dirLake, lakeDestinationYaml, orphans, tableRows, type LakeAccess } from './helpers.js';
@@ -61,22 +61,6 @@ async function setup(where: Where, name: string, rows = 60) {
   return { dir, source, prefix: name };
 }
 
-/** Lake staging directories in the temp directory whose process is gone. */
-async function deadRunsTempDirs(): Promise<string[]> {
-  const dead = (pid: number) => {
-    try {
-      process.kill(pid, 0);
-      return false;
-    } catch (error) {
-      return (error as NodeJS.ErrnoException).code !== 'EPERM';
-    }
-  };
-  return (await readdir(tmpdir())).filter((name) => {
-    const pid = Number(/^tidemark-lake-(\d+)-/.exec(name)?.[1]);
-    return Number.isInteger(pid) && pid > 0 && dead(pid);
-  });
-}
-
 describe.each(['dir', 's3'] as const)('kill -9 into a lake (%s)', (where) => {
   it.each(POINTS)('at %s, then a clean re-run gives the exact source, no duplicates, no orphans', async (point) => {
     const { dir, source, prefix } = await setup(where, `${where}-${point.replace(/[=.]/g, '_')}`);
@@ -100,7 +84,7 @@ describe.each(['dir', 's3'] as const)('kill -9 into a lake (%s)', (where) => {
       ? (src.prepare(`SELECT count(*) AS n FROM items WHERE (updated_at, id) > (?, ?)`).get(wm.cursor.value, Number(wm.pk[0]!.value)) as { n: number }).n
       : 100;
     src.close();
-    const leftBehind = await deadRunsTempDirs();
+    const leftBehind = await orphanTempDirs('tidemark-lake-');
     const again = await cli(['run', config, '--json'], { env });
     expect(again.code, again.stderr).toBe(0);
     expect(JSON.parse(again.stdout).streams[0].rows_read).toBe(pending);

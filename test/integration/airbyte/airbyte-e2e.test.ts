@@ -3,14 +3,12 @@
  * its third commit keeps exactly the records of its committed STATEs; the resumed run finishes with every record
  * once, values exact; a grown source then adds only its new records.
  */
-import { readdir } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
-import { tempDir, writeYaml } from '../../helpers/fs.js';
+import { orphanTempDirs, tempDir, writeYaml } from '../../helpers/fs.js';
 import { duckdbQuery, sqliteQuery } from '../../helpers/warehouse.js';
 import { dirLake, tableRows } from '../../e2e/lake/helpers.js';
 import { order } from '../../fixtures/airbyte/source-tidemark-fixture/main.mjs';
@@ -96,20 +94,7 @@ async function rows(where: Where): Promise<string[]> {
 }
 
 /** Connector temp directories whose tidemark process is gone. */
-async function orphanDirs(): Promise<string[]> {
-  const gone = (pid: number) => {
-    try {
-      process.kill(pid, 0);
-      return false;
-    } catch {
-      return true;
-    }
-  };
-  return (await readdir(tmpdir())).filter((n) => {
-    const pid = Number(/^tidemark-airbyte-(\d+)-/.exec(n)?.[1]);
-    return Number.isInteger(pid) && pid > 0 && gone(pid);
-  });
-}
+const orphanDirs = () => orphanTempDirs('tidemark-airbyte-');
 
 const expected = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => order(from + i)).map((o) => `${o.id}|${o.big}|${o.huge}`);
 

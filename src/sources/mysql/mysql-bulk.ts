@@ -20,7 +20,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
-import { bulkChunkOf, CsvChunker, type RowKey } from '../postgres/csv-chunks.js';
+import { bulkChunkOf, ChunkQueue, CsvChunker, type RowKey } from '../postgres/csv-chunks.js';
 import { decoderFor } from '../postgres/pg-types.js';
 import type { BitColumn } from './mysql-types.js';
 
@@ -191,35 +191,19 @@ export async function* mysqlChunks(options: {
   // Chunk directories of runs that were killed are removed by the next bulk read.
   await removeOrphanTempDirs(CHUNK_DIR_PREFIX);
   const dir = await ownedTempDir(CHUNK_DIR_PREFIX);
-  const ready: BulkChunk[] = [];
-  let ended = false;
-  let failure: unknown;
-  let wake: (() => void) | undefined;
-  const notify = (): void => {
-    const w = wake;
-    wake = undefined;
-    w?.();
-  };
+  const queue = new ChunkQueue(AHEAD);
   const chunker = new CsvChunker<Position>({
     dir,
     chunkRows: options.chunkRows,
     ...(options.keys.keyOf ? { keyOf: options.keys.keyOf } : {}),
     sameGroup: options.keys.sameGroup,
-    onChunk: (c) => {
-      ready.push(bulkChunkOf(c, options.uniqueKey));
-      notify();
-    },
+    onChunk: (c) => queue.push(bulkChunkOf(c, options.uniqueKey)),
   });
   let paused = false;
   let pending: Buffer[] = [];
   let pendingBytes = 0;
   const source = options.start();
   const { statement } = source;
-  const fail = (error: unknown): void => {
-    failure ??= error;
-    ended = true;
-    notify();
-  };
   const flush = (): void => {
     if (pendingBytes === 0) return;
     const data = Buffer.concat(pending, pendingBytes);
@@ -228,11 +212,11 @@ export async function* mysqlChunks(options: {
     chunker.push(data);
   };
   statement.on('result', (row) => {
-    if (ended) return;
+    if (queue.ended) return;
     const before = pending.length;
     if (!appendLine(row, pending)) {
       // CONCAT gives NULL only when the line would exceed max_allowed_packet.
-      fail(
+      queue.end(
         new SourceError(
           `a row is longer than the server's max_allowed_packet (${options.maxLineBytes} bytes) in the bulk read; ` +
             `raise max_allowed_packet or read the stream on the row path (TIDEMARK_BULK=0)`,
@@ -246,10 +230,10 @@ export async function* mysqlChunks(options: {
     try {
       flush();
     } catch (error) {
-      fail(error);
+      queue.end(error);
       return;
     }
-    if (ready.length >= AHEAD && !paused) {
+    if (queue.full && !paused) {
       paused = true;
       source.pause();
     }
@@ -258,30 +242,21 @@ export async function* mysqlChunks(options: {
     try {
       flush();
       chunker.finish();
+      queue.end();
     } catch (error) {
-      failure ??= error;
+      queue.end(error);
     }
-    ended = true;
-    notify();
   });
-  statement.on('error', fail);
+  statement.on('error', (error) => queue.end(error));
   let completed = false;
   try {
-    for (;;) {
-      options.signal?.throwIfAborted();
-      if (failure !== undefined) throw failure;
-      const next = ready.shift();
-      if (next !== undefined) {
-        if (paused && ready.length < AHEAD && !ended) {
-          paused = false;
-          source.resume();
-        }
-        yield next;
-        continue;
+    // A paused result stream resumes once the load has taken a chunk off a full queue.
+    yield* queue.chunks(options.signal, () => {
+      if (paused && !queue.full && !queue.ended) {
+        paused = false;
+        source.resume();
       }
-      if (ended) break;
-      await new Promise<void>((resolve) => (wake = resolve));
-    }
+    });
     completed = true;
   } finally {
     statement.removeAllListeners();
@@ -289,7 +264,7 @@ export async function* mysqlChunks(options: {
     statement.on('error', () => undefined);
     chunker.abandon();
     if (!completed) options.abandon();
-    for (const chunk of ready) await chunk.release();
+    await queue.releaseRest();
     await rm(dir, { recursive: true, force: true });
   }
 }

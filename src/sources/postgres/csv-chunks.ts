@@ -223,3 +223,70 @@ function writeAll(fd: number, data: Buffer): void {
   let offset = 0;
   while (offset < data.length) offset += writeSync(fd, data, offset, data.length - offset);
 }
+
+/**
+ * Finished chunk files between an extraction and the load that consumes them. The extraction pushes, and holds back
+ * while `full` (extraction runs ahead of loading by at most `ahead` chunks: bounded disk and memory); `end` says no
+ * more will come, with the extraction's error if it failed; `chunks()` yields them in order and throws that error.
+ */
+export class ChunkQueue {
+  private readonly ready: BulkChunk[] = [];
+  private done = false;
+  private failure: unknown;
+  private wake: (() => void) | undefined;
+
+  constructor(private readonly ahead: number) {}
+
+  get full(): boolean {
+    return this.ready.length >= this.ahead;
+  }
+
+  get ended(): boolean {
+    return this.done;
+  }
+
+  push(chunk: BulkChunk): void {
+    this.ready.push(chunk);
+    this.notify();
+  }
+
+  /** No more chunks (the first error given is the one `chunks()` throws). */
+  end(error?: unknown): void {
+    if (error !== undefined) this.failure ??= error;
+    this.done = true;
+    this.notify();
+  }
+
+  /** For an extraction that waits while `full`: resolves once a chunk was taken or the queue ended. */
+  async roomOrEnd(): Promise<void> {
+    while (this.full && !this.done) await new Promise<void>((resolve) => (this.wake = resolve));
+  }
+
+  /** The chunks in order; `taken` runs after each is taken off the queue (a paused extraction may resume). */
+  async *chunks(signal: AbortSignal | undefined, taken: () => void = () => undefined): AsyncGenerator<BulkChunk> {
+    for (;;) {
+      signal?.throwIfAborted();
+      if (this.failure !== undefined) throw this.failure;
+      const next = this.ready.shift();
+      if (next !== undefined) {
+        this.notify();
+        taken();
+        yield next;
+        continue;
+      }
+      if (this.done) return;
+      await new Promise<void>((resolve) => (this.wake = resolve));
+    }
+  }
+
+  /** Deletes the chunk files nobody will load (the consumer stopped early). */
+  async releaseRest(): Promise<void> {
+    for (const chunk of this.ready.splice(0)) await chunk.release();
+  }
+
+  private notify(): void {
+    const w = this.wake;
+    this.wake = undefined;
+    w?.();
+  }
+}

@@ -17,7 +17,7 @@ import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { CopyTextParser } from './copy-text.js';
-import { bulkChunkOf, CsvChunker, type RowKey } from './csv-chunks.js';
+import { bulkChunkOf, ChunkQueue, CsvChunker, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { PostgresChangeLog } from './pg-change-log.js';
@@ -403,68 +403,44 @@ export class PostgresSource implements Source {
     // Chunk directories of runs that were killed are removed by the next bulk read.
     await removeOrphanTempDirs(CHUNK_DIR_PREFIX);
     const dir = await ownedTempDir(CHUNK_DIR_PREFIX);
-    const ready: BulkChunk[] = [];
-    let ended = false;
-    let stopped = false;
-    let failure: unknown;
-    let wake: (() => void) | undefined;
-    const notify = () => {
-      const w = wake;
-      wake = undefined;
-      w?.();
-    };
+    // Extraction runs ahead of loading by at most two finished chunks (bounded disk and memory).
+    const queue = new ChunkQueue(2);
     const chunker = new CsvChunker<P>({
       dir,
       chunkRows: options.chunkRows,
       ...(options.keyOf ? { keyOf: options.keyOf } : {}),
       sameGroup: options.sameGroup,
-      onChunk: (c) => {
-        ready.push(bulkChunkOf(c, uniqueKey));
-        notify();
-      },
+      onChunk: (c) => queue.push(bulkChunkOf(c, uniqueKey)),
     });
     const stream = client.query(copyTo(`COPY (${sql}) TO STDOUT (FORMAT csv)`));
-    // Extraction runs ahead of loading by at most this many finished chunks (bounded disk and memory).
-    const AHEAD = 2;
     const pump = (async () => {
       try {
         for await (const chunk of stream as AsyncIterable<Buffer>) {
-          if (stopped) break;
+          if (queue.ended) break;
           chunker.push(chunk);
-          while (ready.length >= AHEAD && !stopped) await new Promise<void>((resolve) => (wake = resolve));
+          await queue.roomOrEnd();
         }
-        if (!stopped) chunker.finish();
+        if (!queue.ended) chunker.finish();
       } catch (error) {
-        failure = error;
+        queue.end(error);
       } finally {
         chunker.abandon();
-        ended = true;
-        notify();
+        queue.end();
       }
     })();
     let completed = false;
     try {
-      for (;;) {
-        options.signal?.throwIfAborted();
-        if (failure !== undefined) throw failure;
-        const next = ready.shift();
-        if (next !== undefined) {
-          notify();
-          yield next;
-          continue;
-        }
-        if (ended) break;
-        await new Promise<void>((resolve) => (wake = resolve));
-      }
+      yield* queue.chunks(options.signal);
       completed = true;
     } finally {
-      stopped = true;
-      notify();
+      // Stops the extraction if the load stopped first.
+      queue.end();
       if (!completed) {
         (stream as unknown as { destroy(): void }).destroy();
         await this.dropConnection();
       }
       await pump;
+      await queue.releaseRest();
       await close();
       await rm(dir, { recursive: true, force: true });
     }

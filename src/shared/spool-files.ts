@@ -6,6 +6,8 @@
 import { createReadStream } from 'node:fs';
 import { open, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { Batch, JsonValue, OpenedRead } from '../core/connector.js';
+import type { Row, StreamSchema } from '../core/types.js';
 import { readLines } from './lines.js';
 import { ownedTempDir, removeOrphanTempDirs } from './process.js';
 
@@ -58,6 +60,44 @@ export class SpoolFiles {
     let n = 0;
     for (const s of this.spools.values()) n += s.rows;
     return n;
+  }
+
+  /**
+   * One stream's spooled lines as a source read: the first `limit` lines (every line by default) as rows, in batches
+   * of `batchRows`; the last batch carries `resume`, the position those lines lead to.
+   */
+  read(
+    key: string,
+    options: { readonly schema: StreamSchema; readonly ordered: boolean; readonly batchRows: number; readonly toRow: (line: string) => Row; readonly limit?: number; readonly resume?: JsonValue },
+  ): OpenedRead {
+    const { schema, ordered, batchRows, toRow, limit = Number.POSITIVE_INFINITY, resume } = options;
+    const lines = () => this.lines(key);
+    return {
+      schema,
+      until: null,
+      nullCursorRows: 0,
+      predicate: 'records from stdin',
+      bindings: [],
+      ordered,
+      resumable: true,
+      close: async () => undefined,
+      async *batches(): AsyncIterable<Batch> {
+        let rows: Row[] = [];
+        let read = 0;
+        if (limit > 0) {
+          for await (const line of lines()) {
+            rows.push(toRow(line));
+            read += 1;
+            if (read >= limit) break;
+            if (rows.length >= batchRows) {
+              yield { rows };
+              rows = [];
+            }
+          }
+        }
+        yield resume !== undefined ? { rows, resume } : { rows };
+      },
+    };
   }
 
   /** A stream's lines in the order they were appended. */

@@ -3,9 +3,9 @@
  * and read back by the engine through the Source interface: one read per stream and checkpoint, whose last batch
  * carries the checkpoint's position. Only records that arrived before the latest STATE are ever read back.
  */
-import type { Batch, JsonValue, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { JsonValue, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
-import type { Row, StreamSchema } from '../../core/types.js';
+import type { StreamSchema } from '../../core/types.js';
 import { parseExactJson, stringifyExactJson, type ExactJson } from '../../shared/exact-json.js';
 import { SpoolFiles } from '../../shared/spool-files.js';
 import { recordToRow } from '../../sources/singer/singer-messages.js';
@@ -76,37 +76,17 @@ export class AirbyteSpool implements Source {
 
   async open(request: ReadRequest): Promise<OpenedRead> {
     const schema = await this.discover(request.stream);
-    const files = this.files;
     const table = request.stream.name;
-    const limit = this.committable(table);
     const checkpoint = this.checkpoint(table);
     const whole = schema.columns.length === 1 && schema.columns[0]!.name === DATA_COLUMN;
-    return {
+    return this.files.read(table, {
       schema,
-      until: null,
-      nullCursorRows: 0,
-      predicate: 'records from stdin',
-      bindings: [],
       ordered: true,
-      resumable: true,
-      close: async () => undefined,
-      async *batches(): AsyncIterable<Batch> {
-        let rows: Row[] = [];
-        let read = 0;
-        if (limit > 0) {
-          for await (const line of files.lines(table)) {
-            rows.push(whole ? [line] : recordToRow(parseExactJson(line), schema, undefined));
-            read += 1;
-            if (read >= limit) break;
-            if (rows.length >= request.batchRows) {
-              yield { rows };
-              rows = [];
-            }
-          }
-        }
-        yield checkpoint !== undefined ? { rows, resume: checkpoint } : { rows };
-      },
-    };
+      batchRows: request.batchRows,
+      toRow: (line) => (whole ? [line] : recordToRow(parseExactJson(line), schema, undefined)),
+      limit: this.committable(table),
+      ...(checkpoint !== undefined ? { resume: checkpoint } : {}),
+    });
   }
 
   async close(): Promise<void> {

@@ -3,9 +3,9 @@
  * memory stays bounded however long a tap goes between STATE messages). At a checkpoint the engine reads each
  * stream's spool through the Source interface; the last batch carries the tap's STATE.
  */
-import type { Batch, JsonValue, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { JsonValue, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
-import type { Row, StreamSchema } from '../../core/types.js';
+import type { StreamSchema } from '../../core/types.js';
 import { parseExactJson, stringifyExactJson, type ExactJson } from '../../shared/exact-json.js';
 import { SpoolFiles } from '../../shared/spool-files.js';
 import { parseMessage, readLines, recordToRow, schemaFromSinger, type SingerMessage } from './singer-messages.js';
@@ -78,32 +78,16 @@ export class SingerSpool implements Source {
   async open(request: ReadRequest): Promise<OpenedRead> {
     const stream = request.stream;
     const schema = await this.discover(stream);
-    const files = this.files;
     const key = stream.singer?.tapStream ?? stream.name;
-    const checkpoint = this.checkpoint;
     const declared = stream.singer?.columns;
-    return {
+    return this.files.read(key, {
       schema,
-      until: null,
-      nullCursorRows: 0,
-      predicate: `records from stdin`,
-      bindings: [],
       // Records stay in the tap's order, which for an incremental tap is the order of its replication key.
       ordered: schema.cursor !== undefined,
-      resumable: true,
-      close: async () => undefined,
-      async *batches(): AsyncIterable<Batch> {
-        let rows: Row[] = [];
-        for await (const line of files.lines(key)) {
-          rows.push(recordToRow(parseExactJson(line) as ExactJson, schema, declared));
-          if (rows.length >= request.batchRows) {
-            yield { rows };
-            rows = [];
-          }
-        }
-        yield checkpoint !== undefined ? { rows, resume: checkpoint } : { rows };
-      },
-    };
+      batchRows: request.batchRows,
+      toRow: (line) => recordToRow(parseExactJson(line) as ExactJson, schema, declared),
+      ...(this.checkpoint !== undefined ? { resume: this.checkpoint } : {}),
+    });
   }
 
   async close(): Promise<void> {

@@ -80,7 +80,13 @@ export interface PipelineConfig {
 }
 
 export const DEFAULT_CHECKPOINT_ROWS = 100_000;
-const DEFAULT_BATCH_ROWS = 10_000;
+/**
+ * Rows per batch between a source and the destination. A table read's batch is short-lived: at 1,000 rows its rows die
+ * young in V8's new space, where 10,000 were promoted and collected by full GCs (Postgres → DuckDB row path, 1M taxi
+ * rows: peak RSS 413 → 317 MB; into Postgres, CPU 22 → 12–15 s). Change batches of a log stream are applied as one
+ * set each, which larger batches make cheaper.
+ */
+const DEFAULT_BATCH_ROWS = { table: 1_000, log: 10_000 } as const;
 const DEFAULT_LOCK_TTL_MS = 120_000;
 
 async function readText(file: string): Promise<string> {
@@ -396,7 +402,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       onNullCursor: s.on_null_cursor ?? 'error',
       onReject: s.on_reject ?? 'warn',
       checkpointRows: s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS,
-      batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS, s.checkpoint_rows ?? DEFAULT_BATCH_ROWS),
+      batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS[log ? 'log' : 'table'], s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS),
       onChange: s.on_change ?? 'reload',
       onMissing: s.on_missing ?? 'keep',
       ...(keyFromSource && write === 'merge' ? { sourceKey: !log && s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),

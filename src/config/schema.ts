@@ -327,7 +327,7 @@ export const streamSchema = z
     on_null_cursor: z.enum(['error', 'include', 'exclude']).optional().describe('Rows whose cursor is NULL: stop the stream, load them every run (needs merge), or skip them (default error).'),
     on_reject: z.enum(['fail', 'warn', 'continue']).optional().describe('Rows the destination cannot hold exactly: stop the stream, or load the rest with (warn) or without (continue) a warning; rejects are kept (default warn).'),
     checkpoint_rows: z.number().int().positive().optional().describe('Commit about every N rows, never inside a group of equal cursor values (default 100000).'),
-    batch_rows: z.number().int().positive().optional().describe('Rows per batch between source and destination (default 10000).'),
+    batch_rows: z.number().int().positive().optional().describe('Rows per batch between source and destination (default 1000; 10000 for strategy: log).'),
     pattern: z.string().min(1).optional().describe('Files sources: a glob relative to `location` whose `{name}` captures define the partition.'),
     format: z.enum(['parquet', 'csv', 'jsonl']).optional().describe('Files sources: the file format (default: from the extension).'),
     partition_column: z.string().min(1).optional().describe('Files sources: the column that carries the partition id (default _tidemark_partition).'),

@@ -94,9 +94,11 @@ describe('chunk files read in pieces', () => {
     const { dir, cleanup } = await tempDir();
     try {
       const lines: string[] = [];
-      // ~6 MB: the 4 MB piece boundary falls inside some row; every 7th row has a quoted field with newlines and quotes.
+      // ~7 MB in pieces of 64 KB, so boundaries fall inside many rows; every 7th row has a quoted field with newlines
+      // and quotes, and a few rows are longer than several pieces (a quoted one, and one of plain text).
+      const long = (i: number) => (i === 1001 ? `"${'ab""\n'.repeat(60_000)}"` : i === 2002 ? 'z'.repeat(300_000) : undefined);
       for (let i = 0; i < 60_000; i += 1) {
-        const text = i % 7 === 0 ? `"multi\nline ""${i}"" ${'x'.repeat(i % 50)}\n"` : i % 5 === 0 ? '""' : '';
+        const text = long(i) ?? (i % 7 === 0 ? `"multi\nline ""${i}"" ${'x'.repeat(i % 50)}\n"` : i % 5 === 0 ? '""' : '');
         lines.push(`${i},${text},${'é'.repeat(i % 30)}😀,${i % 3 === 0 ? '' : i}\n`);
       }
       const path = join(dir, 'chunk.csv');
@@ -107,6 +109,8 @@ describe('chunk files read in pieces', () => {
       expect(rows[7]![1]).toBe('multi\nline "7" xxxxxxx\n');
       expect(rows[5]![1]).toBe('');
       expect(rows[1]![1]).toBeNull();
+      expect(rows[1001]![1]).toBe('ab"\n'.repeat(60_000));
+      expect(rows[2002]![1]).toHaveLength(300_000);
     } finally {
       await cleanup();
     }

@@ -20,7 +20,7 @@ import { loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { create, drop } from './mysql-taxi.js';
-import { TAXI_COLUMNS } from './taxi.js';
+import { TAXI_COLUMNS, taxiDuckdbColumns } from './taxi.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(ROOT, 'bin/tidemark.js');
@@ -78,6 +78,16 @@ async function timed(command: string, args: readonly string[], env: Record<strin
   return { seconds: wall!, cpu: round(user! + sys!), rssMb: Math.round(rss! / 1024), stdout };
 }
 
+/** DuckDB's CSV reader over the client's tab-separated text into a new table, at the pipeline's memory limit. */
+const IMPORT_SCRIPT = `
+const { DuckDBInstance } = (await import('node:module')).createRequire(${JSON.stringify(ROOT)})('@duckdb/node-api');
+const [text, warehouse] = process.argv.slice(2);
+const db = await DuckDBInstance.create(warehouse);
+const d = await db.connect();
+await d.run("SET memory_limit = '128MB'");
+await d.run("CREATE TABLE trips AS SELECT * FROM read_csv('" + text + "', header = false, delim = '\\t', quote = '', nullstr = 'NULL', auto_detect = false, columns = ${taxiDuckdbColumns()})");
+d.closeSync(); db.closeSync();`;
+
 const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const round = (x: number) => Math.round(x * 1000) / 1000;
 
@@ -98,6 +108,11 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
     const floors: Timing[] = [];
     const runs: Timing[] = [];
     const ratios: number[] = [];
+    const scripts: Timing[] = [];
+    const scriptRatios: number[] = [];
+    const orderedArgs = [...mysqlArgs.slice(0, -1), 'SELECT * FROM trips ORDER BY updated_at, trip_id'];
+    const importScript = join(dir, 'import.mjs');
+    await writeFile(importScript, IMPORT_SCRIPT);
     for (let rep = 0; rep < options.reps; rep += 1) {
       await rm(warehouse, { force: true });
       await rm(`${warehouse}.wal`, { force: true });
@@ -105,13 +120,25 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       const into = await target(to, dir, rep, pgDb);
       await writeFile(config, yaml.replace(/destination:\n[\s\S]*$/, `destination:\n${into.destination}`));
       const floor = await timed('bash', ['-o', 'pipefail', '-c', `mysql "$@" ${into.sink}`, 'mysql', ...mysqlArgs], mysqlEnv, dir);
+      if (to === 'duckdb') {
+        // The second floor: the same ordered rows through the client's text into a file, then DuckDB's CSV reader.
+        const text = join(dir, 'script.tsv');
+        const script = await timed('bash', ['-o', 'pipefail', '-c', `mysql "$@" > ${text} && ${process.execPath} ${importScript} ${text} ${join(dir, `script-${rep}.duckdb`)}`, 'mysql', ...orderedArgs], mysqlEnv, dir);
+        await rm(text, { force: true });
+        await rm(join(dir, `script-${rep}.duckdb`), { force: true });
+        scripts.push(script);
+        scriptRatios.push(0);
+      }
       const run = await timed(process.execPath, [BIN, 'run', config, '--json'], {}, dir);
       const loaded = JSON.parse(run.stdout).streams[0].rows_loaded as number;
       if (loaded !== options.rows) throw new Error(`tidemark loaded ${loaded} of ${options.rows} rows`);
       floors.push(floor);
       runs.push(run);
       ratios.push(run.seconds / floor.seconds);
-      process.stderr.write(`mysql → ${to} rep ${rep + 1}: floor ${floor.seconds} s, tidemark ${run.seconds} s (${run.rssMb} MB)\n`);
+      if (to === 'duckdb') scriptRatios[rep] = run.seconds / scripts[rep]!.seconds;
+      process.stderr.write(
+        `mysql → ${to} rep ${rep + 1}: floor ${floor.seconds} s, ${to === 'duckdb' ? `two-step script ${scripts[rep]!.seconds} s, ` : ''}tidemark ${run.seconds} s (${run.rssMb} MB)\n`,
+      );
     }
     let rowPath: Timing | undefined;
     if (options.rowPath && to === 'duckdb') {
@@ -130,6 +157,7 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       tidemark_cpu_s: round(median(runs.map((t) => t.cpu))),
       tidemark_rss_mb: Math.max(...runs.map((t) => t.rssMb)),
       tidemark_vs_floor: round(median(ratios)),
+      ...(scripts.length ? { script_s: round(median(scripts.map((t) => t.seconds))), tidemark_vs_script: round(median(scriptRatios)) } : {}),
       ...(rowPath ? { row_path_s: round(rowPath.seconds), row_path_cpu_s: rowPath.cpu, row_path_rss_mb: rowPath.rssMb } : {}),
     };
   } finally {

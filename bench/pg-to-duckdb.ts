@@ -1,7 +1,8 @@
 /**
  * Postgres → DuckDB benchmark, each figure against its floor measured in the same run, pair by pair (floor, tidemark,
  * floor, tidemark, …; each ratio is the median of the repetitions' ratios):
- *   full load   vs  `psql -c "COPY trips TO STDOUT" > /dev/null`
+ *   full load   vs  `psql -c "COPY trips TO STDOUT" > /dev/null`, and vs a two-step script: the same ordered COPY as CSV to a
+ *                   file, then DuckDB's read_csv into a new table (memory_limit 128MB, as tidemark's pipeline)
  *   1 % delta   vs  a measured floor: one small script doing the same indexed COPY of the changed rows (CSV) and the
  *                   DuckDB merge of them (DELETE USING + INSERT in one transaction) on a copy of the warehouse,
  *                   timed inside the script (no process start, as the delta is timed above the no-op run)
@@ -21,7 +22,7 @@ import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
-import { taxiCopyChunks, taxiTableDdl } from './taxi.js';
+import { taxiCopyChunks, taxiDuckdbColumns, taxiTableDdl } from './taxi.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(ROOT, 'bin/tidemark.js');
@@ -141,6 +142,29 @@ await c.end();
 d.closeSync(); db.closeSync();
 console.log(seconds);`;
 
+/**
+ * The full load's second floor: what a hand-written two-step script pays for the same rows — the same ordered read as
+ * `COPY … (FORMAT csv)` to a file, then DuckDB's own CSV reader into a new table, at the same memory limit. Whole
+ * process.
+ */
+const SCRIPT_FLOOR = `
+const require = (await import('node:module')).createRequire(${JSON.stringify(ROOT)});
+const { createWriteStream } = require('node:fs');
+const { pipeline } = require('node:stream/promises');
+const { DuckDBInstance } = require('@duckdb/node-api');
+const pg = require('pg');
+const { to } = require('pg-copy-streams');
+const [url, warehouse, csv] = process.argv.slice(2);
+const c = new pg.Client({ connectionString: url });
+await c.connect();
+await pipeline(c.query(to('COPY (SELECT * FROM trips ORDER BY updated_at, trip_id) TO STDOUT (FORMAT csv)')), createWriteStream(csv));
+await c.end();
+const db = await DuckDBInstance.create(warehouse);
+const d = await db.connect();
+await d.run("SET memory_limit = '128MB'");
+await d.run("CREATE TABLE trips AS SELECT * FROM read_csv('" + csv + "', header = false, auto_detect = false, columns = ${taxiDuckdbColumns()})");
+d.closeSync(); db.closeSync();`;
+
 async function main(): Promise<void> {
   const rows = Number(arg('rows', '3000000'));
   const reps = Number(arg('reps', '1'));
@@ -162,20 +186,31 @@ async function main(): Promise<void> {
     await generate(url, rows);
     console.error(`generated ${rows} trips in ${((Date.now() - t) / 1000).toFixed(1)} s`);
     const copies: Timing[] = [];
+    const scripts: Timing[] = [];
     const fulls: Timing[] = [];
     const fullRatios: number[] = [];
+    const scriptRatios: number[] = [];
     let fullRows = 0;
+    const scriptFloor = join(dir, 'script-floor.mjs');
+    await writeFile(scriptFloor, SCRIPT_FLOOR);
     for (let rep = 0; rep < reps; rep += 1) {
       await rm(warehouse, { force: true });
       await rm(`${warehouse}.wal`, { force: true });
+      await rm(join(dir, 'script.duckdb'), { force: true });
       loads.push(loadavg()[0]!);
       const copy = await timed('sh', ['-c', `psql "${url}" -c "COPY trips TO STDOUT" > /dev/null`]);
+      const script = await timed(process.execPath, [scriptFloor, url, join(dir, 'script.duckdb'), join(dir, 'full.csv')]);
+      await rm(join(dir, 'full.csv'), { force: true });
       const full = await timed(process.execPath, [BIN, 'run', config, '--json']);
       fullRows = JSON.parse(full.stdout).streams[0].rows_loaded as number;
       copies.push(copy);
+      scripts.push(script);
       fulls.push(full);
       fullRatios.push(full.seconds / copy.seconds);
-      console.error(`full load rep ${rep + 1}: COPY ${copy.seconds.toFixed(2)} s, tidemark ${full.seconds.toFixed(2)} s (${full.rssMb} MB)`);
+      scriptRatios.push(full.seconds / script.seconds);
+      console.error(
+        `full load rep ${rep + 1}: COPY ${copy.seconds.toFixed(2)} s, two-step script ${script.seconds.toFixed(2)} s (${script.rssMb} MB), tidemark ${full.seconds.toFixed(2)} s (${full.rssMb} MB)`,
+      );
     }
     const noop = await timed(process.execPath, [BIN, 'run', config, '--json']);
     const floorScript = join(dir, 'floor.mjs');
@@ -223,6 +258,9 @@ async function main(): Promise<void> {
       full_load_s: round(fullS),
       full_load_rss_mb: Math.max(...fulls.map((f) => f.rssMb)),
       full_vs_copy: round(median(fullRatios)),
+      script_s: round(median(scripts.map((c) => c.seconds))),
+      script_rss_mb: Math.max(...scripts.map((c) => c.rssMb)),
+      full_vs_script: round(median(scriptRatios)),
       full_rows_per_s: Math.round(fullRows / fullS),
       delta_rows: deltaRows,
       delta_above_noop_s: round(median(deltaAbove)),

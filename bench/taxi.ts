@@ -41,6 +41,12 @@ export const TAXI_COLUMNS: readonly (readonly [string, string])[] = [
   ['updated_at', 'timestamp(6)'],
 ];
 
+/** The taxi columns as DuckDB read_csv's `columns` struct, with the DuckDB types tidemark gives them. */
+export function taxiDuckdbColumns(): string {
+  const types: Record<string, string> = { bigint: 'BIGINT', integer: 'INTEGER', timestamp: 'TIMESTAMP', 'timestamp(6)': 'TIMESTAMP', 'double precision': 'DOUBLE', text: 'VARCHAR' };
+  return `{${TAXI_COLUMNS.map(([name, type]) => `'${name}': '${types[type.replace(' PRIMARY KEY', '')]}'`).join(', ')}}`;
+}
+
 export function taxiTableDdl(table: string): string {
   return `CREATE TABLE ${table} (${TAXI_COLUMNS.map(([n, t]) => `"${n}" ${t}`).join(', ')})`;
 }

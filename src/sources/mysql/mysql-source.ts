@@ -49,6 +49,8 @@ interface MysqlStream {
   readonly bits: readonly BitColumn[];
   /** The table's own primary key (empty for queries). */
   readonly tableKey: readonly string[];
+  /** The table's indexes: name → key columns in order (empty for queries). */
+  readonly indexes: ReadonlyMap<string, readonly string[]>;
 }
 
 interface Bound {
@@ -169,7 +171,8 @@ export class MysqlSource implements Source {
     const context = { stream: stream.name, phase: 'discover' };
     const relation = stream.table !== undefined ? quoteQualified(stream.table, 'backtick') : `(${stream.query!.replace(/;\s*$/, '')})`;
     try {
-      const tablePk = stream.table !== undefined ? await this.tableKey(stream.table, context) : [];
+      const indexes = stream.table !== undefined ? await this.tableIndexes(stream.table, context) : new Map<string, string[]>();
+      const tablePk = indexes.get('PRIMARY') ?? [];
       const conn = await this.connection();
       const [, fields] = await conn.query(`SELECT * FROM ${relation} AS ${ALIAS} LIMIT 0`);
       const columns: Column[] = (fields as unknown as MysqlField[]).map((f) => ({ name: f.name, type: mysqlColumnType(f), nullable: !isNotNull(f) }));
@@ -181,15 +184,15 @@ export class MysqlSource implements Source {
       }
       const schema: StreamSchema = { name: stream.name, columns, primaryKey, ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}) };
       const decimals = new Map((fields as unknown as MysqlField[]).map((f) => [f.name, f.decimals]));
-      return { schema, relation: `${relation} AS ${ALIAS}`, decimals, bits: bitColumns(fields as unknown as MysqlField[]), tableKey: tablePk };
+      return { schema, relation: `${relation} AS ${ALIAS}`, decimals, bits: bitColumns(fields as unknown as MysqlField[]), tableKey: tablePk, indexes };
     } catch (cause) {
       if (cause instanceof SourceError) throw cause;
       throw new SourceError(`cannot read the schema of ${stream.table ?? 'the query'}: ${(cause as Error).message}`, { cause, context });
     }
   }
 
-  /** Checks the table exists and returns its primary key, names bound as values. */
-  private async tableKey(table: string, context: { stream: string; phase: string }): Promise<string[]> {
+  /** Checks the table exists and returns its indexes (the primary key as `PRIMARY`), names bound as values. */
+  private async tableIndexes(table: string, context: { stream: string; phase: string }): Promise<Map<string, string[]>> {
     const parts = splitQualified(table);
     const name = parts[parts.length - 1]!;
     const schemaName = parts.length > 1 ? parts[0]! : null;
@@ -198,12 +201,14 @@ export class MysqlSource implements Source {
       [schemaName, name],
     );
     if (Number(found[0]!.n) === 0) throw new SourceError(`table ${table} does not exist`, { context });
-    const pk = await this.rows(
-      `SELECT column_name AS name FROM information_schema.statistics
-        WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = 'PRIMARY' ORDER BY seq_in_index`,
+    const keyParts = await this.rows(
+      `SELECT index_name AS idx, column_name AS name FROM information_schema.statistics
+        WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? ORDER BY index_name, seq_in_index`,
       [schemaName, name],
     );
-    return pk.map((r) => String(r.name));
+    const indexes = new Map<string, string[]>();
+    for (const r of keyParts) indexes.set(String(r.idx), [...(indexes.get(String(r.idx)) ?? []), String(r.name)]);
+    return indexes;
   }
 
   async open(request: ReadRequest): Promise<OpenedRead> {
@@ -395,7 +400,9 @@ export class MysqlSource implements Source {
     if (read.incremental && cursorRef && request.nullCursor === 'include') {
       queries.push([`SELECT ${select} FROM ${relation} WHERE ${cursorRef} IS NULL${pk.length ? ` ORDER BY ${pk.join(', ')}` : ''}`, []]);
     }
-    const tail = `FROM ${relation} WHERE ${read.bound.sql}${order.length ? ` ORDER BY ${order.join(', ')}` : ''}`;
+    const index = read.incremental && read.cursor ? orderIndex(described.indexes, [read.cursor.name, ...schema.primaryKey]) : undefined;
+    const ordered = index === undefined ? relation : `${relation} FORCE INDEX (${q(index)})`;
+    const tail = `FROM ${ordered} WHERE ${read.bound.sql}${order.length ? ` ORDER BY ${order.join(', ')}` : ''}`;
     queries.push([`SELECT ${select} ${tail}`, read.bound.values.map(paramValue)]);
     let finished = false;
     const close = async (): Promise<void> => {
@@ -543,6 +550,16 @@ async function* rowBatches(statement: RowEvents, connection: StreamingConnection
   }
 }
 
+
+/**
+ * An index whose leading columns are the read's order (cursor, key), to read the rows in: MariaDB plans a large window
+ * as a full scan and a sort, which returns nothing until every row is sorted (1M taxi rows: the first row after 0.7 s,
+ * while the load waited), where the index streams them from the first (first row in 4 ms, the whole read as fast).
+ */
+function orderIndex(indexes: ReadonlyMap<string, readonly string[]>, order: readonly string[]): string | undefined {
+  for (const [name, columns] of indexes) if (order.every((c, i) => columns[i] === c)) return name;
+  return undefined;
+}
 function canonical(type: ColumnType, raw: unknown): string {
   return encodeValue(type.kind, coerceValue(type, raw));
 }

@@ -153,6 +153,27 @@ describe('bulk path MySQL → DuckDB', () => {
     // About 200 chunks, each its own commit: minutes on a loaded 2-core machine.
   }, 240_000);
 
+  it('reads through the (cursor, key) index, whatever its name, on the bulk and the row path alike', async () => {
+    await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, updated_at datetime(6) NOT NULL, value text) ENGINE=InnoDB`);
+    // An index on the cursor alone, listed first, is not the read's order; the one on (cursor, key) is.
+    await db.sql('CREATE INDEX `a cursor only` ON items (updated_at)');
+    await db.sql('CREATE INDEX `by ``cursor`` ü` ON items (updated_at, id)');
+    // Keys in the reverse of cursor order: a read in key order would commit watermarks out of order.
+    await db.sql(`INSERT INTO items SELECT g, TIMESTAMP('2024-01-01') - INTERVAL (g DIV 3) SECOND, CONCAT('v', g) FROM ${series(3000)}`);
+    const source = async () => (await db.sql(`SELECT id, value FROM items ORDER BY id`)).map((r) => ({ id: Number(r.id), value: r.value }));
+    for (const [name, env] of [['bulk', {}], ['rows', { TIDEMARK_BULK: '0' }]] as const) {
+      const { config, target } = await pipeline(name, { table: 'items', cursor: 'updated_at', checkpoint_rows: 500 });
+      expect(await run(config, env)).toMatchObject({ rows_loaded: 3000, commits: 6 });
+      expect(await duckdbQuery(target, `SELECT id::INT AS id, value FROM items ORDER BY id`)).toEqual(await source());
+    }
+    await db.sql(`UPDATE items SET value = CONCAT(value, '+'), updated_at = TIMESTAMP('2024-02-01') + INTERVAL id MICROSECOND WHERE id % 10 = 0`);
+    for (const [name, env] of [['bulk', {}], ['rows', { TIDEMARK_BULK: '0' }]] as const) {
+      const { config, target } = await pipeline(name, { table: 'items', cursor: 'updated_at', checkpoint_rows: 500 });
+      expect(await run(config, env)).toMatchObject({ rows_read: 300, rows_loaded: 300 });
+      expect(await duckdbQuery(target, `SELECT id::INT AS id, value FROM items ORDER BY id`)).toEqual(await source());
+    }
+  }, 120_000);
+
   it("loads rows longer than DuckDB's default line limit (read buffers beyond the memory limit for that chunk)", async () => {
     await db.sql(`CREATE TABLE big (id int PRIMARY KEY, updated_at datetime(6) NOT NULL, body longtext, bin longblob) ENGINE=InnoDB`);
     // 3 MB of text and 1.5 MB of bytes (3 MB as hex) per row: lines of ~6 MB, beyond the 2 MB default and the

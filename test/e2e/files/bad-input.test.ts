@@ -12,9 +12,10 @@ describe('bad input in files', () => {
   beforeEach(async () => ({ dir, cleanup } = await tempDir()));
   afterEach(() => cleanup());
 
-  it('a single 50 MB JSON line loads exactly', async () => {
+  it('a single 20 MB JSON line loads exactly', async () => {
     await mkdir(join(dir, 'data'), { recursive: true });
-    const body = 'é'.repeat(25 * 1024 * 1024);
+    // Beyond DuckDB's default object limit of 16 MB (DuckDB's type detection takes most of the time: ~40 s at 50 MB).
+    const body = 'é'.repeat(10 * 1024 * 1024);
     await writeFile(join(dir, 'data', 'day=2024-01-01.jsonl'), `${JSON.stringify({ id: 1, body })}\n${JSON.stringify({ id: 2, body: 'small' })}\n`);
     const config = await writeYaml(dir, 'p.yaml', `name: big\nsource: {type: files, location: data}\nstreams:\n  - name: ev\n    pattern: day={day}.jsonl\ndestination: {type: duckdb, path: w.duckdb}\n`);
     const out = await cli(['run', config, '--json']);

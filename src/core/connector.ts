@@ -140,14 +140,21 @@ export interface ReadRequest {
 }
 
 /**
- * One chunk of a bulk read: a header-less CSV file (RFC 4180: `,` and `"`, NULL as an unquoted empty field, an
- * empty string as `""`) holding the stream's columns in schema order, each value in Postgres' text form of its
- * column type (integers and decimals as digits; floats with `NaN`/`Infinity`/`-Infinity`/`-0`; booleans `t`/`f`;
- * bytes `\x<hex>`; dates, times and timestamps ISO with microseconds, timestamptz in UTC with `+00`; json as text).
- * A chunk ends only where a checkpoint may: never inside a group of rows sharing one cursor value.
+ * How a bulk chunk file is written. `csv`: header-less RFC 4180 (`,` and `"`, NULL as an unquoted empty field, an
+ * empty string as `""`). `pg-text`: Postgres' COPY text format (tab-separated, NULL as `\N`, backslash escapes, so a
+ * raw newline always ends a row). Either way each value is in Postgres' text form of its column type.
+ */
+export type BulkFormat = 'csv' | 'pg-text';
+
+/**
+ * One chunk of a bulk read: a file in its `format` holding the stream's columns in schema order, each value in
+ * Postgres' text form of its column type (integers and decimals as digits; floats with `NaN`/`Infinity`/`-Infinity`/
+ * `-0`; booleans `t`/`f`; bytes `\x<hex>`; dates, times and timestamps ISO with microseconds, timestamptz in UTC with
+ * `+00`; json as text). A chunk ends only where a checkpoint may: never inside a group of rows sharing one cursor value.
  */
 export interface BulkChunk {
   readonly path: string;
+  readonly format: BulkFormat;
   /** Rows in the file; the destination must read exactly these many. */
   readonly rows: number;
   /** Longest row in bytes (lets the reader size its line buffer). */
@@ -166,12 +173,13 @@ export interface BulkChunk {
 
 /** The optional bulk form of an opened read: the same rows, in the same order, as files of whole chunks. */
 export interface BulkRead {
-  readonly format: 'csv';
+  /** The formats this read can write its chunks in. */
+  readonly formats: readonly BulkFormat[];
   /**
    * Chunks of at least `chunkRows` rows (the last may be smaller), extended to the end of the last cursor group; the
    * next chunk is written while the previous one loads. Rows without a usable position cut nowhere.
    */
-  chunks(options: { readonly chunkRows: number; readonly signal?: AbortSignal }): AsyncIterable<BulkChunk>;
+  chunks(options: { readonly format: BulkFormat; readonly chunkRows: number; readonly signal?: AbortSignal }): AsyncIterable<BulkChunk>;
 }
 
 /** One opened read: its bounds are fixed before the first batch is produced. */
@@ -288,8 +296,11 @@ export interface DestinationCapabilities {
   readonly schemaEvolution: boolean;
   /** Engines whose `NativeScan` this destination runs itself inside its load transaction (`writeScan`). */
   readonly nativeScan?: readonly NativeScan['engine'][];
-  /** Bulk chunk formats this destination loads itself (`LoadTransaction.writeBulk`), checking every value in its engine. */
-  readonly bulkFormats?: readonly BulkRead['format'][];
+  /**
+   * Bulk chunk formats this destination loads itself (`LoadTransaction.writeBulk`), checking every value in its
+   * engine; the one it loads fastest first.
+   */
+  readonly bulkFormats?: readonly BulkFormat[];
   /**
    * The destination stores rows in groups of this many (DuckDB row groups): bulk chunks of whole groups are written
    * straight to storage instead of through the write-ahead log, so a bulk load rounds `checkpoint_rows` up to whole
@@ -428,7 +439,7 @@ export interface Destination {
   /** False when `rejectReason` refuses no canonical value of this type, so a columnar check can skip the column. */
   mayReject?(type: ColumnType): boolean;
   /** Whether `LoadTransaction.writeBulk` can carry every one of these columns exactly in this format. */
-  acceptsBulk?(format: BulkRead['format'], columns: readonly Column[]): boolean;
+  acceptsBulk?(format: BulkFormat, columns: readonly Column[]): boolean;
   /** Drops a stream's leftover build table (after a reset). */
   dropBuild(stream: string): Promise<void>;
   /** The highest fencing token a commit recorded for this lease name (0 when none): leases must start above it. */

@@ -11,14 +11,14 @@
  *    commit; a restart skips everything at or below the committed position.
  */
 import type { ChangeLogRequest, ChangeLogSource, ChangeSet, LogSnapshot, LogTransaction, RelationChange, RowChange } from '../core/change-log.js';
-import type { LoadTransaction, OpenedRead, TableChanges, TableTarget } from '../core/connector.js';
+import type { BulkFormat, LoadTransaction, OpenedRead, TableChanges, TableTarget } from '../core/connector.js';
 import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type { Column, LogState, PipelineState, Reject, Row, RunRecord, StreamResult, StreamSchema, StreamState, TypedValue, Value } from '../core/types.js';
 import { ValueRejection, coerceValue, compareCanonical, encodeValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { withSourceKey } from './plan.js';
-import { runRecordFor, type StreamContext } from './stream-load.js';
+import { bulkFormat, runRecordFor, type StreamContext } from './stream-load.js';
 
 export const DELETED_AT = '_tidemark_deleted_at';
 export const OP_COLUMN = '_tidemark_op';
@@ -199,9 +199,10 @@ class LogLoader {
     // A resumed copy keeps the columns of its first snapshot: the log from there describes what came after.
     if (resumedFrom === undefined) s.log = { ...s.log, columns: read.schema.columns.map((c) => c.name) };
     try {
-      const bulk = s.config.write === 'merge' && s.config.log?.deletes !== 'soft' && process.env.TIDEMARK_BULK !== '0' ? read.bulk : undefined;
+      const bulk = s.config.write === 'merge' && s.config.log?.deletes !== 'soft' ? read.bulk : undefined;
       const sourceColumns = s.schema.columns.slice(0, s.sourceColumns);
-      if (bulk !== undefined && this.ctx.destination.acceptsBulk?.(bulk.format, sourceColumns) === true) await this.copyBulk(s, read, sourceColumns);
+      const format = bulk === undefined ? undefined : bulkFormat(this.ctx.destination, bulk, sourceColumns);
+      if (format !== undefined) await this.copyBulk(s, read, sourceColumns, format);
       else await this.copyRows(s, read, snapshot.position);
     } finally {
       await read.close();
@@ -212,9 +213,9 @@ class LogLoader {
     await this.commit([s]);
   }
 
-  private async copyBulk(s: LogStream, read: OpenedRead, sourceColumns: readonly Column[]): Promise<void> {
+  private async copyBulk(s: LogStream, read: OpenedRead, sourceColumns: readonly Column[], format: BulkFormat): Promise<void> {
     const target: TableTarget = { schema: { ...s.schema, columns: sourceColumns }, write: 'merge' };
-    for await (const chunk of read.bulk!.chunks({ chunkRows: s.config.checkpointRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })) {
+    for await (const chunk of read.bulk!.chunks({ format, chunkRows: s.config.checkpointRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })) {
       try {
         this.ctx.signal?.throwIfAborted();
         const txn = await this.begin(target);

@@ -4,7 +4,7 @@
  * Each commit carries the data, the next state, the rejects and the run record together.
  */
 import { hostname } from 'node:os';
-import type { BulkRead, Destination, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
+import type { BulkFormat, BulkRead, Destination, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
 import { SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type {
@@ -48,6 +48,15 @@ export interface StreamContext {
    * in, and a later call, without this, publishes it.
    */
   readonly openEnded?: boolean;
+}
+
+/**
+ * The format a bulk read's chunks travel in: the destination's most preferred one that the source writes and that
+ * carries these columns exactly; undefined when there is none (or TIDEMARK_BULK=0), and the read takes the row path.
+ */
+export function bulkFormat(destination: Destination, bulk: BulkRead, columns: readonly Column[]): BulkFormat | undefined {
+  if (process.env.TIDEMARK_BULK === '0') return undefined;
+  return destination.capabilities.bulkFormats?.find((f) => bulk.formats.includes(f) && destination.acceptsBulk?.(f, columns) === true);
 }
 
 export interface StreamOutcome {
@@ -174,10 +183,11 @@ class StreamLoader {
   }
 
   /** The bulk path (chunk files loaded by the destination's engine) when both ends offer it for these columns. */
-  private bulkOf(read: OpenedRead): BulkRead | undefined {
+  private bulkOf(read: OpenedRead): { bulk: BulkRead; format: BulkFormat } | undefined {
     const bulk = read.bulk;
-    if (bulk === undefined || this.unordered || read.resumable || process.env.TIDEMARK_BULK === '0') return undefined;
-    return this.ctx.destination.acceptsBulk?.(bulk.format, this.columns) === true ? bulk : undefined;
+    if (bulk === undefined || this.unordered || read.resumable) return undefined;
+    const format = bulkFormat(this.ctx.destination, bulk, this.columns);
+    return format === undefined ? undefined : { bulk, format };
   }
 
   /** Rows read so far, with the source's estimate of the whole read when it has one. */
@@ -190,7 +200,7 @@ class StreamLoader {
     // A read of known size is shown before its first batch arrives (a display can tell a long read from a stuck one).
     if (this.rowsTotal !== undefined && this.rowsTotal > 0) this.progress();
     const bulk = this.bulkOf(read);
-    if (bulk !== undefined) return this.loadBulk(read, bulk);
+    if (bulk !== undefined) return this.loadBulk(read, bulk.bulk, bulk.format);
     const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
     try {
       for await (const batch of read.batches()) {
@@ -232,13 +242,13 @@ class StreamLoader {
    * Chunk by chunk: each chunk ends where a checkpoint may, so each is committed whole (with the state it reaches)
    * once the next one has arrived or the read has ended; the destination checks the values and returns the rejects.
    */
-  private async loadBulk(read: OpenedRead, bulk: BulkRead): Promise<StreamOutcome> {
+  private async loadBulk(read: OpenedRead, bulk: BulkRead, format: BulkFormat): Promise<StreamOutcome> {
     const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
     const group = this.ctx.destination.capabilities.bulkRowGroup;
     let chunkRows = this.canCheckpointAt(read) ? this.stream.checkpointRows : Number.POSITIVE_INFINITY;
     if (group !== undefined && Number.isFinite(chunkRows) && chunkRows >= group / 2) chunkRows = Math.ceil(chunkRows / group) * group;
     try {
-      for await (const chunk of bulk.chunks({ chunkRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })) {
+      for await (const chunk of bulk.chunks({ format, chunkRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })) {
         try {
           await failpoint('extract.after_batch');
           this.ctx.signal?.throwIfAborted();

@@ -1,12 +1,31 @@
 /**
- * Reading bulk chunk files (connector.ts `BulkChunk`: header-less RFC 4180 CSV, NULL as an unquoted empty field, each
- * value in Postgres' text form of its column type) in JS, for destinations that have no CSV reader of their own
- * (SQLite) and for the rare rows a destination's engine refused (to say why, as the row path would).
+ * Reading bulk chunk files (connector.ts `BulkChunk`: header-less RFC 4180 CSV or Postgres' COPY text, each value in
+ * Postgres' text form of its column type) in JS, for destinations that have no CSV reader of their own (SQLite) and
+ * for the rare rows a destination's engine refused (to say why, as the row path would).
  */
 import { open } from 'node:fs/promises';
+import type { BulkChunk, BulkFormat } from '../core/connector.js';
 import type { ColumnType } from '../core/types.js';
 
 const QUOTE = 0x22;
+const ESCAPES: Readonly<Record<string, string>> = { b: '\b', f: '\f', n: '\n', r: '\r', t: '\t', v: '\v' };
+const ESCAPE_RE = /\\(.)/gs;
+
+/** Postgres writes only the named escapes and `\\` in its COPY text; any other escaped character stands for itself. */
+export function unescapeCopyText(field: string): string {
+  return field.replace(ESCAPE_RE, (_m, ch: string) => ESCAPES[ch] ?? ch);
+}
+
+/** One COPY text row (with or without its trailing newline) into fields: null for `\N`, escapes undone. */
+export function parseTextRow(text: string): (string | null)[] {
+  const line = text.endsWith('\n') ? text.slice(0, -1) : text;
+  return line.split('\t').map((f) => (f === '\\N' ? null : f.includes('\\') ? unescapeCopyText(f) : f));
+}
+
+/** One row of a chunk in `format` into its fields. */
+export function parseBulkRow(format: BulkFormat, text: string): (string | null)[] {
+  return format === 'csv' ? parseCsvRow(text) : parseTextRow(text);
+}
 
 /** One CSV row (with or without its trailing newline) into fields: null for an unquoted empty field (Postgres' NULL). */
 export function parseCsvRow(text: string): (string | null)[] {
@@ -54,12 +73,13 @@ const PIECE_BYTES = 1 << 16;
 
 /**
  * The rows of a chunk file, a piece at a time (a chunk may be larger than a string can be), each row as its fields.
- * Pieces are cut after a newline byte, never inside a UTF-8 sequence; text without quotes is split on newlines and
- * commas (native searches), text with quotes walked row by row, a row whose quoted field runs past the piece carried
- * into the next one.
+ * Pieces are cut after a newline byte, never inside a UTF-8 sequence. COPY text and CSV without quotes are split on
+ * newlines and separators (native searches); CSV with quotes is walked row by row, a row whose quoted field runs past
+ * the piece carried into the next one.
  */
-export async function* csvChunkRows(path: string, width: number): AsyncGenerator<(string | null)[][]> {
-  const file = await open(path, 'r');
+export async function* bulkChunkRows(chunk: Pick<BulkChunk, 'path' | 'format'>, width: number): AsyncGenerator<(string | null)[][]> {
+  const rowsOf = chunk.format === 'csv' ? csvRowsOf : textRowsOf;
+  const file = await open(chunk.path, 'r');
   try {
     let buffer = Buffer.allocUnsafe(PIECE_BYTES);
     let carry: Buffer | undefined;
@@ -89,14 +109,21 @@ export async function* csvChunkRows(path: string, width: number): AsyncGenerator
 }
 
 /** Every row of a chunk file at once (for small chunks and the rare rows a destination refused). */
-export async function readCsvChunk(path: string, width: number): Promise<(string | null)[][]> {
+export async function readBulkChunk(chunk: Pick<BulkChunk, 'path' | 'format'>, width: number): Promise<(string | null)[][]> {
   const all: (string | null)[][] = [];
-  for await (const rows of csvChunkRows(path, width)) for (const row of rows) all.push(row);
+  for await (const rows of bulkChunkRows(chunk, width)) for (const row of rows) all.push(row);
   return all;
 }
 
-/** The complete rows of `text` (which ends with a newline) and where the first incomplete one starts. */
-function rowsOf(text: string): { rows: (string | null)[][]; done: number } {
+/** The rows of COPY text that ends with a newline (a raw newline always ends a row). */
+function textRowsOf(text: string): { rows: (string | null)[][]; done: number } {
+  const lines = text.split('\n');
+  lines.pop();
+  return { rows: lines.map(parseTextRow), done: text.length };
+}
+
+/** The complete rows of CSV `text` (which ends with a newline) and where the first incomplete one starts. */
+function csvRowsOf(text: string): { rows: (string | null)[][]; done: number } {
   const rows: (string | null)[][] = [];
   if (!text.includes('"')) {
     const lines = text.split('\n');

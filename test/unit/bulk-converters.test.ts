@@ -11,7 +11,7 @@ import type { ColumnType } from '../../src/core/types.js';
 import { ValueRejection, coerceValue } from '../../src/core/values.js';
 import { toSqliteParam } from '../../src/destinations/sqlite/sqlite-destination.js';
 import { converterFor } from '../../src/destinations/sqlite/sqlite-bulk.js';
-import { bulkFieldValue, parseCsvRow, readCsvChunk } from '../../src/shared/bulk-csv.js';
+import { bulkFieldValue, parseCsvRow, parseTextRow, readBulkChunk } from '../../src/shared/bulk-csv.js';
 import { tempDir } from '../helpers/fs.js';
 
 /** What the row path stores for this text, or 'refused'. */
@@ -103,7 +103,7 @@ describe('chunk files read in pieces', () => {
       }
       const path = join(dir, 'chunk.csv');
       await writeFile(path, lines.join(''));
-      const rows = await readCsvChunk(path, 4);
+      const rows = await readBulkChunk({ path, format: 'csv' }, 4);
       expect(rows.length).toBe(60_000);
       expect(rows).toEqual(lines.map((l) => parseCsvRow(l)));
       expect(rows[7]![1]).toBe('multi\nline "7" xxxxxxx\n');
@@ -111,6 +111,27 @@ describe('chunk files read in pieces', () => {
       expect(rows[1]![1]).toBeNull();
       expect(rows[1001]![1]).toBe('ab"\n'.repeat(60_000));
       expect(rows[2002]![1]).toHaveLength(300_000);
+    } finally {
+      await cleanup();
+    }
+  });
+
+  it('in COPY text: escapes undone, \\N apart from the empty string, a row longer than several pieces whole', async () => {
+    const { dir, cleanup } = await tempDir();
+    try {
+      const values: (string | null)[][] = [];
+      for (let i = 0; i < 60_000; i += 1) {
+        const text = i === 1001 ? 'ab\t\\\n'.repeat(60_000) : i % 7 === 0 ? `tab\there\nnew\\slash ${i}` : i % 5 === 0 ? '' : null;
+        values.push([String(i), text, `${'é'.repeat(i % 30)}😀`, i % 3 === 0 ? null : String(i)]);
+      }
+      const escape = (v: string | null) => (v === null ? '\\N' : v.replace(/\\/g, '\\\\').replace(/\t/g, '\\t').replace(/\n/g, '\\n'));
+      const lines = values.map((row) => `${row.map(escape).join('\t')}\n`);
+      const path = join(dir, 'chunk.txt');
+      await writeFile(path, lines.join(''));
+      const rows = await readBulkChunk({ path, format: 'pg-text' }, 4);
+      expect(rows).toEqual(values);
+      expect(lines.map((l) => parseTextRow(l))).toEqual(values);
+      expect(rows[7]![1]).toBe('tab\there\nnew\\slash 7');
     } finally {
       await cleanup();
     }

@@ -6,6 +6,7 @@
 import { hostname } from 'node:os';
 import type {
   BulkChunk,
+  BulkFormat,
   ColumnBatch,
   CommitRequest,
   Destination,
@@ -73,7 +74,7 @@ export abstract class SqlDestination implements Destination {
   }
 
   /** Whether the bulk path can carry every column of this schema exactly. */
-  acceptsBulk(format: 'csv', columns: readonly Column[]): boolean {
+  acceptsBulk(format: BulkFormat, columns: readonly Column[]): boolean {
     const check = this.dialect.bulkColumn;
     return this.capabilities.bulkFormats?.includes(format) === true && check !== undefined && columns.every((c) => check.call(this.dialect, c.type));
   }

@@ -10,7 +10,7 @@
  */
 import type { BulkChunk } from '../../core/connector.js';
 import type { Column, ColumnType, Value } from '../../core/types.js';
-import { csvChunkRows } from '../../shared/bulk-csv.js';
+import { bulkChunkRows } from '../../shared/bulk-csv.js';
 import { checkBulkRow } from '../sql/bulk-rows.js';
 import type { BulkRefusal } from '../sql/sql-dialect.js';
 
@@ -131,7 +131,7 @@ export async function stageBulkSqlite(
   let k = 0;
   let inBlock = 0;
   let loaded = 0;
-  for await (const rows of csvChunkRows(chunk.path, width)) {
+  for await (const rows of bulkChunkRows(chunk, width)) {
     for (const fields of rows) {
       const start = k;
       let generic = false;

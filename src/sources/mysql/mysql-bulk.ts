@@ -222,6 +222,7 @@ export async function* mysqlChunks(options: {
   const queue = new ChunkQueue(AHEAD);
   const chunker = new CsvChunker<Position>({
     dir,
+    format: 'csv',
     chunkRows: options.chunkRows,
     ...(options.keys.keyOf ? { keyOf: options.keys.keyOf } : {}),
     sameGroup: options.keys.sameGroup,

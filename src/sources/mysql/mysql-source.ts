@@ -434,7 +434,7 @@ export class MysqlSource implements Source {
     const uniqueKey =
       schema.primaryKey.length > 0 && described.tableKey.length === schema.primaryKey.length && described.tableKey.every((name) => schema.primaryKey.includes(name));
     return {
-      format: 'csv',
+      formats: ['csv'],
       chunks: (options) => this.bulkChunks(query, { ...options, keys, uniqueKey }, close),
     };
   }

@@ -3,16 +3,12 @@
  * tabs, `\N` for NULL, backslash escapes for control characters. Newlines inside values are always escaped, so a
  * raw newline byte ends a row and chunks can be cut there before decoding UTF-8.
  */
+import { unescapeCopyText } from '../../shared/bulk-csv.js';
 import type { Decoder } from './pg-types.js';
 
-const NEWLINE = 0x0a;
-const ESCAPES: Readonly<Record<string, string>> = { b: '\b', f: '\f', n: '\n', r: '\r', t: '\t', v: '\v' };
-const ESCAPE_RE = /\\(.)/gs;
+export { unescapeCopyText };
 
-/** Postgres writes only the named escapes and `\\` in its output; any other escaped character stands for itself. */
-export function unescapeCopyText(field: string): string {
-  return field.replace(ESCAPE_RE, (_m, ch: string) => ESCAPES[ch] ?? ch);
-}
+const NEWLINE = 0x0a;
 
 export class CopyTextParser {
   private carry: Buffer | undefined;

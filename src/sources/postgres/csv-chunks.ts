@@ -1,17 +1,17 @@
 /**
- * Splits the output of `COPY (…) TO STDOUT (FORMAT csv)` into chunk files for a destination's native CSV reader.
+ * Splits the output of `COPY (…) TO STDOUT` (CSV or text format) into chunk files for a destination's own reader.
  *
- * Rows are found with native byte searches only (newlines outside quotes); a row is parsed in JS only where a
- * chunk may end: the row that fills a chunk and the rows after it until the cursor value (or key) changes, so a
+ * Rows are found with native byte searches only (newlines outside quotes; COPY text has none inside a row); a row is
+ * parsed in JS only where a chunk may end: the row that fills a chunk and the rows after it until the cursor value (or key) changes, so a
  * chunk never ends inside a group of rows sharing one cursor value. Bytes of a row reach a file only once the row is
  * complete, so a cut always falls between rows.
  */
 import { closeSync, openSync, writeSync } from 'node:fs';
 import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { BulkChunk } from '../../core/connector.js';
+import type { BulkChunk, BulkFormat } from '../../core/connector.js';
 import type { TypedValue, Watermark } from '../../core/types.js';
-import { parseCsvRow } from '../../shared/bulk-csv.js';
+import { parseBulkRow, parseCsvRow } from '../../shared/bulk-csv.js';
 
 export { parseCsvRow };
 
@@ -27,6 +27,7 @@ export interface RowKey<P> {
 
 export interface ChunkerOptions<P> {
   readonly dir: string;
+  readonly format: BulkFormat;
   /** A chunk ends at the first group change after this many rows; Infinity: one chunk. */
   readonly chunkRows: number;
   /** Parses the fields of one row into its key; absent when the read has no checkpoint positions. */
@@ -37,6 +38,7 @@ export interface ChunkerOptions<P> {
 
 export interface FinishedChunk<P> {
   readonly path: string;
+  readonly format: BulkFormat;
   readonly rows: number;
   readonly maxRowBytes: number;
   readonly first?: RowKey<P>;
@@ -53,6 +55,7 @@ export interface ChunkPosition {
 export function bulkChunkOf(c: FinishedChunk<ChunkPosition>, uniqueKey: boolean): BulkChunk {
   return {
     path: c.path,
+    format: c.format,
     rows: c.rows,
     maxRowBytes: c.maxRowBytes,
     uniqueKey,
@@ -92,7 +95,7 @@ export class CsvChunker<P> {
     let pos = 0;
     let rowStart = 0;
     let prevRowStart = -1;
-    let nextQuote = buf.indexOf(QUOTE, 0);
+    let nextQuote = this.options.format === 'csv' ? buf.indexOf(QUOTE, 0) : -1;
     for (;;) {
       if (this.inQuote) {
         if (nextQuote < 0) break;
@@ -153,7 +156,7 @@ export class CsvChunker<P> {
   }
 
   private keyOf(row: Buffer): RowKey<P> {
-    return this.options.keyOf!(parseCsvRow(row.toString('utf8')));
+    return this.options.keyOf!(parseBulkRow(this.options.format, row.toString('utf8')));
   }
 
   private endRow(buf: Buffer, start: number, end: number): void {
@@ -192,7 +195,7 @@ export class CsvChunker<P> {
 
   private open(): void {
     this.sequence += 1;
-    this.path = join(this.options.dir, `chunk-${this.sequence}.csv`);
+    this.path = join(this.options.dir, `chunk-${this.sequence}.${this.options.format === 'csv' ? 'csv' : 'txt'}`);
     this.fd = openSync(this.path, 'w');
   }
 
@@ -207,6 +210,7 @@ export class CsvChunker<P> {
     }
     this.options.onChunk({
       path: this.path,
+      format: this.options.format,
       rows: this.rows,
       maxRowBytes: this.maxRowBytes,
       ...(this.firstKey ? { first: this.firstKey } : {}),

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type pg from 'pg';
 import { loadPg } from '../../shared/pg-driver.js';
 import { to as copyTo } from 'pg-copy-streams';
-import type { Batch, BulkChunk, BulkRead, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, BulkChunk, BulkFormat, BulkRead, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
@@ -382,7 +382,8 @@ export class PostgresSource implements Source {
       return key.length === schema.primaryKey.length && key.every((name) => schema.primaryKey.includes(name));
     };
     return {
-      format: 'csv',
+      // COPY writes either: CSV for a reader like DuckDB's, its own text format for Postgres' COPY FROM.
+      formats: ['csv', 'pg-text'],
       chunks: (options) => this.csvChunks(sql, { ...options, keyOf, sameGroup, uniqueKey }, close),
     };
   }
@@ -390,6 +391,7 @@ export class PostgresSource implements Source {
   private async *csvChunks<P extends { readonly last?: Watermark; readonly lastPk?: readonly TypedValue[] }>(
     sql: string,
     options: {
+      format: BulkFormat;
       chunkRows: number;
       signal?: AbortSignal;
       keyOf: ((fields: readonly (string | null)[]) => RowKey<P>) | undefined;
@@ -407,12 +409,13 @@ export class PostgresSource implements Source {
     const queue = new ChunkQueue(2);
     const chunker = new CsvChunker<P>({
       dir,
+      format: options.format,
       chunkRows: options.chunkRows,
       ...(options.keyOf ? { keyOf: options.keyOf } : {}),
       sameGroup: options.sameGroup,
       onChunk: (c) => queue.push(bulkChunkOf(c, uniqueKey)),
     });
-    const stream = client.query(copyTo(`COPY (${sql}) TO STDOUT (FORMAT csv)`));
+    const stream = client.query(copyTo(`COPY (${sql}) TO STDOUT${options.format === 'csv' ? ' (FORMAT csv)' : ''}`));
     const pump = (async () => {
       try {
         for await (const chunk of stream as AsyncIterable<Buffer>) {

@@ -25,16 +25,21 @@ const columns: Column[] = [
 ];
 const schema: StreamSchema = { name: 'items', columns, primaryKey: ['id'], cursor: 'at' };
 
-/** Rows as CSV; `bad` names the column the row path refuses (with the field's text), or undefined for a good row. */
-const ROWS: readonly { csv: string; bad?: { column: string; text: string | null } }[] = [
-  { csv: '1,5,"{""a"": [1, 2.50]}",plain,2024-01-01 00:00:00.5' },
-  { csv: '2,70000,,x,2024-01-01 00:00:01', bad: { column: 'small', text: '70000' } },
-  { csv: '3,,"{bad",y,', bad: { column: 'doc', text: '{bad' } },
-  { csv: '4,,,"nul\u0000here",', bad: { column: 'note', text: 'nul\u0000here' } },
-  { csv: '5,,,"",infinity', bad: { column: 'at', text: 'infinity' } },
-  { csv: '6,-32768,null,"",2024-02-29 23:59:59.999999' },
-  { csv: ',1,,z,', bad: { column: 'id', text: null } },
-  { csv: '8,,,,' },
+/**
+ * Rows as CSV and as COPY text; `bad` names the column the row path refuses (with the field's text), or undefined for
+ * a good row.
+ */
+const ROWS: readonly { csv: string; text: string; bad?: { column: string; text: string | null } }[] = [
+  { csv: '1,5,"{""a"": [1, 2.50]}",plain,2024-01-01 00:00:00.5', text: '1\t5\t{"a": [1, 2.50]}\tplain\t2024-01-01 00:00:00.5' },
+  { csv: '2,70000,,x,2024-01-01 00:00:01', text: '2\t70000\t\\N\tx\t2024-01-01 00:00:01', bad: { column: 'small', text: '70000' } },
+  { csv: '3,,"{bad",y,', text: '3\t\\N\t{bad\ty\t\\N', bad: { column: 'doc', text: '{bad' } },
+  { csv: '4,,,"nul\u0000here",', text: '4\t\\N\t\\N\tnul\u0000here\t\\N', bad: { column: 'note', text: 'nul\u0000here' } },
+  { csv: '5,,,"",infinity', text: '5\t\\N\t\\N\t\tinfinity', bad: { column: 'at', text: 'infinity' } },
+  { csv: '6,-32768,null,"",2024-02-29 23:59:59.999999', text: '6\t-32768\tnull\t\t2024-02-29 23:59:59.999999' },
+  { csv: ',1,,z,', text: '\\N\t1\t\\N\tz\t\\N', bad: { column: 'id', text: null } },
+  { csv: '8,,,,', text: '8\t\\N\t\\N\t\\N\t\\N' },
+  // Separators, quotes, newlines and backslashes inside a value, escaped each format's way.
+  { csv: '9,,,"a\tb,""c""\nd\\e",', text: '9\t\\N\t\\N\ta\\tb,"c"\\nd\\\\e\t\\N' },
 ];
 
 function rowPathReason(column: string, text: string | null): string {
@@ -52,7 +57,7 @@ function rowPathReason(column: string, text: string | null): string {
 const run = (): RunRecord => {
   const now = new Date().toISOString();
   return {
-    runId: 'r1', pipeline: 'p', stream: 'items', startedAt: now, finishedAt: now, outcome: 'committed', rowsRead: 8, rowsLoaded: 3,
+    runId: 'r1', pipeline: 'p', stream: 'items', startedAt: now, finishedAt: now, outcome: 'committed', rowsRead: 9, rowsLoaded: 4,
     rowsRejected: 5, commits: 1, cursorMin: null, cursorMax: null, full: false, worker: 'test', error: null,
   };
 };
@@ -70,7 +75,13 @@ afterEach(async () => {
   await cleanup();
 });
 
-describe.each(['postgres', 'sqlite'] as const)('writeBulk into %s', (kind) => {
+const CASES = [
+  ['postgres', 'pg-text'],
+  ['postgres', 'csv'],
+  ['sqlite', 'csv'],
+] as const;
+
+describe.each(CASES)('writeBulk into %s, chunks in %s', (kind, format) => {
   it('loads the good rows of a chunk and refuses each bad one with the row path reason', async () => {
     let dest: Destination & { query(sql: string): Promise<Record<string, unknown>[]> };
     if (kind === 'postgres') {
@@ -78,14 +89,14 @@ describe.each(['postgres', 'sqlite'] as const)('writeBulk into %s', (kind) => {
       dest = await PostgresDestination.open({ url: db.url, schema: 'w' });
     } else dest = await SqliteDestination.open({ path: join(dir, 'w.sqlite') });
     try {
-      expect(dest.acceptsBulk?.('csv', columns)).toBe(true);
-      const path = join(dir, 'chunk-1.csv');
-      await writeFile(path, ROWS.map((r) => `${r.csv}\n`).join(''));
-      const chunk: BulkChunk = { path, rows: ROWS.length, maxRowBytes: 100, uniqueKey: true, release: async () => undefined };
+      expect(dest.acceptsBulk?.(format, columns)).toBe(true);
+      const path = join(dir, 'chunk-1');
+      await writeFile(path, ROWS.map((r) => `${format === 'csv' ? r.csv : r.text}\n`).join(''));
+      const chunk: BulkChunk = { path, format, rows: ROWS.length, maxRowBytes: 100, uniqueKey: true, release: async () => undefined };
       for (const write of ['merge'] as const) {
         const txn = await dest.begin({ pipeline: 'p', runId: 'r1', target: { schema, write }, fence: { pipeline: 'p', token: 1 } });
         const { loaded, rejects } = await txn.writeBulk!(chunk);
-        expect(loaded).toBe(3);
+        expect(loaded).toBe(4);
         const expected = ROWS.filter((r) => r.bad).map((r) => ({ column: r.bad!.column, reason: rowPathReason(r.bad!.column, r.bad!.text) }));
         expect(rejects.map((r) => ({ column: r.column, reason: r.reason }))).toEqual(expected);
         expect(rejects.map((r) => JSON.parse(r.row).id)).toEqual(['2', '3', '4', '5', null]);
@@ -98,6 +109,7 @@ describe.each(['postgres', 'sqlite'] as const)('writeBulk into %s', (kind) => {
         { id: '1', small: '5', doc: '{"a": [1, 2.50]}', note: 'plain', at: at[0] },
         { id: '6', small: '-32768', doc: 'null', note: '', at: at[1] },
         { id: '8', small: null, doc: null, note: null, at: null },
+        { id: '9', small: null, doc: null, note: 'a\tb,"c"\nd\\e', at: null },
       ]);
       const stored = await dest.query(`SELECT count(*) AS n FROM _tidemark_rejects`);
       expect(Number(stored[0]!.n)).toBe(5);

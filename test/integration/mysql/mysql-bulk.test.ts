@@ -125,11 +125,11 @@ describe('bulk path MySQL → DuckDB', () => {
 
   it('never splits a group of equal cursor values across chunks, and the next run resumes exactly', async () => {
     await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, updated_at datetime(6) NOT NULL, value text) ENGINE=InnoDB`);
-    // Groups of 1…13 rows share one instant; chunks of 10 rows must stretch to the end of each group.
+    // Groups of 1…13 rows share one instant; chunks of 25 rows must stretch to the end of a group (some 80 commits).
     await db.sql(
       `INSERT INTO items SELECT g, TIMESTAMP('2024-01-01') + INTERVAL (g DIV 13) SECOND + INTERVAL (g % 5 = 0) MICROSECOND, CONCAT('v', g) FROM ${series(2000)}`,
     );
-    const { config, target } = await pipeline('ties', { table: 'items', cursor: 'updated_at', checkpoint_rows: 10 });
+    const { config, target } = await pipeline('ties', { table: 'items', cursor: 'updated_at', checkpoint_rows: 25 });
     const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'load.after_commit=17:kill' } });
     expect(killed.signal).toBe('SIGKILL');
     const state = JSON.parse((await cli(['state', 'show', '--json', '--config', config])).stdout).streams.items;
@@ -150,7 +150,6 @@ describe('bulk path MySQL → DuckDB', () => {
     const rows = await duckdbQuery(target, `SELECT count(*)::INT AS n, count(DISTINCT id)::INT AS d, max(value) FILTER (WHERE id = 2100) AS last FROM items`);
     expect(rows[0]).toEqual({ n: 2100, d: 2100, last: 'late2100' });
     expect((await run(config)).rows_read).toBe(0);
-    // About 200 chunks, each its own commit: minutes on a loaded 2-core machine.
   }, 240_000);
 
   it('reads through the (cursor, key) index, whatever its name, on the bulk and the row path alike', async () => {

@@ -85,10 +85,10 @@ describe('bulk path Postgres → DuckDB', () => {
 
   it('never splits a group of equal cursor values across chunks, and the next run resumes exactly', async () => {
     await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL, value text)`);
-    // Groups of 1…13 rows share one instant; chunks of 10 rows must stretch to the end of each group.
+    // Groups of 1…13 rows share one instant; chunks of 25 rows must stretch to the end of a group (some 80 commits).
     await db.sql(`INSERT INTO items SELECT g, timestamptz '2024-01-01Z' + (g / 13) * interval '1 second' + (g % 5 = 0)::int * interval '1 microsecond', 'v' || g
                   FROM generate_series(1, 2000) g`);
-    const { config, target } = await pipeline('ties', { table: 'public.items', cursor: 'updated_at', checkpoint_rows: 10 });
+    const { config, target } = await pipeline('ties', { table: 'public.items', cursor: 'updated_at', checkpoint_rows: 25 });
     const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'load.after_commit=17:kill' } });
     expect(killed.signal).toBe('SIGKILL');
     const state = JSON.parse((await cli(['state', 'show', '--json', '--config', config])).stdout).streams.items;

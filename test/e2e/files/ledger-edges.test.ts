@@ -14,6 +14,7 @@ import { createTestDatabase, type TestDatabase } from '../../conformance/postgre
 import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { bucketYaml, startS3, type LocalS3 } from '../../helpers/s3.js';
+import { sweepTests } from '../../helpers/sweep.js';
 import { duckdbQuery, sqliteQuery } from '../../helpers/warehouse.js';
 import { bucketLake, dirLake, tableRows } from '../lake/helpers.js';
 import { DEEP_ROWS, FAULT_LINE, csvText } from './deep-inputs.js';
@@ -39,7 +40,10 @@ interface LedgerRow {
   failure?: { error: string; run_id: string; failed_at: string };
 }
 
+// Each test into two or three of the five destinations in `npm test`, every destination at least once (all under
+// TIDEMARK_SWEEP=all).
 describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) => {
+  const sampled = sweepTests(2, KINDS.indexOf(kind), KINDS.length);
   let dir: string;
   let cleanup: () => Promise<void>;
   let db: TestDatabase | undefined;
@@ -112,7 +116,7 @@ describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) =>
     return { ...out, result: out.stdout ? (JSON.parse(out.stdout) as { run_id: string; streams: Record<string, unknown>[] }) : undefined };
   }
 
-  it('a failed reload is stored beside the last good load, which it does not hide; forget and the next good load clear it', async () => {
+  sampled(0)('a failed reload is stored beside the last good load, which it does not hide; forget and the next good load clear it', async () => {
     const name = 'failing';
     await mkdir(join(dir, name), { recursive: true });
     const config = await writeYaml(join(dir, name), 'p.yaml', yaml(name));
@@ -157,7 +161,7 @@ describe.each(KINDS)('the ledger into %s', { timeout: 180_000 }, (kind: Kind) =>
     ]);
   });
 
-  it('a month whose file vanished is source missing; on_missing keep, error and delete', async () => {
+  sampled(1)('a month whose file vanished is source missing; on_missing keep, error and delete', async () => {
     const name = 'vanishing';
     await mkdir(join(dir, name), { recursive: true });
     const keep = await writeYaml(join(dir, name), 'keep.yaml', yaml(name));

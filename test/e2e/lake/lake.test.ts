@@ -13,6 +13,7 @@ import { cli, startCli } from '../../helpers/cli.js';
 import { orphanTempDirs, tempDir, writeYaml } from '../../helpers/fs.js';
 import { startS3, type LocalS3 } from '../../helpers/s3.js';
 import { createItems, itemRange, upsertItems } from '../../helpers/shop.js';
+import { sweepPoints } from '../../helpers/sweep.js';
 import { bucketLake, committed, dirLake, lakeDestinationYaml, orphans, tableRows, type LakeAccess } from './helpers.js';
 
 const POINTS = [
@@ -61,8 +62,10 @@ async function setup(where: Where, name: string, rows = 60) {
   return { dir, source, prefix: name };
 }
 
-describe.each(['dir', 's3'] as const)('kill -9 into a lake (%s)', (where) => {
-  it.each(POINTS)('at %s, then a clean re-run gives the exact source, no duplicates, no orphans', async (point) => {
+const WHERES = ['dir', 's3'] as const;
+// Each point into one of the two in `npm test`, into both under TIDEMARK_SWEEP=all.
+describe.each(WHERES)('kill -9 into a lake (%s)', (where) => {
+  it.each(sweepPoints(POINTS, WHERES.indexOf(where), WHERES.length, 1))('at %s, then a clean re-run gives the exact source, no duplicates, no orphans', async (point) => {
     const { dir, source, prefix } = await setup(where, `${where}-${point.replace(/[=.]/g, '_')}`);
     const config = await writeYaml(dir, 'p.yaml', pipeline(source, destinationYaml(where, dir, prefix)));
     const env = s3.env;

@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { cli, startCli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { createItems, itemRange, upsertItems } from '../../helpers/shop.js';
+import { sweepTests } from '../../helpers/sweep.js';
 import { sqliteQuery } from '../../helpers/warehouse.js';
 import { createTestDatabase, type TestDatabase } from '../../conformance/postgres-fixture.js';
 
@@ -36,7 +37,10 @@ afterAll(async () => {
   await pg.drop();
 });
 
-describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (kind) => {
+const STORE_KINDS: readonly StoreKind[] = ['file', 'sqlite', 'postgres'];
+// Each test with two of the three stores in `npm test`, with all three under TIDEMARK_SWEEP=all.
+describe.each(STORE_KINDS)('state: {type: %s}', (kind) => {
+  const sampled = sweepTests(7, STORE_KINDS.indexOf(kind), STORE_KINDS.length);
   let dir: string;
   let cleanup: () => Promise<void>;
   let source: string;
@@ -75,7 +79,7 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     return { n: rows.length, distinct: new Set(rows.map((r) => String(r.id))).size };
   }
 
-  it('runs keep the store and the destination at one version; edits go to both', async () => {
+  sampled(0)('runs keep the store and the destination at one version; edits go to both', async () => {
     const first = await cli(['run', config, '--json']);
     expect(first.code, first.stderr).toBe(0);
     expect(JSON.parse(first.stdout).streams[0].rows_loaded).toBe(200);
@@ -95,7 +99,7 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     expect(JSON.parse(runs.stdout).length).toBeGreaterThan(0);
   });
 
-  it('a kill between the data commit and the store save replays nothing: the store is caught up from the destination', async () => {
+  sampled(1)('a kill between the data commit and the store save replays nothing: the store is caught up from the destination', async () => {
     // The second commit's data lands; the process dies before the store hears of it.
     const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'state.before_store_save=2:kill' } });
     expect(killed.signal).toBe('SIGKILL');
@@ -113,7 +117,7 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     expect((await storeState()).version).toBe(destinationVersion());
   });
 
-  it('admits one run at a time: a second concurrent run exits 3', async () => {
+  sampled(2)('admits one run at a time: a second concurrent run exits 3', async () => {
     const slow = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'lock.after_acquire=1:sleep(3000)' });
     await new Promise((resolve) => setTimeout(resolve, 1200));
     const second = await cli(['run', config]);
@@ -124,7 +128,7 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     expect(contents()).toEqual({ n: 200, distinct: 200 });
   });
 
-  it('state migrate copies state and history between the destination and the store', async () => {
+  sampled(3)('state migrate copies state and history between the destination and the store', async () => {
     // Run with state in the destination, then move it into the store and switch the pipeline over.
     const plain = await writeYaml(dir, 'plain.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(target)}}` }));
     expect((await cli(['run', plain])).code).toBe(0);
@@ -140,7 +144,7 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     expect(JSON.parse(next.stdout).streams[0].rows_read).toBe(0);
     expect((await storeState()).version).toBe(destinationVersion());
   });
-  it('a pipeline moved to a new store keeps committing: its lease tokens start above the fence the destination saw', async () => {
+  sampled(4)('a pipeline moved to a new store keeps committing: its lease tokens start above the fence the destination saw', async () => {
     // Three committing runs with the lock beside the destination leave token 3 in its _tidemark_locks; the new store's
     // lease would start at 1, and every commit below the recorded fence would be refused as a zombie's.
     const plain = await writeYaml(dir, 'plain.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(target)}}` }));
@@ -161,7 +165,7 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     expect(contents().n).toBe(contents().distinct);
   });
 
-  it('plan shows the state the run will start from: the destination\'s when the store is ahead of it, writing nothing', async () => {
+  sampled(5)('plan shows the state the run will start from: the destination\'s when the store is ahead of it, writing nothing', async () => {
     const plain = await writeYaml(dir, 'plain.yaml', yaml({ source, destination: `{type: sqlite, path: ${JSON.stringify(target)}}` }));
     expect((await cli(['run', plain])).code).toBe(0);
     const spec = kind === 'file' ? `file:${join(dir, 'state')}` : kind === 'sqlite' ? `sqlite:${join(dir, 'state.sqlite')}` : `${pg.url}?schema=${schema}`;
@@ -182,7 +186,7 @@ describe.each<StoreKind>(['file', 'sqlite', 'postgres'])('state: {type: %s}', (k
     expect(Number(sqliteQuery(fresh, `SELECT count(*) AS n FROM items`)[0]!.n)).toBe(200);
   });
 
-  it('a store ahead by an edit alone (migrate --force) is adopted by the destination', async () => {
+  sampled(6)('a store ahead by an edit alone (migrate --force) is adopted by the destination', async () => {
     expect((await cli(['run', config])).code).toBe(0);
     const before = await storeState();
     // Another store with the same pipeline at watermark 50, forced into this one as its next version (no run wrote it).

@@ -25,7 +25,8 @@ export async function cdcCommand(action: string, file: string, options: { json?:
     }
     const status = await log.status(request);
     // A run reading the slot now holds the destination (a DuckDB file is one process's): its positions are not asked.
-    const positions = status.active === true ? streams.map((s) => ({ stream: s.name, position: null as string | null, snapshot: false })) : await storedPositions(pipeline, streams.map((s) => s.name));
+    const stored = status.active === true ? undefined : await storedPositions(pipeline, streams.map((s) => s.name));
+    const positions = stored ?? streams.map((s) => ({ stream: s.name, position: null as string | null, snapshot: false }));
     const maxRetained = Math.min(...streams.map((s) => s.log?.maxRetainedBytes ?? Number.POSITIVE_INFINITY));
     const report = {
       pipeline: pipeline.name,
@@ -50,21 +51,24 @@ export async function cdcCommand(action: string, file: string, options: { json?:
       print(`slot ${status.slot}${status.active ? ' (a run is reading it now)' : ''}, publication ${status.publication ?? 'missing'}`);
       print(`confirmed ${status.confirmed ?? '?'}, current ${status.current ?? '?'}: lag ${bytes(status.lagBytes)}, retained WAL ${bytes(status.retainedBytes)}${report.over_max_retained_wal ? ` — over max_retained_wal (${bytes(maxRetained)})` : ''}`);
     }
-    for (const p of positions) print(`  ${p.stream}: ${p.position === null ? (status.active ? 'position not read while a run holds the destination' : 'not copied yet') : `position ${p.position}${p.snapshot ? ', copy in progress' : ''}`}`);
+    for (const p of positions) print(`  ${p.stream}: ${p.position === null ? (stored === undefined ? 'position not read while a run holds the destination' : 'not copied yet') : `position ${p.position}${p.snapshot ? ', copy in progress' : ''}`}`);
     return 0;
   } finally {
     await source.close();
   }
 }
 
-/** Where each stream stands, from the state store; unknown (null) while a running `--follow` holds a DuckDB file. */
+/**
+ * Where each stream stands, from the state store; undefined when a run holds it (a DuckDB file is one process's) — a
+ * run copying the tables or between two reads of the slot does, though the slot is not active. Status does not wait
+ * for the run as other commands do: it answers at once.
+ */
 async function storedPositions(pipeline: Awaited<ReturnType<typeof loadPipeline>>, names: readonly string[]) {
-  const unknown = names.map((stream) => ({ stream, position: null as string | null, snapshot: false }));
-  const opened = await openStateStore(pipeline).catch(() => undefined);
-  if (opened === undefined) return unknown;
+  const opened = await openStateStore(pipeline, { openTimeoutMs: 250 }).catch(() => undefined);
+  if (opened === undefined) return undefined;
   try {
     const state = await opened.store.load(pipeline.name).catch(() => undefined);
-    if (state === undefined) return unknown;
+    if (state === undefined) return names.map((stream) => ({ stream, position: null as string | null, snapshot: false }));
     return names.map((stream) => {
       const log = state?.streams[stream]?.log;
       return { stream, position: log?.position ?? null, snapshot: log?.snapshot !== undefined && !log.snapshot.done };

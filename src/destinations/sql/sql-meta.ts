@@ -157,10 +157,6 @@ export class SqlMeta {
   }
 
   async writeRun(run: RunRecord): Promise<void> {
-    const values: SqlParam[] = [
-      run.runId, run.pipeline, run.stream, run.startedAt, run.finishedAt, run.outcome, run.rowsRead, run.rowsLoaded,
-      run.rowsRejected, run.commits, run.cursorMin, run.cursorMax, run.full ? 1 : 0, run.worker, run.error,
-    ];
     // A run's row is written at every commit: UPDATE first, INSERT only the first time (cheaper than an upsert).
     const updated = await this.exec.query(
       `UPDATE ${this.t('runs')} SET finished_at = ?, outcome = ?, rows_read = ?, rows_loaded = ?, rows_rejected = ?, commits = ?, cursor_min = ?,
@@ -168,6 +164,10 @@ export class SqlMeta {
       [run.finishedAt, run.outcome, run.rowsRead, run.rowsLoaded, run.rowsRejected, run.commits, run.cursorMin, run.cursorMax, run.error, run.runId, run.pipeline, run.stream],
     );
     if (updated.length > 0) return;
+    const values: SqlParam[] = [
+      run.runId, run.pipeline, run.stream, run.startedAt, run.finishedAt, run.outcome, run.rowsRead, run.rowsLoaded,
+      run.rowsRejected, run.commits, run.cursorMin, run.cursorMax, run.full ? 1 : 0, run.worker, run.error,
+    ];
     await this.exec.run(
       `INSERT INTO ${this.t('runs')} (run_id, pipeline, stream, started_at, finished_at, outcome, rows_read, rows_loaded, rows_rejected, commits, cursor_min, cursor_max, full_refresh, worker, error)
        VALUES (${values.map(() => '?').join(', ')})`,

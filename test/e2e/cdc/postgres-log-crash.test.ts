@@ -111,6 +111,29 @@ describe('run --follow, cdc status and cdc drop', () => {
   }, 180_000);
 });
 
+describe('cdc status while a run holds the destination', () => {
+  it('answers at once while a run copies the tables (slot not active yet), without waiting for the DuckDB file', async () => {
+    const { db, config, name } = await setup('held');
+    // The run opens the DuckDB file (its state) before it creates the slot, and pauses after the copy's first commit.
+    const copying = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'load.after_commit=1:sleep(8000)' });
+    for (let polls = 0; ; polls += 1) {
+      if (polls > 100) throw new Error(`the copy never started: ${JSON.stringify(copying.output())}`);
+      const slots = await db.sql(`SELECT active FROM pg_replication_slots WHERE slot_name = $1`, [`tidemark_${name}`]);
+      if (slots.length > 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const status = await cli(['cdc', 'status', '--json', config]);
+    // Before the fix, status waited on the DuckDB file until the run ended: the copy was over by then.
+    expect(copying.child.exitCode, 'status returned while the copy still ran').toBeNull();
+    expect(status.code, status.stderr).toBe(0);
+    expect(JSON.parse(status.stdout)).toMatchObject({ exists: true, active: false, streams: [{ stream: 't', position: null }] });
+    const text = await cli(['cdc', 'status', config]);
+    expect(text.stdout).toContain('position not read while a run holds the destination');
+    expect((await copying.done).code).toBe(0);
+    expect(JSON.parse((await cli(['cdc', 'status', '--json', config])).stdout).streams[0].position).not.toBeNull();
+  }, 120_000);
+});
+
 const PGBENCH_DELETE_REINSERT = `\\set aid random(1, 100000 * :scale)
 BEGIN;
 DELETE FROM pgbench_accounts WHERE aid = :aid;

@@ -4,6 +4,7 @@
  */
 import type pg from 'pg';
 import { loadPg } from './pg-driver.js';
+import type { BulkFormat } from '../core/connector.js';
 import { registerSecret, redact } from '../core/logger.js';
 
 /** Types whose default `pg` parsers lose information (Date drops microseconds and zones) or change shape (json). */
@@ -135,4 +136,9 @@ export function checkIdentifierLength(name: string, what: string): void {
   if (Buffer.byteLength(name, 'utf8') > 63) {
     throw new Error(`${what} ${JSON.stringify(name)} is longer than Postgres's 63-byte identifier limit`);
   }
+}
+
+/** COPY's option for a bulk chunk format (` (FORMAT csv)`, or nothing for its default text format), both directions. */
+export function copyFormatOption(format: BulkFormat): string {
+  return format === 'csv' ? ' (FORMAT csv)' : '';
 }

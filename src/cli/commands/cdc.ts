@@ -26,7 +26,7 @@ export async function cdcCommand(action: string, file: string, options: { json?:
     const status = await log.status(request);
     // A run reading the slot now holds the destination (a DuckDB file is one process's): its positions are not asked.
     const stored = status.active === true ? undefined : await storedPositions(pipeline, streams.map((s) => s.name));
-    const positions = stored ?? streams.map((s) => ({ stream: s.name, position: null as string | null, snapshot: false }));
+    const positions = stored ?? noPositions(streams.map((s) => s.name));
     const maxRetained = Math.min(...streams.map((s) => s.log?.maxRetainedBytes ?? Number.POSITIVE_INFINITY));
     const report = {
       pipeline: pipeline.name,
@@ -68,14 +68,18 @@ async function storedPositions(pipeline: Awaited<ReturnType<typeof loadPipeline>
   if (opened === undefined) return undefined;
   try {
     const state = await opened.store.load(pipeline.name).catch(() => undefined);
-    if (state === undefined) return names.map((stream) => ({ stream, position: null as string | null, snapshot: false }));
+    if (state === undefined) return noPositions(names);
     return names.map((stream) => {
-      const log = state?.streams[stream]?.log;
+      const log = state.streams[stream]?.log;
       return { stream, position: log?.position ?? null, snapshot: log?.snapshot !== undefined && !log.snapshot.done };
     });
   } finally {
     await opened.close();
   }
+}
+
+function noPositions(names: readonly string[]) {
+  return names.map((stream) => ({ stream, position: null as string | null, snapshot: false }));
 }
 
 function bytes(n: number | undefined): string {

@@ -15,6 +15,7 @@ import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import {
   checkIdentifierLength,
   connectPostgres,
+  copyFormatOption,
   describeUrl,
   ensureSchema,
   pgParams,
@@ -260,8 +261,7 @@ async function stageBulkPostgres(
     await exec.run('SAVEPOINT tidemark_bulk');
     let loaded: number | undefined;
     try {
-      const format = chunk.format === 'csv' ? ' (FORMAT csv)' : '';
-      loaded = await exec.copyFile(`COPY ${into} (${names}) FROM STDIN${format}${guards.length ? ` WHERE ${guards.join(' AND ')}` : ''}`, chunk.path);
+      loaded = await exec.copyFile(`COPY ${into} (${names}) FROM STDIN${copyFormatOption(chunk.format)}${guards.length ? ` WHERE ${guards.join(' AND ')}` : ''}`, chunk.path);
     } catch {
       loaded = undefined;
     }

@@ -6,8 +6,6 @@
 import { unescapeCopyText } from '../../shared/bulk-csv.js';
 import type { Decoder } from './pg-types.js';
 
-export { unescapeCopyText };
-
 const NEWLINE = 0x0a;
 
 export class CopyTextParser {

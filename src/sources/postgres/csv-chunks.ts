@@ -2,8 +2,8 @@
  * Splits the output of `COPY (…) TO STDOUT` (CSV or text format) into chunk files for a destination's own reader.
  *
  * Rows are found with native byte searches only (newlines outside quotes; COPY text has none inside a row); a row is
- * parsed in JS only where a chunk may end: the row that fills a chunk and the rows after it until the cursor value (or key) changes, so a
- * chunk never ends inside a group of rows sharing one cursor value. Bytes of a row reach a file only once the row is
+ * parsed in JS only where a chunk may end: the row that fills a chunk and the rows after it until the cursor value
+ * (or key) changes, so a chunk never ends inside a group of rows sharing one cursor value. Bytes of a row reach a file only once the row is
  * complete, so a cut always falls between rows.
  */
 import { closeSync, openSync, writeSync } from 'node:fs';

@@ -9,6 +9,7 @@ import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type pg from 'pg';
 import { loadPg } from '../../shared/pg-driver.js';
+import { copyFormatOption } from '../../shared/postgres-client.js';
 import { to as copyTo } from 'pg-copy-streams';
 import type { Batch, BulkChunk, BulkFormat, BulkRead, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
@@ -415,7 +416,7 @@ export class PostgresSource implements Source {
       sameGroup: options.sameGroup,
       onChunk: (c) => queue.push(bulkChunkOf(c, uniqueKey)),
     });
-    const stream = client.query(copyTo(`COPY (${sql}) TO STDOUT${options.format === 'csv' ? ' (FORMAT csv)' : ''}`));
+    const stream = client.query(copyTo(`COPY (${sql}) TO STDOUT${copyFormatOption(options.format)}`));
     const pump = (async () => {
       try {
         for await (const chunk of stream as AsyncIterable<Buffer>) {

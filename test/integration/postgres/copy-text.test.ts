@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { CopyTextParser, unescapeCopyText } from '../../../src/sources/postgres/copy-text.js';
+import { CopyTextParser } from '../../../src/sources/postgres/copy-text.js';
+import { unescapeCopyText } from '../../../src/shared/bulk-csv.js';
 import { decoderFor } from '../../../src/sources/postgres/pg-types.js';
 import { safeMarkOf } from '../../../src/sources/server-source.js';
 

@@ -4,11 +4,13 @@
 import { createRequire } from 'node:module';
 import { parseArgs } from 'node:util';
 import type { Command } from 'commander';
-import { errorMessage } from '../core/errors.js';
+import { UsageError, errorMessage } from '../core/errors.js';
 import type { EnqueueCommandOptions } from './commands/enqueue.js';
 import type { InitCommandOptions } from './commands/init.js';
 import type { JobsCommandOptions } from './commands/jobs.js';
+import type { RunCommandOptions } from './commands/run.js';
 import type { ScheduleCommandOptions } from './commands/schedule.js';
+import type { StateCommandOptions } from './commands/state.js';
 import type { WorkerCommandOptions } from './commands/worker.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 import { printError } from './output.js';
@@ -49,17 +51,19 @@ const RUN_OPTIONS = {
   strict: { type: 'boolean', flag: '--strict', help: 'fail a files stream whose pattern matches no file (default: a warning)' },
   verbose: { type: 'boolean', flag: '--verbose', help: "log at debug level (a connector's LOG lines and error stacks included)" },
   follow: { type: 'boolean', flag: '--follow', help: 'log streams (strategy: log): keep applying changes until SIGTERM (default: up to the log position at start)' },
+  dir: { type: 'string', flag: '--dir <dir>', help: `where pipeline names are looked up (default: $TIDEMARK_PIPELINES_DIR, else ./pipelines, else .)` },
 } as const;
+
+const DIR_HELP = RUN_OPTIONS.dir.help;
 
 /**
  * A well-formed `tidemark run …` skips commander (~12 ms to load, a tenth of a no-op run); anything else — help, a
  * typo, another command — goes through commander, which explains it.
  */
-function plainRun(argv: readonly string[]): { files: string[]; options: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; verbose?: boolean; follow?: boolean } } | undefined {
+function plainRun(argv: readonly string[]): { files: string[]; options: RunCommandOptions } | undefined {
   if (argv[0] !== 'run') return undefined;
   try {
     const { values, positionals } = parseArgs({ args: argv.slice(1), options: RUN_OPTIONS, allowPositionals: true, strict: true });
-    if (positionals.length === 0) return undefined;
     return { files: positionals, options: { ...values, ...(values.stream ? { stream: [...values.stream] } : {}) } };
   } catch {
     return undefined;
@@ -79,23 +83,25 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
   cli
     .command('run')
     .description('run pipelines: read what is new, load it, commit data and state together')
-    .argument('<pipeline...>', 'pipeline YAML files')
+    .argument('[pipeline...]', 'pipeline names, YAML files or folders of them (none: every pipeline of --dir)')
     .option(RUN_OPTIONS.full.flag, RUN_OPTIONS.full.help)
     .option(RUN_OPTIONS.stream.flag, RUN_OPTIONS.stream.help, collect)
     .option(RUN_OPTIONS.json.flag, RUN_OPTIONS.json.help)
     .option(RUN_OPTIONS.strict.flag, RUN_OPTIONS.strict.help)
     .option(RUN_OPTIONS.verbose.flag, RUN_OPTIONS.verbose.help)
     .option(RUN_OPTIONS.follow.flag, RUN_OPTIONS.follow.help)
-    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; strict?: boolean; verbose?: boolean; follow?: boolean }) => (await commands.run()).runCommand(files, o)));
+    .option(RUN_OPTIONS.dir.flag, RUN_OPTIONS.dir.help)
+    .action(act(async (files: string[], o: RunCommandOptions) => (await commands.run()).runCommand(files, o)));
 
   cli
     .command('plan')
     .description('show what the next run would read per stream: predicate, bound values, window')
-    .argument('<pipeline>', 'pipeline YAML file')
+    .argument('[pipeline...]', 'pipeline names, YAML files or folders of them (none: every pipeline of --dir)')
     .option('--full', 'plan a full refresh')
     .option('--stream <name>', 'only this stream (repeatable)', collect)
     .option('--json', 'print JSON')
-    .action(act(async (file: string, o: { full?: boolean; stream?: string[]; json?: boolean }) => (await commands.plan()).planCommand(file, o)));
+    .option('--dir <dir>', DIR_HELP)
+    .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; dir?: string }) => (await commands.plan()).planCommand(files, o)));
 
   cli
     .command('check')
@@ -109,7 +115,9 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .description('inspect or edit state: list | show | set | reset | history | rollback | export | import | migrate | delete')
     .argument('<action>')
     .argument('[args...]')
-    .option('--config <file>', 'pipeline YAML file')
+    .option('--config <file>', 'pipeline YAML file or pipeline name')
+    .option('-p, --pipeline <name>', 'the pipeline, by name (looked up in --dir) or file; the same as --config')
+    .option('--dir <dir>', DIR_HELP)
     .option('--cursor <value>', 'set: the cursor value')
     .option('--pk <value>', 'set: a primary-key value of the watermark (repeat for composite keys)', collect)
     .option('--json', 'print JSON')
@@ -129,8 +137,8 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
   merged on the primary key.`,
     )
     .action(
-      act(async (action: string, args: string[], o: { config?: string; json?: boolean; cursor?: string; pk?: string[]; from?: string; to?: string; force?: boolean; store?: string; yes?: boolean }) =>
-        (await commands.state()).stateCommand(action, args, o),
+      act(async (action: string, args: string[], o: StateCommandOptions & { pipeline?: string; dir?: string }) =>
+        (await commands.state()).stateCommand(action, args, await pipelineOption(o)),
       ),
     );
 
@@ -139,10 +147,16 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
     .description('partition ledger of partitioned streams: list | reload <partition…> | forget <partition…> | verify')
     .argument('<action>')
     .argument('[partitions...]')
-    .option('--config <file>', 'pipeline YAML file')
+    .option('--config <file>', 'pipeline YAML file or pipeline name')
+    .option('-p, --pipeline <name>', 'the pipeline, by name (looked up in --dir) or file; the same as --config')
+    .option('--dir <dir>', DIR_HELP)
     .option('--stream <name>', 'the partitioned stream (needed when a pipeline has several)')
     .option('--json', 'print JSON')
-    .action(act(async (action: string, partitions: string[], o: { config?: string; stream?: string; json?: boolean }) => (await commands.ledger()).ledgerCommand(action, partitions, o)));
+    .action(
+      act(async (action: string, partitions: string[], o: { config?: string; pipeline?: string; dir?: string; stream?: string; json?: boolean }) =>
+        (await commands.ledger()).ledgerCommand(action, partitions, await pipelineOption(o)),
+      ),
+    );
 
   cli
     .command('lake')
@@ -164,11 +178,17 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
 
   cli
     .command('runs')
-    .description('run history of a pipeline')
-    .option('--config <file>', 'pipeline YAML file')
+    .description('run history of a pipeline: every run of every stream, the ones that found nothing to load too')
+    .argument('[pipeline]', 'pipeline name or YAML file (or --config)')
+    .option('--config <file>', 'pipeline YAML file or pipeline name')
+    .option('--dir <dir>', DIR_HELP)
     .option('--limit <n>', 'how many rows', '50')
     .option('--json', 'print JSON')
-    .action(act(async (o: { config?: string; json?: boolean; limit?: string }) => (await commands.runs()).runsCommand(o)));
+    .action(
+      act(async (name: string | undefined, o: { config?: string; dir?: string; json?: boolean; limit?: string }) =>
+        (await commands.runs()).runsCommand(await pipelineOption({ ...o, ...(name !== undefined ? { pipeline: name } : {}) })),
+      ),
+    );
 
   cli
     .command('rejects')
@@ -196,8 +216,9 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
   cli
     .command('validate')
     .description('check pipeline files without connecting anywhere (a lake destination is read for who owns its streams)')
-    .argument('<pipeline...>', 'pipeline YAML files or directories of them')
-    .action(act(async (files: string[]) => (await commands.validate()).validateCommand(files)));
+    .argument('[pipeline...]', 'pipeline names, YAML files or folders of them (none: every pipeline of --dir)')
+    .option('--dir <dir>', DIR_HELP)
+    .action(act(async (files: string[], o: { dir?: string }) => (await commands.validate()).validateCommand(files, o)));
 
   cli
     .command('init')
@@ -278,6 +299,20 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
   ).action(act(async (o: JobsCommandOptions) => (await commands.jobs()).jobsCommand(o)));
 
   return cli;
+}
+
+/**
+ * `--pipeline <name>` / `--config <file | name>` → `config: <file>`: a name is looked up in the pipelines folder, so
+ * every command that takes --config also takes a pipeline's name.
+ */
+async function pipelineOption<O extends { config?: string; pipeline?: string; dir?: string }>(options: O): Promise<O> {
+  const given = options.pipeline ?? options.config;
+  if (given === undefined) return options;
+  if (options.pipeline !== undefined && options.config !== undefined && options.pipeline !== options.config) {
+    throw new UsageError('give the pipeline once: --pipeline or --config, not both');
+  }
+  const { resolvePipeline } = await import('../config/pipeline-names.js');
+  return { ...options, config: await resolvePipeline(given, options.dir !== undefined ? { dir: options.dir } : {}) };
 }
 
 export async function main(argv: readonly string[]): Promise<number> {

@@ -216,7 +216,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
         await recordFailure(ctx, failedResult(stream.name, failure, started, durable), 'stopped', stopReason(ctx.options.signal));
         throw failure;
       }
-      ctx.logger.log('error', errorMessage(failure));
+      // Not logged here: the result carries the failure and every caller prints it once (the CLI, the scheduler, a worker).
       const failed = failedResult(stream.name, failure, started, durable);
       await recordFailure(ctx, failed);
       results.push(failed);
@@ -259,7 +259,6 @@ async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], 
     }
     // A config refusal (no change log, a destination that cannot apply it) stops the run like other config errors.
     if (failure.kind === 'config') throw failure;
-    ctx.logger.log('error', errorMessage(failure));
     const failed = failedResult(streams[0]!.name, failure, started, durable);
     await recordFailure(ctx, failed);
     return { state: (await ctx.destination.state.load(pipeline.name)) ?? state, results: streams.map((s) => ({ ...failed, stream: s.name })) };

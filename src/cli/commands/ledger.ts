@@ -36,7 +36,7 @@ function showChecks(checks: readonly LedgerCheck[]): void {
 }
 
 export async function ledgerCommand(action: string, partitions: readonly string[], options: LedgerCommandOptions): Promise<number> {
-  if (!options.config) throw new UsageError(`ledger ${action} needs --config <pipeline.yaml>`);
+  if (!options.config) throw new UsageError(`ledger ${action} needs a pipeline: --config <pipeline.yaml> or --pipeline <name>`);
   const pipeline = await loadPipeline(options.config);
   const commands = ledgerCommands(pipeline);
   switch (action) {

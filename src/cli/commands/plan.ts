@@ -1,13 +1,27 @@
 import { loadPipeline, planPipeline, type StreamPlanReport } from '../../index.js';
+import { resolvePipelines } from '../../config/pipeline-names.js';
 import { formatCount, print, toJson } from '../output.js';
 import { describeWatermark } from './run.js';
 
-export async function planCommand(file: string, options: { full?: boolean; stream?: readonly string[]; json?: boolean }): Promise<number> {
+export interface PlanCommandOptions {
+  readonly full?: boolean;
+  readonly stream?: readonly string[];
+  readonly json?: boolean;
+  readonly dir?: string;
+}
+
+/** One pipeline: its reports (`--json`: one array); several: one array per pipeline, one per line. */
+export async function planCommand(inputs: readonly string[], options: PlanCommandOptions): Promise<number> {
+  for (const file of await resolvePipelines(inputs, options.dir !== undefined ? { dir: options.dir } : {})) await planOne(file, options);
+  return 0;
+}
+
+async function planOne(file: string, options: PlanCommandOptions): Promise<void> {
   const pipeline = await loadPipeline(file);
   const reports = await planPipeline(pipeline, { ...(options.full ? { full: true } : {}), ...(options.stream?.length ? { streams: options.stream } : {}) });
   if (options.json) {
     print(toJson(reports));
-    return 0;
+    return;
   }
   for (const r of reports) {
     if (r.partitions !== undefined) {
@@ -32,7 +46,6 @@ export async function planCommand(file: string, options: { full?: boolean; strea
     print(`  bindings: ${JSON.stringify(r.bindings)}`);
     if (r.nullCursorRows > 0) print(`  rows with a NULL cursor: ${r.nullCursorRows}`);
   }
-  return 0;
 }
 
 /** A partitioned stream: what the next run loads, reloads or stops at; unchanged partitions only counted. */

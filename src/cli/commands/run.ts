@@ -4,7 +4,8 @@ import { loadPipeline } from '../../config/load.js';
 import { run } from '../../engine/run.js';
 import type { RunResult, StreamResult, Watermark } from '../../core/types.js';
 import { stderrLogger } from '../../core/logger.js';
-import { EXIT } from '../exit-codes.js';
+import { resolvePipelines } from '../../config/pipeline-names.js';
+import { EXIT, exitCodeFor } from '../exit-codes.js';
 import { errorMessage } from '../../core/errors.js';
 import { formatCount, print, printError, toJson } from '../output.js';
 import { progressDisplay } from '../progress.js';
@@ -19,6 +20,8 @@ export interface RunCommandOptions {
   readonly verbose?: boolean;
   /** Log streams keep applying changes until SIGTERM/SIGINT. */
   readonly follow?: boolean;
+  /** The folder pipeline names are looked up in (default: $TIDEMARK_PIPELINES_DIR, else ./pipelines, else .). */
+  readonly dir?: string;
 }
 
 export function describeWatermark(w: Watermark | null | undefined): string {
@@ -79,31 +82,44 @@ export async function runCommand(files: readonly string[], options: RunCommandOp
   }
 }
 
-async function runAll(files: readonly string[], options: RunCommandOptions, signal: AbortSignal): Promise<number> {
+async function runAll(inputs: readonly string[], options: RunCommandOptions, signal: AbortSignal): Promise<number> {
+  const files = await resolvePipelines(inputs, options.dir !== undefined ? { dir: options.dir } : {});
   let code: number = EXIT.ok;
   for (const file of files) {
-    const started = new Date().toISOString();
-    const pipeline = await loadPipeline(file).catch(jsonOnError(options, file, null, started));
-    const progress = progressDisplay(pipeline.name, { json: options.json === true });
-    let result: RunResult | undefined;
     try {
-      result = await run(pipeline, {
-        ...(options.full ? { full: true } : {}),
-        ...(options.stream?.length ? { streams: options.stream } : {}),
-        ...(options.strict ? { strict: true } : {}),
-        logger: stderrLogger(options.verbose ? 'debug' : undefined, { write: progress.write }),
-        ...(options.follow ? { follow: true } : {}),
-        signal,
-        onProgress: progress.onProgress,
-      }).catch(jsonOnError(options, file, pipeline.name, started));
-    } finally {
-      progress.finish(result);
+      code = Math.max(code, await runOne(file, options, signal));
+    } catch (error) {
+      // One pipeline of several that cannot start (bad config, held lease) is reported once; the others still run.
+      if (files.length === 1 || signal.aborted) throw error;
+      printError(`error: ${errorMessage(error)}`);
+      if (code === EXIT.ok || code === EXIT.failed) code = exitCodeFor(error);
     }
-    if (options.json) print(toJson(result));
-    else for (const s of result.streams) print(summary(pipeline.name, s));
-    if (!result.ok) code = EXIT.failed;
   }
   return code;
+}
+
+async function runOne(file: string, options: RunCommandOptions, signal: AbortSignal): Promise<number> {
+  const started = new Date().toISOString();
+  const pipeline = await loadPipeline(file).catch(jsonOnError(options, file, null, started));
+  const progress = progressDisplay(pipeline.name, { json: options.json === true });
+  let result: RunResult | undefined;
+  try {
+    result = await run(pipeline, {
+      ...(options.full ? { full: true } : {}),
+      ...(options.stream?.length ? { streams: options.stream } : {}),
+      ...(options.strict ? { strict: true } : {}),
+      logger: stderrLogger(options.verbose ? 'debug' : undefined, { write: progress.write }),
+      ...(options.follow ? { follow: true } : {}),
+      signal,
+      onProgress: progress.onProgress,
+    }).catch(jsonOnError(options, file, pipeline.name, started));
+  } finally {
+    progress.finish(result);
+  }
+  if (options.json) print(toJson(result));
+  // A failed stream's line is its error, printed once, on stderr.
+  else for (const s of result.streams) (s.outcome === 'failed' ? printError : print)(summary(pipeline.name, s));
+  return result.ok ? EXIT.ok : EXIT.failed;
 }
 
 /**

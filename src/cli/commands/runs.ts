@@ -3,7 +3,7 @@ import type { RunRecord } from '../../core/types.js';
 import { formatCount, print, toJson } from '../output.js';
 
 export async function runsCommand(options: { config?: string; json?: boolean; limit?: string }): Promise<number> {
-  if (!options.config) throw new UsageError('runs needs --config <pipeline.yaml>');
+  if (!options.config) throw new UsageError('runs needs a pipeline: tidemark runs <name> or --config <pipeline.yaml>');
   const pipeline = await loadPipeline(options.config);
   const opened = await openStateStore(pipeline);
   try {

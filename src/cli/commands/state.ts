@@ -51,7 +51,7 @@ function stateFormat(options: StateCommandOptions, sourceType: string): 'singer'
 
 export async function stateCommand(action: string, args: readonly string[], options: StateCommandOptions): Promise<number> {
   if (action === 'list' || action === 'delete') return catalogCommand(action, args, options);
-  if (!options.config) throw new UsageError(`state ${action} needs --config <pipeline.yaml>`);
+  if (!options.config) throw new UsageError(`state ${action} needs a pipeline: --config <pipeline.yaml> or --pipeline <name>`);
   const pipeline = await loadPipelineOrTarget(options.config);
   const commands = stateCommands(pipeline);
   switch (action) {

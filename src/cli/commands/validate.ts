@@ -1,14 +1,14 @@
-import { pipelineFiles } from '../../config/pipeline-files.js';
+import { resolvePipelines } from '../../config/pipeline-names.js';
 import { errorMessage } from '../../core/errors.js';
 import { ConfigError, catalogProblems, destinationProblems, loadPipeline, pipelineJsonSchema, type PipelineConfig, type StreamConfig } from '../../index.js';
 import { EXIT } from '../exit-codes.js';
 import { print, printError } from '../output.js';
 
 /** Checks every file (a directory: each pipeline in it); a config error in one is printed and the rest still checked. */
-export async function validateCommand(inputs: readonly string[]): Promise<number> {
+export async function validateCommand(inputs: readonly string[], options: { dir?: string } = {}): Promise<number> {
   const lakes = new Map<string, string>();
   let code: number = EXIT.ok;
-  for (const file of await pipelineFiles(inputs)) {
+  for (const file of await resolvePipelines(inputs, options.dir !== undefined ? { dir: options.dir } : {})) {
     try {
       await validateFile(file, lakes);
     } catch (error) {

@@ -1,0 +1,87 @@
+/**
+ * Habits users bring from PyCharter, DataSpoc Pipe and PyAirbyte, through the built CLI against real SQLite and
+ * DuckDB files: one error line per failure, pipelines named by `name:` in a pipelines folder, every run recorded.
+ */
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cli } from '../helpers/cli.js';
+import { tempDir, writeYaml } from '../helpers/fs.js';
+import { createItems, itemRange, pipelineYaml, upsertItems } from '../helpers/shop.js';
+
+describe('CLI habits', () => {
+  let dir: string;
+  let cleanup: () => Promise<void>;
+  beforeAll(async () => ({ dir, cleanup } = await tempDir()));
+  afterAll(() => cleanup());
+
+  it('prints a failed stream once, on one line naming pipeline, stream and phase', async () => {
+    const source = join(dir, 'errors.sqlite');
+    createItems(source, itemRange(1, 300, 7));
+    const file = await writeYaml(
+      dir,
+      'errors.yaml',
+      pipelineYaml({ name: 'errs', source, destination: { type: 'duckdb', path: join(dir, 'errors.duckdb') }, stream: { checkpoint_rows: 50 } }).replace(
+        'streams:\n',
+        'streams:\n  - table: missing\n    primary_key: [id]\n    cursor: updated_at\n',
+      ),
+    );
+    const out = await cli(['run', file]);
+    expect(out.code).toBe(1);
+    const all = `${out.stdout}${out.stderr}`;
+    expect(all.split('table missing does not exist')).toHaveLength(2);
+    const line = all.split('\n').find((l) => l.includes('table missing does not exist'))!;
+    expect(line).toMatch(/^errs\.missing: FAILED: pipeline errs, stream missing, phase discover: table missing does not exist/);
+    expect(out.stderr).toContain(line);
+    expect(out.stdout).toContain('errs.items: 300 read, 300 loaded');
+  });
+
+  it('finds pipelines by name: in --dir, $TIDEMARK_PIPELINES_DIR or ./pipelines; a folder runs each; an unknown name lists the known', async () => {
+    const home = join(dir, 'named');
+    const folder = join(home, 'pipelines');
+    await mkdir(folder, { recursive: true });
+    for (const name of ['pg-orders', 'pg-customers']) {
+      const source = join(home, `${name}.sqlite`);
+      createItems(source, itemRange(1, 240, 9));
+      await writeYaml(folder, `${name.replace('pg-', '')}.yaml`, pipelineYaml({ name, source, destination: { type: 'duckdb', path: join(home, `${name}.duckdb`) }, stream: { checkpoint_rows: 40 } }));
+    }
+    // By name, from ./pipelines (the default folder).
+    const one = await cli(['run', 'pg-orders'], { cwd: home });
+    expect(one.stderr).not.toContain('error');
+    expect(one.code).toBe(0);
+    expect(one.stdout).toContain('pg-orders.items: 240 read, 240 loaded, 0 rejected in 6 commits');
+    expect(one.stdout).not.toContain('pg-customers');
+    // No name: every pipeline of the folder; a folder given: the same.
+    const all = await cli(['run'], { cwd: home });
+    expect(all.code).toBe(0);
+    expect(all.stdout).toContain('pg-customers.items: 240 read');
+    expect(all.stdout).toContain('pg-orders.items: 0 read');
+    const folderRun = await cli(['run', folder]);
+    expect(folderRun.code).toBe(0);
+    expect(folderRun.stdout.match(/\.items: 0 read/g)).toHaveLength(2);
+    // From elsewhere: --dir, or the environment variable.
+    upsertItems(join(home, 'pg-orders.sqlite'), itemRange(241, 5, 9));
+    const viaDir = await cli(['run', 'pg-orders', '--dir', folder], { cwd: dir });
+    expect(viaDir.stdout).toContain('pg-orders.items: 5 read, 5 loaded');
+    const viaEnv = await cli(['plan', 'pg-orders', 'pg-customers', '--json'], { cwd: dir, env: { TIDEMARK_PIPELINES_DIR: folder } });
+    expect(viaEnv.code).toBe(0);
+    expect(viaEnv.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { stream: string }[])[0]!.stream)).toEqual(['items', 'items']);
+    const unknown = await cli(['run', 'pg-order'], { cwd: home });
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr.trim()).toBe('error: no pipeline named pg-order in pipelines (pipelines: pg-customers, pg-orders); give a file, a folder, --dir or TIDEMARK_PIPELINES_DIR');
+    // The commands that take --config take a name too.
+    const validated = await cli(['validate'], { cwd: home });
+    expect(validated.code).toBe(0);
+    expect(validated.stdout).toContain('pipeline pg-orders is valid');
+    const runs = await cli(['runs', 'pg-orders', '--json'], { cwd: home });
+    expect(runs.code).toBe(0);
+    expect((JSON.parse(runs.stdout) as unknown[]).length).toBeGreaterThan(0);
+    const shown = await cli(['state', 'show', '--config', 'pg-orders', '--json'], { cwd: home });
+    expect(shown.code).toBe(0);
+    expect(JSON.parse(shown.stdout)).toMatchObject({ pipeline: 'pg-orders' });
+    const byFlag = await cli(['state', 'show', '-p', 'pg-customers'], { cwd: home });
+    expect(byFlag.stdout).toContain('pipeline pg-customers, state version');
+    const ledger = await cli(['ledger', 'list', '--pipeline', 'pg-orders'], { cwd: home });
+    expect(ledger.stderr).not.toContain('no pipeline named');
+  });
+});

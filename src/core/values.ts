@@ -105,9 +105,36 @@ function coerceFloat(value: unknown): number {
   throw new ValueRejection(`expected a floating point number, got ${describeValue(value)}`);
 }
 
+declare global {
+  interface String {
+    /** ES2024 (Node 20 has it): false when the string holds a lone surrogate. */
+    isWellFormed(): boolean;
+  }
+}
+
+/**
+ * Why text with a lone surrogate is refused: U+DC80–U+DCFF carry a byte that was not valid UTF-8 where the source
+ * said UTF-8 (see shared/utf8-text.ts); any other lone surrogate cannot be written as UTF-8 at all.
+ */
+export function illFormedReason(text: string): string {
+  for (let i = 0; i < text.length; i += 1) {
+    const unit = text.charCodeAt(i);
+    if (unit >= 0xd800 && unit <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      i += 1;
+      continue;
+    }
+    if (unit >= 0xdc80 && unit <= 0xdcff) {
+      return `text is not valid UTF-8: byte 0x${(unit - 0xdc00).toString(16).toUpperCase()} at character ${i + 1} of ${describeValue(text)}`;
+    }
+    if (unit >= 0xd800 && unit <= 0xdfff) return `text holds a lone surrogate U+${unit.toString(16).toUpperCase()} at character ${i + 1}`;
+  }
+  return 'text is not well-formed Unicode';
+}
+
 function coerceText(value: unknown): string {
   if (typeof value === 'string') {
     if (value.includes('\u0000')) throw new ValueRejection('text contains a NUL character');
+    if (!value.isWellFormed()) throw new ValueRejection(illFormedReason(value));
     return value;
   }
   if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
@@ -116,6 +143,7 @@ function coerceText(value: unknown): string {
 
 function coerceJson(value: unknown): string {
   if (typeof value === 'string') {
+    if (!value.isWellFormed()) throw new ValueRejection(illFormedReason(value));
     try {
       JSON.parse(value);
     } catch {
@@ -124,7 +152,10 @@ function coerceJson(value: unknown): string {
     return value;
   }
   if (value instanceof Uint8Array) throw new ValueRejection('expected JSON, got bytes');
-  return JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+  return JSON.stringify(value, (_k, v: unknown) => {
+    if (typeof v === 'string' && !v.isWellFormed()) throw new ValueRejection(illFormedReason(v));
+    return typeof v === 'bigint' ? v.toString() : v;
+  });
 }
 
 function coerceBytes(value: unknown): Uint8Array {

@@ -1,10 +1,14 @@
 /** Line-delimited message streams (Singer and Airbyte stdout, stdin of a target), read in bounded memory. */
 import { SourceError } from '../core/errors.js';
+import { decodeUtf8 } from './utf8-text.js';
 
 /** A single message larger than this is refused instead of buffered without bound. */
 export const MAX_LINE_BYTES = 64 * 1024 * 1024;
 
-/** Splits a byte stream into lines; memory stays at one chunk plus one line. */
+/**
+ * Splits a byte stream into lines; memory stays at one chunk plus one line. The protocols say UTF-8: bytes that are
+ * not are kept (see decodeUtf8) for the value check to reject, never replaced.
+ */
 export async function* readLines(input: AsyncIterable<Buffer | string>, what: string): AsyncGenerator<string> {
   let pending: Buffer[] = [];
   let pendingBytes = 0;
@@ -13,7 +17,7 @@ export async function* readLines(input: AsyncIterable<Buffer | string>, what: st
     let newline = buffer.indexOf(0x0a);
     while (newline >= 0) {
       const head = buffer.subarray(0, newline);
-      const line = pending.length ? Buffer.concat([...pending, head]).toString('utf8') : head.toString('utf8');
+      const line = decodeUtf8(pending.length ? Buffer.concat([...pending, head]) : head);
       pending = [];
       pendingBytes = 0;
       yield line.endsWith('\r') ? line.slice(0, -1) : line;
@@ -26,5 +30,5 @@ export async function* readLines(input: AsyncIterable<Buffer | string>, what: st
       pending.push(Buffer.from(buffer));
     }
   }
-  if (pendingBytes) yield Buffer.concat(pending).toString('utf8');
+  if (pendingBytes) yield decodeUtf8(Buffer.concat(pending));
 }

@@ -6,6 +6,8 @@ import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { createGunzip } from 'node:zlib';
 import type { CsvOptions, FileFormat } from '../../core/connector.js';
+import { illFormedReason } from '../../core/values.js';
+import { readLines } from '../../shared/lines.js';
 import { quoteIdent } from '../../shared/sql.js';
 
 export interface ReadFailure {
@@ -41,7 +43,7 @@ export async function explainReadError(message: string, files: readonly ReadFile
   if (json) {
     // DuckDB's line number in this message is not reliable (seen one past the bad line); find the line ourselves.
     const located = file ? await locateJsonlProblem(file.local).catch(() => undefined) : undefined;
-    if (located) return { file: display, line: located.line, reason: `malformed JSON: ${located.reason}` };
+    if (located) return { file: display, line: located.line, reason: located.notJson ? `malformed JSON: ${located.reason}` : located.reason };
     return { file: display, reason: `malformed JSON near line ${json[2]}: ${json[3]!.trim().replace(/\.$/, '')}` };
   }
 
@@ -130,23 +132,26 @@ function lineReader(path: string) {
   return { raw, lines: createInterface({ input, crlfDelay: Infinity }) };
 }
 
-/** The first line of a JSONL file that is not one JSON object. */
-export async function locateJsonlProblem(path: string): Promise<{ line: number; reason: string } | undefined> {
+/**
+ * The first line of a JSONL file that is not one JSON object, or whose text is not UTF-8 (read keeping such bytes,
+ * so the line is found where a reader replacing them would parse it fine).
+ */
+export async function locateJsonlProblem(path: string): Promise<{ line: number; reason: string; notJson: boolean } | undefined> {
   if (/\.zst$/i.test(path)) return undefined;
-  const { raw, lines } = lineReader(path);
+  const raw = createReadStream(path);
   let lineNo = 0;
   try {
-    for await (const line of lines) {
+    for await (const line of readLines(/\.gz$/i.test(path) ? raw.pipe(createGunzip()) : raw, path)) {
       lineNo += 1;
+      if (!line.isWellFormed()) return { line: lineNo, reason: illFormedReason(line), notJson: false };
       if (line.trim() === '') continue;
       try {
         JSON.parse(line);
       } catch (error) {
-        return { line: lineNo, reason: (error as Error).message };
+        return { line: lineNo, reason: (error as Error).message, notJson: true };
       }
     }
   } finally {
-    lines.close();
     raw.destroy();
   }
   return undefined;

@@ -5,6 +5,7 @@
 import { SourceError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
 import { JsonSyntaxError, parseExactJson, type ExactJson } from '../../shared/exact-json.js';
+import { decodeBody } from './response-charset.js';
 
 export interface RetryPolicy {
   readonly maxRetries: number;
@@ -55,7 +56,7 @@ export class HttpClient {
         } else if (!response.ok) {
           throw new SourceError(redact(`GET ${shown()} failed: HTTP ${response.status}${await snippet(response)}`), { context: { phase: 'extract', at: shown() } });
         } else {
-          const text = await response.text();
+          const text = decodeBody(new Uint8Array(await response.arrayBuffer()), response.headers.get('content-type'), shown());
           try {
             return { url: url.toString(), status: response.status, headers: response.headers, body: parseExactJson(text), text };
           } catch (error) {

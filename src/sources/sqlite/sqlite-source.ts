@@ -62,6 +62,20 @@ function sqliteSafeMark(kind: ColumnType['kind']): TypedValue | null {
   return safeMarkOf(kind, horizon, 0, undefined, timeUnitMicros(0));
 }
 
+/**
+ * SQLite gives a column declared NUMERIC or DECIMAL numeric affinity: it stores 1.5 as a REAL and 7 as an INTEGER,
+ * whatever precision the declaration names. Such a value is read as what it holds: an INTEGER comes as a bigint
+ * (all of its digits), a REAL by the shortest text that reads back as the same double, which is exactly the value
+ * stored. Text the column holds is left for the decimal check to accept or reject.
+ */
+function exactDecimals(schema: StreamSchema): ((row: Row) => void) | undefined {
+  const at = schema.columns.flatMap((c, i) => (c.type.kind === 'decimal' ? [i] : []));
+  if (at.length === 0) return undefined;
+  return (row) => {
+    for (const i of at) if (typeof row[i] === 'number') row[i] = String(row[i]);
+  };
+}
+
 function toParam(typed: TypedValue): unknown {
   const v = decodeValue(typed);
   if (typeof v === 'boolean') return v ? 1 : 0;
@@ -187,6 +201,7 @@ export class SqliteSource implements Source {
     const order = request.incremental && cursorExpr ? [cursorExpr, ...pk] : pk;
     const predicate = where.length ? where.join(' AND ') : 'TRUE';
     const sql = `SELECT ${select} FROM ${relation} WHERE ${predicate}${order.length ? ` ORDER BY ${order.join(', ')}` : ''}`;
+    const readExactly = exactDecimals(schema);
     let closed = false;
     const close = async (): Promise<void> => {
       if (closed) return;
@@ -207,6 +222,7 @@ export class SqliteSource implements Source {
           for (const [text, values] of queries) {
             let batch: Row[] = [];
             for (const row of db.prepare(text).raw(true).iterate(...values) as IterableIterator<Row>) {
+              readExactly?.(row);
               batch.push(row);
               if (batch.length >= request.batchRows) {
                 yield { rows: batch };

@@ -51,7 +51,7 @@ export class ReadFloor {
   private readonly hasGroup: boolean;
 
   /** The floor of a planned read, or undefined when it reads from the start. */
-  static of(request: ReadRequest, keyed: boolean): ReadFloor | undefined {
+  static of(request: Pick<ReadRequest, 'from' | 'after'>, keyed: boolean): ReadFloor | undefined {
     if (request.from !== undefined) return new ReadFloor(request.from, [], true, keyed, undefined);
     const after = request.after;
     if (after === undefined) return undefined;

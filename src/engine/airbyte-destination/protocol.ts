@@ -14,7 +14,16 @@ type JsonObject = { readonly [key: string]: ExactJson };
 
 export type AirbyteInput =
   | { readonly type: 'RECORD'; readonly stream: string; readonly namespace: string | undefined; readonly data: ExactJson }
-  | { readonly type: 'STATE'; readonly message: JsonObject; readonly kind: 'STREAM' | 'GLOBAL' | 'LEGACY'; readonly identity: string }
+  | {
+      readonly type: 'STATE';
+      readonly message: JsonObject;
+      readonly kind: 'STREAM' | 'GLOBAL' | 'LEGACY';
+      readonly identity: string;
+      /** The stream a STREAM state names. */
+      readonly stream?: { readonly name: string; readonly namespace: string | undefined };
+    }
+  /** A TRACE STREAM_STATUS: the source says where a stream's read stands (STARTED, RUNNING, COMPLETE, INCOMPLETE). */
+  | { readonly type: 'STATUS'; readonly stream: string; readonly namespace: string | undefined; readonly status: string }
   | { readonly type: 'OTHER'; readonly name: string };
 
 function lineError(lineNumber: number, message: string): SourceError {
@@ -44,9 +53,11 @@ export function parseAirbyteMessage(line: string, lineNumber: number): AirbyteIn
     if (!isJsonObject(state)) throw lineError(lineNumber, 'STATE message without a state object');
     const declared = state.type;
     let kind: 'STREAM' | 'GLOBAL' | 'LEGACY';
+    let stream: { name: string; namespace: string | undefined } | undefined;
     if (declared === 'STREAM') {
       if (!isJsonObject(state.stream) || !isJsonObject(state.stream.stream_descriptor)) throw lineError(lineNumber, 'STREAM state without stream.stream_descriptor');
       kind = 'STREAM';
+      stream = descriptor(state.stream.stream_descriptor);
     } else if (declared === 'GLOBAL') {
       if (!isJsonObject(state.global)) throw lineError(lineNumber, 'GLOBAL state without global');
       kind = 'GLOBAL';
@@ -54,9 +65,19 @@ export function parseAirbyteMessage(line: string, lineNumber: number): AirbyteIn
       if (state.data === undefined) throw lineError(lineNumber, 'LEGACY state without data');
       kind = 'LEGACY';
     } else throw lineError(lineNumber, `STATE of unknown type ${stringifyExactJson(declared)}`);
-    return { type: 'STATE', message: state, kind, identity: stateIdentity(state) };
+    return { type: 'STATE', message: state, kind, identity: stateIdentity(state), ...(stream !== undefined ? { stream } : {}) };
+  }
+  if (parsed.type === 'TRACE' && isJsonObject(parsed.trace) && parsed.trace.type === 'STREAM_STATUS' && isJsonObject(parsed.trace.stream_status)) {
+    const status = parsed.trace.stream_status;
+    const named = isJsonObject(status.stream_descriptor) ? descriptor(status.stream_descriptor) : undefined;
+    if (named !== undefined && typeof status.status === 'string') return { type: 'STATUS', stream: named.name, namespace: named.namespace, status: status.status };
   }
   return { type: 'OTHER', name: parsed.type };
+}
+
+function descriptor(value: JsonObject): { name: string; namespace: string | undefined } | undefined {
+  if (typeof value.name !== 'string') return undefined;
+  return { name: value.name, namespace: typeof value.namespace === 'string' && value.namespace !== '' ? value.namespace : undefined };
 }
 
 /**
@@ -120,6 +141,10 @@ export interface CatalogStream {
   readonly table: string;
   readonly mode: DestinationSyncMode;
   readonly schema: StreamSchema;
+  /** The source reads it incrementally (`sync_mode: incremental`); a full refresh sends every record each sync. */
+  readonly incremental: boolean;
+  /** The catalog's cursor field, when it is a column of the stream (orders the records an incremental source sends). */
+  readonly cursor?: string;
   /** The platform's id of the sync (protocol `sync_id`), the same for every attempt of it; absent from older platforms. */
   readonly syncId?: string;
 }
@@ -161,8 +186,9 @@ export function parseCatalog(text: string): CatalogStream[] {
     if (mode === 'append_dedup' && primaryKey.length === 0) throw catalogError(`stream ${name}: append_dedup needs a primary_key`);
     const columns = columnsOf(spec.json_schema, primaryKey, name);
     for (const key of primaryKey) if (!columns.some((c) => c.name === key)) throw catalogError(`stream ${name}: primary key field ${key} is not in its json_schema`);
-    // The cursor orders a merge's duplicates (the highest wins); append and overwrite keep every record as sent.
-    const dedupCursor = mode === 'append_dedup' && cursor !== undefined && columns.some((c) => c.name === cursor) ? cursor : undefined;
+    // The cursor orders a merge's duplicates (the highest wins) and places an incremental append's records (resend-mark.ts).
+    const cursorColumn = cursor !== undefined && columns.some((c) => c.name === cursor) ? cursor : undefined;
+    const dedupCursor = mode === 'append_dedup' ? cursorColumn : undefined;
     const syncId = entry.sync_id !== undefined && entry.sync_id !== null ? stringifyExactJson(entry.sync_id) : undefined;
     streams.push({
       stream: name,
@@ -170,6 +196,8 @@ export function parseCatalog(text: string): CatalogStream[] {
       table,
       mode: mode as DestinationSyncMode,
       schema: { name: table, columns, primaryKey, ...(dedupCursor !== undefined ? { cursor: dedupCursor } : {}) },
+      incremental: entry.sync_mode === 'incremental',
+      ...(cursorColumn !== undefined ? { cursor: cursorColumn } : {}),
       ...(syncId !== undefined ? { syncId } : {}),
     });
   }

@@ -29,9 +29,9 @@ export class AirbyteSpool implements Source {
     await this.files.append(table, stringifyExactJson(data));
   }
 
-  /** A STATE arrived: everything spooled so far may commit with it. */
-  markState(): void {
-    for (const table of this.files.pending()) this.beforeState.set(table, this.files.rows(table));
+  /** A STATE arrived: everything spooled so far (of one stream, or of all) may commit with it. */
+  markState(table?: string): void {
+    for (const t of table !== undefined ? [table] : this.files.pending()) this.beforeState.set(t, this.files.rows(t));
   }
 
   /** Records a checkpoint would commit now (those before the latest STATE). */
@@ -45,9 +45,9 @@ export class AirbyteSpool implements Source {
     return this.files.pending().filter((t) => this.committable(t) > 0);
   }
 
-  /** Records that arrived after the latest STATE. */
-  trailingRows(): number {
-    return this.files.total() - this.committableRows();
+  /** Records that arrived after the latest STATE (of one stream, or of all). */
+  trailingRows(table?: string): number {
+    return table !== undefined ? this.files.rows(table) - this.committable(table) : this.files.total() - this.committableRows();
   }
 
   /** Each stream's position the next checkpoint commits with its records (undefined: the stored one stays). */

@@ -9,11 +9,11 @@
  * new input is one of them, that stream's records up to the last of them are known to be committed and are
  * dropped: nothing is lost and nothing loads twice.
  */
-import type { Destination, Lease } from '../../core/connector.js';
+import type { Destination, JsonValue, Lease } from '../../core/connector.js';
 import { ConfigError, SourceError, TidemarkError, withContext } from '../../core/errors.js';
 import { newRunId } from '../../core/ids.js';
 import { silentLogger, type Logger } from '../../core/logger.js';
-import type { PipelineState, StreamResult } from '../../core/types.js';
+import type { PipelineState, StreamResult, Watermark } from '../../core/types.js';
 import type { StreamConfig } from '../../config/load.js';
 import { readLines } from '../../shared/lines.js';
 import { emptyState } from '../run.js';
@@ -21,6 +21,7 @@ import { loadStream } from '../stream-load.js';
 import { TargetTotals, withTargetSession } from '../target-session.js';
 import type { AirbyteDestinationConfig } from './config.js';
 import { parseAirbyteMessage, stateEcho, type AirbyteInput, type CatalogStream } from './protocol.js';
+import { ResendMark } from './resend-mark.js';
 import { AirbyteSpool } from './spool.js';
 
 export interface AirbyteWriteOptions {
@@ -50,6 +51,8 @@ interface CommittedStates {
   readonly airbyte: readonly string[];
   /** The sync (`sync_id`) they belong to, where the platform names it. */
   readonly sync?: string;
+  /** An incremental append stream's committed edge (resend-mark.ts). */
+  readonly mark?: Watermark;
 }
 
 function committedStates(resume: unknown): readonly string[] {
@@ -79,6 +82,11 @@ class AirbyteWrite {
   private skip: Map<string, number> | undefined;
   private statesEmitted = 0;
   private resent = 0;
+  /** Incremental append streams with a cursor and a key: the edge below which a record is a resend. */
+  private readonly marks = new Map<string, ResendMark>();
+  /** Streams a STREAM state named, and streams the source reported INCOMPLETE (TRACE STREAM_STATUS). */
+  private readonly stated = new Set<string>();
+  private readonly incomplete = new Set<string>();
 
   constructor(
     private readonly config: AirbyteDestinationConfig,
@@ -110,6 +118,10 @@ class AirbyteWrite {
     }
     await this.destination.state.closeInterruptedRuns(this.pipelineName);
     this.state = (await this.destination.state.load(this.pipelineName)) ?? emptyState(this.pipelineName);
+    for (const s of this.catalog) {
+      const mark = ResendMark.of(s, this.state.streams[s.table]?.resume);
+      if (mark !== undefined) this.marks.set(s.table, mark);
+    }
     const spool = await AirbyteSpool.create(this.catalog);
     let uncommitted = 0;
     try {
@@ -120,9 +132,11 @@ class AirbyteWrite {
         if (message === undefined) continue;
         if (message.type === 'RECORD') await this.record(spool, message, line);
         else if (message.type === 'STATE') await this.stateMessage(spool, message);
+        else if (message.type === 'STATUS') this.status(message);
         else this.logger.log('debug', `stdin line ${line}: ${message.name} message passed over`);
       }
       if (this.skip === undefined) await this.decide(spool, undefined);
+      this.commitStateless(spool);
       uncommitted = spool.trailingRows();
       if (uncommitted > 0) {
         this.logger.log('warn', `${uncommitted} record${uncommitted === 1 ? '' : 's'} after the last STATE message ${uncommitted === 1 ? 'was' : 'were'} not committed; a resumed sync sends them again`);
@@ -150,7 +164,7 @@ class AirbyteWrite {
       throw new SourceError(`stdin line ${line}: RECORD of stream ${named}, which is not in the configured catalog`, { context: { pipeline: this.pipelineName, phase: 'extract', at: `line ${line}` } });
     }
     this.recordsSinceState += 1;
-    if ((this.skip?.get(stream.table) ?? 0) > 0) {
+    if ((this.skip?.get(stream.table) ?? 0) > 0 || this.marks.get(stream.table)?.admits(message.data) === false) {
       this.resent += 1;
       return;
     }
@@ -166,7 +180,12 @@ class AirbyteWrite {
   private async stateMessage(spool: AirbyteSpool, state: StateInput): Promise<void> {
     if (this.skip === undefined) await this.decide(spool, state.identity);
     else for (const [table, n] of this.skip) if (n > 0) this.skip.set(table, n - 1);
+    if (state.stream !== undefined) {
+      const named = this.byStream.get(streamKey(state.stream.name, state.stream.namespace)) ?? this.uniqueByName(state.stream.name);
+      if (named !== undefined) this.stated.add(named.table);
+    }
     spool.markState();
+    for (const mark of this.marks.values()) mark.markState();
     this.pendingStates.push({ state, records: this.recordsSinceState });
     this.recordsSinceState = 0;
     if (spool.committableRows() === 0) await this.echo();
@@ -202,7 +221,7 @@ class AirbyteWrite {
   /** Commits every stream's records before the latest STATE with the states they precede, then echoes those states. */
   private async checkpoint(spool: AirbyteSpool, final: boolean): Promise<void> {
     const identities = this.pendingStates.map((p) => p.state.identity);
-    spool.setCheckpoint((table) => (identities.length > 0 ? this.position(table, identities) : undefined));
+    spool.setCheckpoint((table) => (identities.length > 0 ? this.position(table, identities, final) : undefined));
     const tables = spool.committableStreams();
     if (final) for (const s of this.catalog) if (s.mode === 'overwrite' && !tables.includes(s.table) && this.publishes(s.table)) tables.push(s.table);
     for (const table of tables) await this.load(spool, table, !final);
@@ -210,9 +229,13 @@ class AirbyteWrite {
     await this.echo();
   }
 
-  private position(table: string, identities: readonly string[]): { airbyte: string[]; sync?: string } {
+  /** `complete`: every record of this write is committed with this position (the clean end of the input). */
+  private position(table: string, identities: readonly string[], complete: boolean): JsonValue {
     const syncId = this.catalog.find((s) => s.table === table)?.syncId;
-    return { airbyte: [...identities], ...(syncId !== undefined ? { sync: syncId } : {}) };
+    const mark = this.marks.get(table)?.committed(complete);
+    const position: CommittedStates = { airbyte: [...identities], ...(syncId !== undefined ? { sync: syncId } : {}), ...(mark !== undefined ? { mark } : {}) };
+    // A Watermark is plain JSON (strings and lists), stored in state like any other.
+    return position as unknown as JsonValue;
   }
 
   /**
@@ -226,12 +249,15 @@ class AirbyteWrite {
 
   /**
    * After a clean end, every stream's stored states are cleared: the next sync's STATE messages may repeat this one's
-   * (a full refresh sends the same empty state every time) and must not be taken for a resend.
+   * (a full refresh sends the same empty state every time) and must not be taken for a resend. An append stream's
+   * edge becomes the highest record of the write, all of which is committed now.
    */
   private async finish(spool: AirbyteSpool): Promise<void> {
-    spool.setCheckpoint((table) => this.position(table, []));
+    spool.setCheckpoint((table) => this.position(table, [], true));
     for (const s of this.catalog) {
-      if (committedStates(this.state.streams[s.table]?.resume).length === 0) continue;
+      const stored = this.state.streams[s.table]?.resume as CommittedStates | undefined;
+      const mark = this.marks.get(s.table)?.committed(true);
+      if (committedStates(stored).length === 0 && JSON.stringify(stored?.mark) === JSON.stringify(mark)) continue;
       // Only the position moves: an overwrite stream's live generation stays as it is, no new one is begun.
       const config = this.configs.get(s.table)!;
       await this.load(spool, s.table, false, s.mode === 'overwrite' ? { ...config, strategy: 'incremental', write: 'append' } : config);
@@ -260,6 +286,24 @@ class AirbyteWrite {
       if (error instanceof TidemarkError) throw withContext(error, { pipeline: this.pipelineName, stream: table }, 'destination');
       throw error;
     }
+  }
+
+  private status(message: Extract<AirbyteInput, { type: 'STATUS' }>): void {
+    const stream = this.byStream.get(streamKey(message.stream, message.namespace)) ?? this.uniqueByName(message.stream);
+    if (stream !== undefined && message.status === 'INCOMPLETE') this.incomplete.add(stream.table);
+  }
+
+  /**
+   * At the end of the input, a full-refresh stream that never had a STATE of its own (older CDKs send none) commits
+   * its records, as Airbyte's platform does at the end of a sync — unless the source reported the stream INCOMPLETE,
+   * or records of other streams are left after their last STATE (the input was cut short: the sync is resent).
+   */
+  private commitStateless(spool: AirbyteSpool): void {
+    const stateless = this.catalog.filter((s) => !s.incremental && !this.stated.has(s.table) && !this.incomplete.has(s.table));
+    const waiting = stateless.reduce((n, s) => n + spool.trailingRows(s.table), 0);
+    if (waiting === 0 || waiting !== spool.trailingRows()) return;
+    for (const s of stateless) spool.markState(s.table);
+    this.logger.log('info', `${stateless.map((s) => s.stream).join(', ')}: no STATE message; the records commit at the end of the input`);
   }
 
   private async echo(): Promise<void> {

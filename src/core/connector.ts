@@ -501,6 +501,8 @@ export interface LeaseOptions {
    * directory deleted) starts at 1, below the fence its destination recorded; the run takes its lease again above it.
    */
   readonly minToken?: number;
+  /** Hears what the lock store repaired on the way (a torn lease file taken as released, a damaged store set aside). */
+  readonly onWarning?: (message: string) => void;
 }
 
 /** Who holds a lease, as its lock store records it: read without taking or renewing anything (the dashboard). */

@@ -55,7 +55,7 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
   const streams = selectStreams(pipeline, options.streams);
   // Leases first, before any destination connection or file is opened: a run that has to wait holds nothing.
   const provider = leaseProviderFor(pipeline.destination, pipeline.state);
-  const leases = await acquireLeases(provider, pipeline, streams, options);
+  const leases = await acquireLeases(provider, pipeline, streams, { ...options, logger });
   try {
     await failpoint('lock.after_acquire');
     options.onLeased?.();
@@ -113,7 +113,7 @@ interface RunLeases {
  * and its commits are fenced by the partition's token. Any other run holds the pipeline lease exclusively.
  */
 async function acquireLeases(provider: LeaseProvider, pipeline: PipelineConfig, streams: readonly StreamConfig[], options: RunOptions): Promise<RunLeases> {
-  const ttl = { ttlMs: pipeline.lockTtlMs };
+  const ttl = { ttlMs: pipeline.lockTtlMs, onWarning: (message: string) => options.logger?.log('warn', message) };
   const partitions = options.partitions ?? [];
   const partitionJob =
     partitions.length > 0 &&

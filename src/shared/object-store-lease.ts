@@ -13,7 +13,7 @@ import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../core/co
 import { ConfigError, ConflictError } from '../core/errors.js';
 import { randomHex } from '../core/ids.js';
 import type { ObjectStore } from './object-store.js';
-import { processAlive } from './process.js';
+import { holderGone, processScope } from './process.js';
 
 const probed = new Map<string, Promise<boolean>>();
 
@@ -73,6 +73,8 @@ interface LeaseRecord {
   readonly acquiredAt: string;
   readonly expiresAt: number;
   readonly released: boolean;
+  /** Where `pid` means something (`processScope`); absent in objects of older versions. */
+  readonly scope?: string;
 }
 
 const LEASE_RE = /^lease-(\d{12})\.json$/;
@@ -102,7 +104,7 @@ export class ObjectStoreLeaseProvider implements LeaseProvider {
       });
     }
     const token = Math.max((current?.record.token ?? 0) + 1, options.minToken ?? 1);
-    const record: LeaseRecord = { token, host: hostname(), pid: process.pid, acquiredAt: new Date().toISOString(), expiresAt: Date.now() + options.ttlMs, released: false };
+    const record: LeaseRecord = { token, host: hostname(), pid: process.pid, scope: processScope(), acquiredAt: new Date().toISOString(), expiresAt: Date.now() + options.ttlMs, released: false };
     let etag: string | undefined;
     try {
       etag = (await this.store.put(`${dir}${leaseName(token)}`, JSON.stringify(record), { ifNoneMatch: '*' })).etag;
@@ -127,10 +129,9 @@ export class ObjectStoreLeaseProvider implements LeaseProvider {
   }
 }
 
-/** Held now: not released, not expired, and (on this host) its process is alive — a dead one is taken over at once. */
+/** Held now: not released, not expired, and its process not provably gone (`holderGone`) — a dead one is taken over at once. */
 function leaseLive(record: LeaseRecord): boolean {
-  if (record.released || record.expiresAt <= Date.now()) return false;
-  return record.host !== hostname() || processAlive(record.pid);
+  return !record.released && record.expiresAt > Date.now() && !holderGone(record);
 }
 
 /** `4m 10s`, `12s`: what a refused run is told about the holder's lease. */

@@ -1,5 +1,6 @@
+import { readFileSync, readlinkSync } from 'node:fs';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 /** Whether a process of this host still runs: signal 0 checks without touching it (EPERM: alive, not ours). */
@@ -10,6 +11,36 @@ export function processAlive(pid: number): boolean {
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
+}
+
+let scope: string | undefined;
+
+/**
+ * Where a PID means something: this boot of the kernel and this PID namespace (`<boot id>/<pid namespace>`, empty
+ * off Linux). Two containers on host networking share a hostname, yet neither can see the other's processes, and a
+ * PID seen before a reboot may name another process after it: a lease holder's PID is only checked in its own scope.
+ */
+export function processScope(): string {
+  if (scope !== undefined) return scope;
+  const read = (f: () => string): string => {
+    try {
+      return f().trim();
+    } catch {
+      return '';
+    }
+  };
+  const boot = read(() => readFileSync('/proc/sys/kernel/random/boot_id', 'utf8'));
+  const namespace = read(() => readlinkSync('/proc/self/ns/pid'));
+  scope = boot === '' && namespace === '' ? '' : `${boot}/${namespace}`;
+  return scope;
+}
+
+/**
+ * True only when a lease holder's process is provably gone: same host, same scope (see `processScope`) and no such
+ * PID. Anywhere else, the lease's expiry alone says whether its holder lives.
+ */
+export function holderGone(holder: { readonly host: string; readonly pid: number; readonly scope?: string | null | undefined }): boolean {
+  return holder.host === hostname() && (holder.scope ?? '') === processScope() && !processAlive(holder.pid);
 }
 
 /**

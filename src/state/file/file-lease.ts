@@ -8,13 +8,13 @@
  * microseconds, where a thread-pool round trip queued behind a busy event loop took milliseconds (a run makes about
  * a dozen, and every commit checks the lease twice).
  */
-import { linkSync, mkdirSync, readdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
 import { randomHex } from '../../core/ids.js';
-import { processAlive } from '../../shared/process.js';
+import { holderGone, processScope } from '../../shared/process.js';
 
 /** One lease file: who holds which fencing token, since when, until when. */
 export interface LeaseRecord {
@@ -24,6 +24,13 @@ export interface LeaseRecord {
   readonly acquiredAt: string;
   readonly expiresAt: number;
   readonly released: boolean;
+  /** Where `pid` means something (`processScope`); absent in files of older versions. */
+  readonly scope?: string;
+}
+
+/** What a lease file that cannot be read is taken for: released, so a new run may take the next token. */
+function tornRecord(token: number): LeaseRecord {
+  return { token, host: '?', pid: 0, acquiredAt: '?', expiresAt: 0, released: true };
 }
 
 const FILE_RE = /^lease-(\d{12})\.json$/;
@@ -46,7 +53,7 @@ export class FileLeaseProvider implements LeaseProvider {
   async acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     const dir = join(this.directory, pipeline);
     mkdirSync(dir, { recursive: true });
-    const current = await latest(dir);
+    const current = await latest(dir, options.onWarning);
     if (current && isLive(current)) {
       throw new ConflictError(
         `pipeline ${pipeline} is already running (since ${current.acquiredAt}, pid ${current.pid} on ${current.host})`,
@@ -61,11 +68,12 @@ export class FileLeaseProvider implements LeaseProvider {
       acquiredAt: new Date().toISOString(),
       expiresAt: Date.now() + options.ttlMs,
       released: false,
+      scope: processScope(),
     };
-    const tmp = join(dir, `.tmp-${process.pid}-${randomHex(6)}`);
-    writeFileSync(tmp, JSON.stringify(record));
+    const tmp = writeTemp(dir, record);
     try {
       linkSync(tmp, join(dir, fileName(token)));
+      syncDirectory(dir);
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const winner = await latest(dir);
@@ -81,23 +89,58 @@ export class FileLeaseProvider implements LeaseProvider {
   }
 }
 
-/** Held now: not released, not expired, and (on this host) its process is alive. */
+/** Held now: not released, not expired, and its process not provably gone (`holderGone`). */
 export function isLive(record: LeaseRecord): boolean {
-  if (record.released || record.expiresAt <= Date.now()) return false;
-  if (record.host === hostname() && !processAlive(record.pid)) return false;
-  return true;
+  return !record.released && record.expiresAt > Date.now() && !holderGone(record);
 }
 
-/** The newest lease record of a pipeline's lease directory (the highest token), if any. */
-export async function latest(dir: string): Promise<LeaseRecord | undefined> {
+/**
+ * The newest lease record of a pipeline's lease directory (the highest token), if any. A file that is empty or not
+ * a whole record is taken as released (see the module comment); `warn` hears which file.
+ */
+export async function latest(dir: string, warn?: (message: string) => void): Promise<LeaseRecord | undefined> {
   const tokens = readdirSync(dir)
     .map((f) => FILE_RE.exec(f))
     .filter((m): m is RegExpExecArray => m !== null)
     .map((m) => Number(m[1]))
     .sort((a, b) => b - a);
   if (tokens.length === 0) return undefined;
-  const text = readFileSync(join(dir, fileName(tokens[0]!)), 'utf8');
-  return JSON.parse(text) as LeaseRecord;
+  const file = join(dir, fileName(tokens[0]!));
+  const text = readFileSync(file, 'utf8');
+  let damage: string;
+  try {
+    const record = JSON.parse(text) as LeaseRecord;
+    if (typeof record?.token === 'number' && typeof record.expiresAt === 'number') return record;
+    damage = 'not a lease record';
+  } catch {
+    damage = text.trim() === '' ? 'empty' : 'not valid JSON';
+  }
+  warn?.(`lease file ${file} is ${damage} (torn by a crash or power loss?): taken as released; the next lease gets token ${tokens[0]! + 1}`);
+  return tornRecord(tokens[0]!);
+}
+
+/** A lease record in a new temp file of `dir`, synced to disk, ready to be linked or renamed into place. */
+function writeTemp(dir: string, record: LeaseRecord): string {
+  const tmp = join(dir, `.tmp-${process.pid}-${randomHex(6)}`);
+  const fd = openSync(tmp, 'w');
+  try {
+    const bytes = Buffer.from(JSON.stringify(record));
+    for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  return tmp;
+}
+
+/** Makes a link or rename in `dir` durable. */
+function syncDirectory(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function prune(dir: string, keepFrom: number): void {
@@ -146,9 +189,14 @@ class FileLease implements Lease {
   }
 
   private async write(record: LeaseRecord): Promise<void> {
-    const tmp = join(this.dir, `.tmp-${process.pid}-${randomHex(6)}`);
-    writeFileSync(tmp, JSON.stringify(record));
-    renameSync(tmp, join(this.dir, fileName(record.token)));
+    const tmp = writeTemp(this.dir, record);
+    try {
+      renameSync(tmp, join(this.dir, fileName(record.token)));
+    } catch (error) {
+      unlinkQuietly(tmp);
+      throw error;
+    }
+    syncDirectory(this.dir);
     this.record = record;
   }
 

@@ -9,8 +9,8 @@ import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
-import { processAlive } from '../../shared/process.js';
-import { openSqliteFile } from '../../shared/sqlite-file.js';
+import { holderGone, processScope } from '../../shared/process.js';
+import { openStoreFile } from './sqlite-store-file.js';
 
 const TABLE = '_tidemark_leases';
 
@@ -21,11 +21,14 @@ interface LeaseRow {
   readonly acquired_at: string;
   readonly expires_at: number;
   readonly released: number;
+  /** Where `pid` means something (`processScope`); null in rows of older versions. */
+  readonly scope: string | null;
 }
 
+const COLUMNS = 'token, host, pid, acquired_at, expires_at, released, scope';
+
 function live(row: LeaseRow | undefined): boolean {
-  if (!row || row.released === 1 || row.expires_at <= Date.now()) return false;
-  return !(row.host === hostname() && !processAlive(row.pid));
+  return row !== undefined && row.released === 0 && row.expires_at > Date.now() && !holderGone(row);
 }
 
 export class SqliteLeaseProvider implements LeaseProvider {
@@ -33,13 +36,15 @@ export class SqliteLeaseProvider implements LeaseProvider {
 
   async acquire(pipeline: string, options: LeaseOptions): Promise<Lease> {
     await mkdir(dirname(this.path), { recursive: true });
-    const db = openSqliteFile(this.path);
+    const db = openStoreFile(this.path, options.onWarning);
     try {
       db.exec(
-        `CREATE TABLE IF NOT EXISTS ${TABLE} (pipeline TEXT PRIMARY KEY, token INTEGER NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, acquired_at TEXT NOT NULL, expires_at INTEGER NOT NULL, released INTEGER NOT NULL)`,
+        `CREATE TABLE IF NOT EXISTS ${TABLE} (pipeline TEXT PRIMARY KEY, token INTEGER NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, acquired_at TEXT NOT NULL, expires_at INTEGER NOT NULL, released INTEGER NOT NULL, scope TEXT)`,
       );
+      // Tables of older versions lack the scope column.
+      if (!(db.pragma(`table_info(${TABLE})`) as { name: string }[]).some((c) => c.name === 'scope')) db.exec(`ALTER TABLE ${TABLE} ADD COLUMN scope TEXT`);
       const take = db.transaction((): LeaseRow => {
-        const current = db.prepare(`SELECT token, host, pid, acquired_at, expires_at, released FROM ${TABLE} WHERE pipeline = ?`).get(pipeline) as LeaseRow | undefined;
+        const current = db.prepare(`SELECT ${COLUMNS} FROM ${TABLE} WHERE pipeline = ?`).get(pipeline) as LeaseRow | undefined;
         if (current !== undefined && live(current)) {
           throw new ConflictError(`pipeline ${pipeline} is already running (since ${current.acquired_at}, pid ${current.pid} on ${current.host})`, {
             context: { pipeline, phase: 'lock' },
@@ -52,11 +57,12 @@ export class SqliteLeaseProvider implements LeaseProvider {
           acquired_at: new Date().toISOString(),
           expires_at: Date.now() + options.ttlMs,
           released: 0,
+          scope: processScope(),
         };
         db.prepare(
-          `INSERT INTO ${TABLE} (pipeline, token, host, pid, acquired_at, expires_at, released) VALUES (?, ?, ?, ?, ?, ?, ?)
-           ON CONFLICT (pipeline) DO UPDATE SET token = excluded.token, host = excluded.host, pid = excluded.pid, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, released = 0`,
-        ).run(pipeline, row.token, row.host, row.pid, row.acquired_at, row.expires_at, 0);
+          `INSERT INTO ${TABLE} (pipeline, token, host, pid, acquired_at, expires_at, released, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (pipeline) DO UPDATE SET token = excluded.token, host = excluded.host, pid = excluded.pid, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, released = 0, scope = excluded.scope`,
+        ).run(pipeline, row.token, row.host, row.pid, row.acquired_at, row.expires_at, 0, row.scope);
         return row;
       });
       const row = take.immediate();
@@ -75,7 +81,7 @@ export class SqliteLeaseProvider implements LeaseProvider {
       return undefined; // never taken: no file yet
     }
     try {
-      const row = db.prepare(`SELECT token, host, pid, acquired_at, expires_at, released FROM ${TABLE} WHERE pipeline = ?`).get(pipeline) as LeaseRow | undefined;
+      const row = db.prepare(`SELECT * FROM ${TABLE} WHERE pipeline = ?`).get(pipeline) as LeaseRow | undefined;
       if (row === undefined) return undefined;
       return { token: row.token, host: row.host, pid: row.pid, acquiredAt: row.acquired_at, expiresAt: new Date(row.expires_at).toISOString(), live: live(row) };
     } catch {

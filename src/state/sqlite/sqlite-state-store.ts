@@ -10,7 +10,7 @@ import type { PipelineState, PipelineStateVersion } from '../../core/types.js';
 import { quoteIdent } from '../../shared/sql.js';
 import { SqlStateTables, type StoreExecutor, type StoreParam, type StoreRow } from '../sql/sql-state-tables.js';
 import { StateOnlyStore, type ExternalStateStore } from '../state-store.js';
-import { openSqliteFile } from '../../shared/sqlite-file.js';
+import { openStoreFile } from './sqlite-store-file.js';
 import { SqliteLeaseProvider } from './sqlite-lease.js';
 
 export interface SqliteStateStoreOptions {
@@ -58,7 +58,7 @@ export class SqliteStateStore extends StateOnlyStore implements ExternalStateSto
 
   static async open(options: SqliteStateStoreOptions): Promise<SqliteStateStore> {
     await mkdir(dirname(options.path), { recursive: true });
-    return new SqliteStateStore(openSqliteFile(options.path), options.path);
+    return new SqliteStateStore(openStoreFile(options.path), options.path);
   }
 
   load(pipeline: string): Promise<PipelineState | undefined> {

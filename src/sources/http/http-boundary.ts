@@ -14,7 +14,7 @@ const MAX_SEEN = 1000;
 export interface BoundaryToken {
   /** Hashes of the positions this window visited (opaque paginators only: cursor, link, next_url). */
   readonly seen?: readonly string[];
-  /** Fingerprint of the window's first record: a resumed read that meets it again went back to the start. */
+  /** Fingerprint of the first record kept from the window's first page: a read that meets it again went back to the start. */
   readonly first?: string;
   /** Fingerprints of the records of the last page before `next` (streams with a key, unordered). */
   readonly prints?: readonly string[];
@@ -83,7 +83,9 @@ export class WindowBoundary {
    */
   admit(text: string, cursor: string | undefined): boolean {
     const print = fingerprint(text);
-    this.first ??= print;
+    // Only a record of the window's first page marks its start: an API that ignores the window's filter sends the
+    // records already loaded first, so the first new record may come pages later, and is no page to go back to.
+    if (this.pagesDone === 0) this.first ??= print;
     // Keyless records may repeat legitimately, and sorted reads drop what lies behind them instead.
     const checksFirst = this.options.keyed && !this.options.ordered;
     if (checksFirst && this.pagesDone > 0 && print === this.first) throw new WentBack('the paginator went back to the first page of the window');

@@ -90,20 +90,31 @@ export class HttpSource implements Source {
     const context = { stream: stream.name, phase: 'extract' };
     const token = readToken(request.resume, stream.name);
     const declaredCursor = spec.columns?.find((c) => c.name === stream.cursor)?.type.kind;
-    const cursorKind: ColumnKind | undefined =
-      stream.cursor === undefined ? undefined : (declaredCursor ?? request.after?.cursor.type ?? request.from?.type ?? 'timestamptz');
-    const window = token?.window ?? this.newWindow(request, cursorKind);
-    const vars = { since: window.since, until: window.until };
+    const knownCursor = declaredCursor ?? request.after?.cursor.type ?? request.from?.type;
     let next: PageState = token?.next ?? initialPage(spec.pagination);
 
     // Without declared columns the schema comes from the first page this read fetches, which then is not fetched again.
     let prefetched: JsonResponse | undefined;
+    let cursorKind: ColumnKind | undefined = stream.cursor === undefined ? undefined : (knownCursor ?? 'timestamptz');
+    let window = token?.window ?? this.newWindow(request, cursorKind);
     let schema: StreamSchema;
     if (spec.columns) schema = declaredSchema(stream, spec.columns);
     else {
-      prefetched = await this.client.getJson(this.pageUrl(spec, vars, next), this.headers(spec), request.signal);
+      prefetched = await this.client.getJson(this.pageUrl(spec, window, next), this.headers(spec), request.signal);
+      // A first window of inferred columns takes its cursor's kind from its first page: a cursor of integers has no
+      // upper bound `until` (now). Its first page is asked again when that bound was in its URL.
+      if (knownCursor === undefined && cursorKind !== undefined && token === undefined) {
+        const inferred = inferredCursorKind(stream, this.records(spec, prefetched));
+        if (inferred !== cursorKind) {
+          cursorKind = inferred;
+          window = this.newWindow(request, cursorKind);
+          const url = this.pageUrl(spec, window, next);
+          if (prefetched.url !== url.toString()) prefetched = await this.client.getJson(url, this.headers(spec), request.signal);
+        }
+      }
       schema = inferSchema(stream, this.records(spec, prefetched), cursorKind ?? 'text');
     }
+    const vars = { since: window.since, until: window.until };
     const columns = schema.columns;
     const cursorIndex = stream.cursor !== undefined ? columns.findIndex((c) => c.name === stream.cursor) : -1;
     const pkIndexes = schema.primaryKey.map((name) => columns.findIndex((c) => c.name === name));
@@ -519,6 +530,11 @@ export function inferSchema(stream: StreamSpec, records: readonly ExactJson[], c
   }));
   columns.push({ name: EXTRA_COLUMN, type: { kind: 'json' }, nullable: true });
   return { name: stream.name, columns, primaryKey: stream.primaryKey, ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}) };
+}
+
+/** The kind inferred for the cursor column from these records (timestamptz when none has a value). */
+function inferredCursorKind(stream: StreamSpec, records: readonly ExactJson[]): ColumnKind {
+  return inferSchema(stream, records, 'timestamptz').columns.find((c) => c.name === stream.cursor)!.type.kind;
 }
 
 function cursorType(values: readonly ExactJson[], fallback: ColumnKind, inferred: ColumnType | undefined): ColumnType {

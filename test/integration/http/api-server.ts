@@ -15,14 +15,25 @@ export type Fault = { status: number; retryAfter?: number } | 'malformed' | 'tru
 
 export const TOKEN = 'sekret-token-4711';
 
+/** Every record's `big` is this plus its id: an integer beyond 2^53. */
+const BIG_BASE = 9007199254740990n;
+
 export class ApiServer {
   items: Item[] = [];
   readonly requests: URL[] = [];
   private readonly faults = new Map<string, Fault[]>();
   /** Pages of this number fail (for every request) on the named path: a persistent outage mid-stream. */
   failPage: { path: string; page: number; status: number } | undefined;
-  /** `cursor`: records sorted by (updated_at, id), as an API declared `ordered: true` serves them; else by id. */
-  order: 'id' | 'cursor' = 'id';
+  /**
+   * `cursor`: records sorted by (updated_at, id), as an API declared `ordered: true` serves them; `cursor-ties`: by
+   * updated_at alone, records sharing one in a different order at every request (a database's `ORDER BY updated_at`
+   * without a tie-breaker); else by id.
+   */
+  order: 'id' | 'cursor' | 'cursor-ties' = 'id';
+  /** `updated_after` / `updated_before` are ignored: every request pages through all the records. */
+  ignoreWindow = false;
+  /** Seed of the tie shuffles of `cursor-ties` (deterministic per server). */
+  private shuffleSeed = 20261202;
   /** Called before each data request is answered (after `requests` grew): changes the data mid-window. */
   beforeServe: ((request: number, url: URL) => void) | undefined;
   /** A `/v1/cursor` request for token `from` is answered as if it asked for `to` (a paginator that went back). */
@@ -70,18 +81,40 @@ export class ApiServer {
   }
 
   private window(url: URL): Item[] {
-    const after = url.searchParams.get('updated_after');
-    const before = url.searchParams.get('updated_before');
+    const after = this.ignoreWindow ? null : url.searchParams.get('updated_after');
+    const before = this.ignoreWindow ? null : url.searchParams.get('updated_before');
     // Served in id order by default, not cursor order: the source must not assume sorted cursors.
     const byCursor = (a: Item, b: Item): number => Date.parse(a.updated_at) - Date.parse(b.updated_at) || a.id - b.id;
-    return this.items
-      .filter((i) => (after === null || Date.parse(i.updated_at) - Date.parse(after) > (this.exclusive ? 0 : -1)) && (before === null || Date.parse(i.updated_at) < Date.parse(before)))
-      .sort(this.order === 'cursor' ? byCursor : (a, b) => a.id - b.id);
+    // `big_after`: a filter on the integer field `big` (9007199254740990 + id), inclusive.
+    const bigAfter = this.ignoreWindow ? null : url.searchParams.get('big_after');
+    const rows = this.items.filter(
+      (i) =>
+        (after === null || Date.parse(i.updated_at) - Date.parse(after) > (this.exclusive ? 0 : -1)) &&
+        (before === null || Date.parse(i.updated_at) < Date.parse(before)) &&
+        (bigAfter === null || BIG_BASE + BigInt(i.id) >= BigInt(bigAfter)),
+    );
+    if (this.order !== 'cursor-ties') return rows.sort(this.order === 'cursor' ? byCursor : (a, b) => a.id - b.id);
+    // A fresh random tie order for this request: shuffle, then a stable sort by updated_at alone.
+    for (let i = rows.length - 1; i > 0; i -= 1) {
+      const j = this.random() % (i + 1);
+      [rows[i], rows[j]] = [rows[j]!, rows[i]!];
+    }
+    return rows.sort((a, b) => Date.parse(a.updated_at) - Date.parse(b.updated_at));
+  }
+
+  /** xorshift32: reproducible shuffles. */
+  private random(): number {
+    let x = this.shuffleSeed;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    this.shuffleSeed = x >>> 0;
+    return this.shuffleSeed;
   }
 
   private json(items: Item[], extra: Record<string, unknown> = {}): string {
     // Big integers and long decimals as JSON numbers, as an API would send them.
-    const records = items.map((i) => i.id === this.badId ? `{"id":${i.id},"big":12x3}` : `{"id":${i.id},"updated_at":"${i.updated_at}","name":${JSON.stringify(i.name)},"big":${9007199254740990n + BigInt(i.id)},"amount":12345678901234567890.0${i.id}}`);
+    const records = items.map((i) => i.id === this.badId ? `{"id":${i.id},"big":12x3}` : `{"id":${i.id},"updated_at":"${i.updated_at}","name":${JSON.stringify(i.name)},"big":${BIG_BASE + BigInt(i.id)},"amount":12345678901234567890.0${i.id}}`);
     return `{"data":[${records.join(',')}]${Object.entries(extra).map(([k, v]) => `,${JSON.stringify(k)}:${JSON.stringify(v)}`).join('')}}`;
   }
 

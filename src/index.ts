@@ -47,3 +47,21 @@ export type * from './core/connector.js';
 export { parseTyped, canonicalDecimal, canonicalTimestamp } from './core/values.js';
 export { registerSecret, redact } from './core/logger.js';
 export { readLockHolder, type LockHolder } from './ui/lock-holder.js';
+export { codeSource, defineStream, definePartitionedStream, resumeAt } from './core/code-source.js';
+export type {
+  CodeColumnType,
+  CodePartition,
+  CodeReadContext,
+  CodeRecord,
+  CodeSource,
+  CodeStream,
+  CodeStreamOptions,
+  CodeYield,
+  PartitionedCodeStream,
+  PartitionedCodeStreamOptions,
+  ResumePoint,
+} from './core/code-source.js';
+export { definePipeline } from './config/code-pipeline.js';
+export type { DefinePipelineOptions, PipelineInput, StreamInput } from './config/code-pipeline.js';
+export { readTable } from './engine/read-table.js';
+export type { ReadTableOptions, TableRow } from './engine/read-table.js';

@@ -14,6 +14,8 @@ import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
 import { nodeCrypto } from '../shared/lazy-modules.js';
 import type { NullCursorPolicy, OnChange, OnMissing, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
+import { codePartitionSpec } from './code-streams.js';
+import { isPipelineModule } from './module-files.js';
 import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
@@ -98,6 +100,7 @@ async function readText(file: string): Promise<string> {
 }
 
 export async function loadPipeline(file: string, env: NodeJS.ProcessEnv = process.env): Promise<PipelineConfig> {
+  if (isPipelineModule(file)) return (await import('./code-pipeline.js')).loadPipelineModule(file);
   return loadText(await readText(file), file, env, false);
 }
 
@@ -121,11 +124,16 @@ export async function loadPipelineOrTarget(file: string, env: NodeJS.ProcessEnv 
 async function loadText(text: string, file: string, env: NodeJS.ProcessEnv, target: boolean): Promise<PipelineConfig> {
   const baseDir = dirname(resolve(file));
   const cached = await configCache.read(text, file, env, target);
-  if (cached !== undefined) return resolvePipeline(applyCoercions(interpolate(cached.document, env, file, ''), cached.coercions) as PipelineDocument, file, baseDir, file);
+  if (cached !== undefined) return resolvePipeline(await withCode(applyCoercions(interpolate(cached.document, env, file, ''), cached.coercions) as PipelineDocument, file, baseDir), file, baseDir, file);
   const { validateText } = await import('./parse.js');
   const { doc, coercions } = validateText(text, { where: file, env, target });
   await configCache.write(text, file, env, target, doc, coercions);
-  return resolvePipeline(doc, file, baseDir, file);
+  return resolvePipeline(await withCode(doc, file, baseDir), file, baseDir, file);
+}
+
+/** `source: {type: code, module}` imports the module that defines the streams (loaded only for such a file). */
+async function withCode(doc: PipelineDocument, file: string, baseDir: string): Promise<PipelineDocument> {
+  return doc.source.type === 'code' ? (await import('./code-pipeline.js')).withCodeModule(doc, file, baseDir) : doc;
 }
 
 const configCache = {
@@ -317,6 +325,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
   const streams = doc.streams.map((s, i): StreamConfig => {
     const at = (field: string) => `${file}: streams[${i}].${field}`;
     const filesSource = doc.source.type === 'files';
+    const codeSource = doc.source.type === 'code';
     if (filesSource) {
       if (s.pattern === undefined) throw new ConfigError(`${at('pattern')}: a stream of a files source needs a pattern (e.g. trips/yellow_tripdata_{month}.parquet)`);
       if (s.table !== undefined || s.query !== undefined) throw new ConfigError(`${at('table')}: a stream of a files source is defined by its pattern, not table or query`);
@@ -324,7 +333,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       for (const field of ['pattern', 'format', 'partition_column', 'on_change', 'on_missing', 'change_detection', 'csv'] as const) {
         if (s[field] !== undefined) throw new ConfigError(`${at(field)}: only streams of a files source take ${field}`);
       }
-      if (!isApiSource(doc.source.type) && (s.table === undefined) === (s.query === undefined)) throw new ConfigError(`${at('table')}: give exactly one of table or query`);
+      if (!isApiSource(doc.source.type) && !codeSource && (s.table === undefined) === (s.query === undefined)) throw new ConfigError(`${at('table')}: give exactly one of table or query`);
     }
     checkStreamFields(doc.source.type, s, at);
     const streamName = s.name ?? (s.table !== undefined ? lastPart(s.table) : apiStreamName(doc.source.type, s));
@@ -339,7 +348,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     // A Singer stream is incremental by the tap's own bookmarks; a cursor column is optional there.
     if (strategy === 'incremental' && s.cursor === undefined && !bookmarksOwnState(doc.source.type)) throw new ConfigError(`${at('cursor')}: strategy incremental needs a cursor column`);
     checkPositionalPaging(doc.source, s, strategy === 'incremental', at);
-    if (filesSource !== (strategy === 'partitioned')) {
+    if (filesSource !== (strategy === 'partitioned') && !(codeSource && strategy === 'partitioned')) {
       throw new ConfigError(
         filesSource
           ? `${at('strategy')}: streams of a files source load partition by partition; use strategy: partitioned (the default)`
@@ -393,6 +402,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       ...(s.table !== undefined ? { table: s.table } : {}),
       ...(s.query !== undefined ? { query: s.query } : {}),
       ...(filesSource ? { files: filesSpec(s, at) } : {}),
+      ...(codeSource && strategy === 'partitioned' ? { files: codePartitionSpec(doc.source as SourceConfig, streamName) } : {}),
       ...apiStreamSpec(doc.source.type, s, streamName, at),
       primaryKey,
       ...(s.cursor !== undefined ? { cursor: s.cursor } : {}),

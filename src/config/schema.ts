@@ -4,6 +4,7 @@
  * a `.describe()` text: it is the hover help of an editor and the text of docs/config-reference.md.
  */
 import { z } from 'zod';
+import type { CodeSource } from '../core/code-source.js';
 import { NAME_RE } from './names.js';
 
 export { NAME_RE };
@@ -184,8 +185,17 @@ export const airbyteSourceSchema = z
   .strict()
   .describe('Runs an Airbyte source connector; its STATE messages (STREAM, GLOBAL or LEGACY) become the checkpoints.');
 
+export const codeSourceSchema = z
+  .object({
+    type: z.literal('code').describe('Streams written in TypeScript or JavaScript (codeSource, defineStream).'),
+    module: z.string().min(1).optional().describe('The module that exports the source, relative to the pipeline file (`./orders-source.mjs`); absent in a pipeline made by definePipeline.'),
+    export: z.string().min(1).optional().describe('The name of the export (default: `default`).'),
+  })
+  .strict()
+  .describe('Reads streams whose records come from your own async generators; see docs/code-sources.md.');
+
 export const sourceSchema = z
-  .discriminatedUnion('type', [sqliteSourceSchema, postgresSourceSchema, mysqlSourceSchema, filesSourceSchema, httpSourceSchema, singerSourceSchema, airbyteSourceSchema])
+  .discriminatedUnion('type', [sqliteSourceSchema, postgresSourceSchema, mysqlSourceSchema, filesSourceSchema, httpSourceSchema, singerSourceSchema, airbyteSourceSchema, codeSourceSchema])
   .describe('Where the data comes from; `type` selects the connector.');
 
 export const paginationSchema = z
@@ -379,7 +389,9 @@ export type SingerSourceConfig = z.infer<typeof singerSourceSchema>;
 export type AirbyteSourceConfig = z.infer<typeof airbyteSourceSchema>;
 export type PaginationConfig = z.infer<typeof paginationSchema>;
 export type StreamDocument = z.infer<typeof streamSchema>;
-export type SourceConfig = z.infer<typeof sourceSchema>;
+/** A code source once loaded: the streams themselves travel beside the settings (they are not data). */
+export type CodeSourceConfig = z.infer<typeof codeSourceSchema> & { readonly definition?: CodeSource };
+export type SourceConfig = Exclude<z.infer<typeof sourceSchema>, { type: 'code' }> | CodeSourceConfig;
 export type DestinationConfig = z.infer<typeof destinationSchema>;
 export type StateStoreConfig = z.infer<typeof stateStoreSchema>;
 export type LockStoreConfig = z.infer<typeof lockStoreSchema>;

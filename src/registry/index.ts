@@ -8,6 +8,7 @@ import type { Destination, LeaseProvider, Source } from '../core/connector.js';
 import type { DestinationConfig, FilesDestinationConfig, LockStoreConfig, SourceConfig, StateConfig, StateStoreConfig } from '../config/schema.js';
 import type { ObjectStoreOptions } from '../shared/object-store.js';
 import { parseDuration } from '../core/duration.js';
+import { ConfigError } from '../core/errors.js';
 import { DEFAULT_MAX_SKEW_MS, type ServerSourceOptions } from '../sources/server-source.js';
 import { FileLeaseProvider } from '../state/file/file-lease.js';
 import type { ExternalStateStore } from '../state/state-store.js';
@@ -39,6 +40,11 @@ export async function openSource(config: SourceConfig, logger?: Logger): Promise
     case 'airbyte': {
       const { AirbyteSource } = await import('../sources/airbyte/airbyte-source.js');
       return new AirbyteSource(config, logger);
+    }
+    case 'code': {
+      if (config.definition === undefined) throw new ConfigError('a code source is opened from a pipeline made by definePipeline or loaded by loadPipeline (which imports its module)');
+      const { CodeStreamSource } = await import('../sources/code/code-source.js');
+      return new CodeStreamSource(config.definition);
     }
     case 'files': {
       // The AWS SDK loads only when the location is a bucket (see shared/object-store.ts).

@@ -42,6 +42,11 @@ export interface StreamConfig extends StreamSpec {
    * the stream cannot run without one.
    */
   readonly sourceKey?: 'optional' | 'required';
+  /**
+   * No `strategy:` and nothing that needs an incremental read was written: the connector decides at run time
+   * (incremental where it can, else a full refresh), as Airbyte's platform and PyAirbyte do.
+   */
+  readonly sourceStrategy?: true;
   /** `strategy: log`: what deletes do, how often `--follow` commits, and the retained-log warning threshold. */
   readonly log?: LogStreamConfig;
 }
@@ -417,6 +422,9 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       onMissing: s.on_missing ?? 'keep',
       ...(keyFromSource && write === 'merge' ? { sourceKey: !log && s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
       ...(keyFromSource && log && write === 'append' ? { sourceKey: 'required' as const } : {}),
+      ...(doc.source.type === 'airbyte' && s.strategy === undefined && s.write === undefined && s.cursor === undefined && lookbackMs === undefined && s.on_null_cursor === undefined
+        ? { sourceStrategy: true as const }
+        : {}),
       ...(log ? { log: logStreamConfig(s, at) } : {}),
     };
   });

@@ -115,6 +115,8 @@ export interface StreamSpec {
   readonly singer?: SingerStreamSpec;
   readonly primaryKey: readonly string[];
   readonly cursor?: string;
+  /** How the destination writes it: a connector that is told (an Airbyte catalog's destination_sync_mode) reads it. */
+  readonly write?: WriteMode;
 }
 
 export interface ReadRequest {
@@ -285,6 +287,8 @@ export interface Source {
   readonly keysWhileReading?: boolean;
   /** Present on sources that can capture changes from their database's log (`strategy: log`). */
   readonly changeLog?: ChangeLogSource;
+  /** Whether a stream can be read incrementally (an Airbyte connector's supported sync modes); absent: it can. */
+  readsIncrementally?(stream: StreamSpec): Promise<boolean>;
   close(): Promise<void>;
 }
 

@@ -24,8 +24,16 @@ export interface StreamPlan {
  * keys only while reading (Singer) is settled by `settleKey` once the read is open.
  */
 export async function withSourceKey(source: Source, stream: StreamConfig): Promise<StreamConfig> {
-  if (stream.sourceKey === undefined || source.keysWhileReading) return stream;
-  return settleKey(stream, (await source.discover(stream)).primaryKey);
+  const keyed = stream.sourceKey === undefined || source.keysWhileReading ? stream : settleKey(stream, (await source.discover(stream)).primaryKey);
+  return withSourceStrategy(source, keyed);
+}
+
+/** A stream whose strategy the config left to the connector: a full refresh (replace) where it cannot read incrementally. */
+async function withSourceStrategy(source: Source, stream: StreamConfig): Promise<StreamConfig> {
+  if (stream.sourceStrategy === undefined) return stream;
+  const { sourceStrategy: _chosen, ...settled } = stream;
+  if (source.readsIncrementally === undefined || (await source.readsIncrementally(stream))) return settled;
+  return { ...settled, strategy: 'full', write: 'replace' };
 }
 
 /** The stream with its declared key; without one, merge that was only the default becomes append, an explicit one fails. */

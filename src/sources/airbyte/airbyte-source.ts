@@ -121,6 +121,10 @@ export class AirbyteSource implements Source {
     return entry;
   }
 
+  async readsIncrementally(stream: StreamSpec): Promise<boolean> {
+    return (await this.entry(stream)).syncModes.includes('incremental');
+  }
+
   async discover(stream: StreamSpec): Promise<StreamSchema> {
     const entry = await this.entry(stream);
     return schemaFromCatalog(stream.name, entry, stream.primaryKey, this.cursorOf(stream, entry));
@@ -137,7 +141,7 @@ export class AirbyteSource implements Source {
   }
 
   /** The catalog that selects exactly this stream, with its sync modes, cursor and key. */
-  private configuredCatalog(entry: AirbyteCatalogStream, schema: StreamSchema, incremental: boolean): string {
+  private configuredCatalog(entry: AirbyteCatalogStream, schema: StreamSchema, incremental: boolean, write: StreamSpec['write']): string {
     if (incremental && !entry.syncModes.includes('incremental')) {
       throw new ConfigError(`stream ${entry.name}: the connector reads it only as ${entry.syncModes.join(', ') || 'full_refresh'}; set strategy: full`, { context: { stream: entry.name } });
     }
@@ -155,7 +159,7 @@ export class AirbyteSource implements Source {
       stream,
       sync_mode: incremental ? 'incremental' : 'full_refresh',
       ...(cursorField !== undefined && cursorField.length ? { cursor_field: cursorField } : {}),
-      destination_sync_mode: !incremental ? 'overwrite' : schema.primaryKey.length ? 'append_dedup' : 'append',
+      destination_sync_mode: !incremental ? 'overwrite' : write !== 'append' && schema.primaryKey.length > 0 ? 'append_dedup' : 'append',
       ...(schema.primaryKey.length ? { primary_key: schema.primaryKey.map((k) => [k]) } : {}),
     };
     return stringifyExactJson({ streams: [configured] } as unknown as ExactJson);
@@ -169,7 +173,7 @@ export class AirbyteSource implements Source {
     const config = await this.connectorConfig();
     const files = [
       { flag: 'config', text: stringifyExactJson(config) },
-      { flag: 'catalog', text: this.configuredCatalog(entry, schema, request.incremental) },
+      { flag: 'catalog', text: this.configuredCatalog(entry, schema, request.incremental, stream.write) },
       ...(request.resume !== undefined && request.resume !== null ? [{ flag: 'state', text: JSON.stringify(request.resume) }] : []),
     ];
     const run = await ConnectorRun.start({ command: this.command, name: this.program, verb: 'read', files, idleMs: this.idleMs, ...(this.settings.env ? { env: this.settings.env } : {}), ...(request.signal ? { signal: request.signal } : {}) });

@@ -83,6 +83,7 @@ export async function loadLogStreams(ctx: StreamContext, configured: readonly St
     await loader.prepare(configured);
     await loader.snapshots();
     await loader.stream();
+    await loader.recordEnd();
   } catch (error) {
     await loader.abandon();
     if (error instanceof TidemarkError) throw withContext(error, { ...context, phase: error.context.phase ?? 'log' }, 'source');
@@ -382,7 +383,6 @@ class LogLoader {
       }
       for (const s of byTable.get(change.table) ?? []) {
         if (this.log.compare(txn.position, s.log!.position) <= 0) continue;
-        s.changesRead += 1;
         counted += 1;
         this.rowChange(s, change, txn);
       }
@@ -513,7 +513,10 @@ class LogLoader {
       }
     }
     const key = s.keyIndexes.map((i) => row[i]!);
+    // A change the resumed copy already holds (its key was copied from a newer snapshot) is neither read nor loaded
+    // in the counts: they stay balanced, rows_read = rows_loaded + rows_rejected.
     if (this.log.compare(txn.position, this.segmentPosition(s, key)) <= 0) return;
+    s.changesRead += 1;
     s.changesApplied += 1;
     if (s.config.write === 'append') {
       if (unchanged.length > 0 && !s.warnedUnchanged) {
@@ -660,16 +663,27 @@ class LogLoader {
     };
   }
 
-  private runRecord(s: LogStream, outcome: RunRecord['outcome']): RunRecord {
+  /** `pending`: commits about to be made with this record (1 inside a commit, 0 after the last). */
+  private runRecord(s: LogStream, outcome: RunRecord['outcome'], pending = 1): RunRecord {
     return runRecordFor(this.ctx, s.config.name, outcome, {
       rowsRead: this.streams.reduce((n, x) => n + x.changesRead, 0),
       rowsLoaded: this.streams.reduce((n, x) => n + x.changesApplied, 0),
       rowsRejected: this.streams.reduce((n, x) => n + x.rowsRejected, 0),
-      commits: s.commits + 1,
+      commits: s.commits + pending,
       cursorMin: null,
       cursorMax: s.log?.position ?? null,
       full: false,
     });
+  }
+
+  /**
+   * Each commit records the run as `running`; its end is recorded outside any data transaction, as a failure is, so a
+   * run whose last commit had no changes to carry is not left `running` (and later rewritten `failed: interrupted`).
+   */
+  async recordEnd(): Promise<void> {
+    const first = this.streams[0]!;
+    if (this.streams.every((s) => s.commits === 0)) return; // nothing committed, no record to close
+    await this.ctx.destination.state.recordFailure(this.runRecord(first, this.ctx.signal?.aborted ? 'stopped' : 'committed', 0));
   }
 
   async abandon(): Promise<void> {

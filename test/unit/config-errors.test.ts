@@ -22,7 +22,7 @@ describe('config errors', () => {
     ['a primary key of the wrong type', pipeline('streams:\n  - table: t\n    primary_key: 5'), 'p.yaml: streams[0].primary_key: expected a string or a list of strings, got 5'],
     ['an enum value, with the allowed values', pipeline('streams:\n  - table: t\n    strategy: incremntal'), 'p.yaml: streams[0].strategy: "incremntal" is not allowed; expected one of incremental, full, partitioned, log; did you mean incremental?'],
     ['a state that is neither destination nor a store', pipeline('state: destinaton\nstreams: [{table: t}]'), 'p.yaml: state: expected "destination" or a map with type: file | sqlite | postgres | bucket, got "destinaton"; did you mean destination?'],
-    ['a source type', 'name: s\nsource: {type: postgre, url: "postgres://h/d"}\nstreams: [{table: t}]', 'p.yaml: source.type: unknown type "postgre"; expected one of sqlite, postgres, mysql, mariadb, files, http, singer, airbyte; did you mean postgres?'],
+    ['a source type', 'name: s\nsource: {type: postgre, url: "postgres://h/d"}\nstreams: [{table: t}]', 'p.yaml: source.type: unknown type "postgre"; expected one of sqlite, postgres, mysql, mariadb, files, http, singer, airbyte, code; did you mean postgres?'],
     ['a key of the postgres branch checked against postgres, not sqlite', 'name: s\nsource: {type: postgres, url: "postgres://h/d", path: x.db}\nstreams: [{table: t}]', 'p.yaml: source.path: unknown key (allowed keys: type, url, host, port, user, password, database, max_skew)'],
     ['an empty list', pipeline('streams: []'), 'p.yaml: streams: needs at least 1 entry'],
     ['a number out of range', pipeline('streams:\n  - table: t\n    checkpoint_rows: -5'), 'p.yaml: streams[0].checkpoint_rows: expected a number > 0, got -5'],

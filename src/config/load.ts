@@ -47,6 +47,10 @@ export interface StreamConfig extends StreamSpec {
    * (incremental where it can, else a full refresh), as Airbyte's platform and PyAirbyte do.
    */
   readonly sourceStrategy?: true;
+  /** `checkpoint: end`: the read commits once, when it has ended successfully (absent: at checkpoints shown safe). */
+  readonly checkpoint?: 'end';
+  /** Keyless streams: columns left out of a row's content identity (values that change on every read). */
+  readonly volatileColumns?: readonly string[];
   /** `strategy: log`: what deletes do, how often `--follow` commits, and the retained-log warning threshold. */
   readonly log?: LogStreamConfig;
 }
@@ -418,6 +422,8 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       onReject: s.on_reject ?? 'warn',
       checkpointRows: s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS,
       batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS[log ? 'log' : 'table'], s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS),
+      ...(s.checkpoint === 'end' ? { checkpoint: 'end' as const } : {}),
+      ...(s.volatile_columns !== undefined ? { volatileColumns: volatileColumns(s.volatile_columns, primaryKey, at) } : {}),
       onChange: s.on_change ?? 'reload',
       onMissing: s.on_missing ?? 'keep',
       ...(keyFromSource && write === 'merge' ? { sourceKey: !log && s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
@@ -542,4 +548,10 @@ function columnSelection(s: StreamDocument, at: (field: string) => string): Colu
 function lastPart(table: string): string {
   const parts = table.split('.');
   return parts[parts.length - 1]!.replace(/^["`]|["`]$/g, '');
+}
+
+/** Volatile columns describe keyless rows; a configured key already tells versions apart. */
+function volatileColumns(columns: readonly string[], primaryKey: readonly string[], at: (field: string) => string): readonly string[] {
+  if (primaryKey.length > 0) throw new ConfigError(`${at('volatile_columns')}: a stream with a primary_key tells rows apart by it; volatile_columns is for streams without one`);
+  return columns;
 }

@@ -338,6 +338,15 @@ export const streamSchema = z
     on_reject: z.enum(['fail', 'warn', 'continue']).optional().describe('Rows the destination cannot hold exactly: stop the stream, or load the rest with (warn) or without (continue) a warning; rejects are kept (default warn).'),
     checkpoint_rows: z.number().int().positive().optional().describe('Commit about every N rows, never inside a group of equal cursor values (default 100000).'),
     batch_rows: z.number().int().positive().optional().describe('Rows per batch between source and destination (default 1000; 10000 for strategy: log).'),
+    checkpoint: z
+      .enum(['auto', 'end'])
+      .optional()
+      .describe("When a read commits: `auto` every checkpoint_rows rows at a point shown safe (a connector's checkpoint only once tidemark can show nothing before it is missing), or `end` only when the read has ended successfully (default auto)."),
+    volatile_columns: z
+      .array(columnName)
+      .min(1)
+      .optional()
+      .describe('Streams without a primary key: columns left out when a row version is told apart by its content (a per-sync fetched_at), so a re-sent row is recognised.'),
     pattern: z.string().min(1).optional().describe('Files sources: a glob relative to `location` whose `{name}` captures define the partition.'),
     format: z.enum(['parquet', 'csv', 'jsonl']).optional().describe('Files sources: the file format (default: from the extension).'),
     partition_column: z.string().min(1).optional().describe('Files sources: the column that carries the partition id (default _tidemark_partition).'),

@@ -205,6 +205,13 @@ export interface OpenedRead {
   readonly ordered?: boolean;
   /** True when the read resumes by `Batch.resume` tokens: commits then happen only at batch ends carrying one. */
   readonly resumable?: boolean;
+  /**
+   * The read's order and its resume tokens are a connector's word, not a guarantee of this source (a Singer tap's
+   * records and STATE messages): the engine watches the order instead of failing on a break, and commits at a token
+   * only once it can show it safe. `bookmark` reads the cursor value a token resumes from, as the connector wrote it
+   * (undefined when the token's form is unknown).
+   */
+  readonly claims?: { readonly bookmark: (token: JsonValue) => unknown };
   /** Rows the read is expected to return, where the source can tell cheaply (an estimate: for progress display only). */
   readonly estimatedRows?: number;
   /** Batches ordered by `(cursor, pk)` for incremental reads and by pk for keyset reads (unless `ordered` is false). */

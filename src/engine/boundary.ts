@@ -16,7 +16,7 @@ import { compareCanonical } from '../core/values.js';
 const ORDERED_KINDS: ReadonlySet<ColumnKind> = new Set(['int16', 'int32', 'int64', 'uint64', 'decimal', 'float32', 'float64', 'date', 'time', 'timestamp', 'timestamptz']);
 
 /** -1, 0, 1, or undefined when the two cannot be ordered without the source's collation. */
-function compare(a: TypedValue, b: TypedValue): number | undefined {
+export function compareCursors(a: TypedValue, b: TypedValue): number | undefined {
   if (a.value === b.value) return 0;
   if (!ORDERED_KINDS.has(a.type) || a.type !== b.type) return undefined;
   const c = compareCanonical(a.type, a.value, b.value);
@@ -64,7 +64,7 @@ export class ReadFloor {
    * content identity that matches is consumed, so a source's identical rows keep their multiplicity.
    */
   verdict(position: Watermark, identity: () => string): Verdict {
-    const byCursor = compare(position.cursor, this.cursor);
+    const byCursor = compareCursors(position.cursor, this.cursor);
     if (byCursor === undefined) return 'admit';
     if (byCursor < 0) return 'drop';
     if (byCursor > 0 || this.inclusive) return 'admit';
@@ -78,7 +78,7 @@ export class ReadFloor {
     // Without the group's identities, a keyless watermark means "loaded through this cursor value".
     if (!this.keyed || this.pk.length !== position.pk.length) return 'drop';
     for (let i = 0; i < this.pk.length; i += 1) {
-      const c = compare(position.pk[i]!, this.pk[i]!);
+      const c = compareCursors(position.pk[i]!, this.pk[i]!);
       if (c === undefined) return position.pk.every((v, j) => v.value === this.pk[j]!.value) ? 'drop' : 'admit';
       if (c !== 0) return c > 0 ? 'admit' : 'drop';
     }

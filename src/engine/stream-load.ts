@@ -4,7 +4,7 @@
  * Each commit carries the data, the next state, the rejects and the run record together.
  */
 import { hostname } from 'node:os';
-import type { BulkFormat, BulkRead, Destination, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
+import type { BulkFormat, BulkRead, Destination, JsonValue, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
 import { SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type {
@@ -22,6 +22,8 @@ import type {
 import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { CursorGroup, ReadFloor, rowIdentity } from './boundary.js';
+import { CheckpointProof } from './checkpoint-proof.js';
+import { CursorRange, ReadOrder } from './read-order.js';
 import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 
@@ -103,7 +105,15 @@ function checkNullCursors(ctx: StreamContext, stream: StreamConfig, read: Opened
 
 class StreamLoader {
   private readonly schema: StreamSchema;
-  private readonly unordered: boolean;
+  /** The source says its rows are not in cursor order. */
+  private readonly declaredUnordered: boolean;
+  /** What the engine sees of the order, and (for a connector's tokens) whether a token is shown safe. */
+  private readonly order: ReadOrder;
+  private readonly proof: CheckpointProof | undefined;
+  /** Connector reads: the token last seen, kept for the end of the read when it was not shown safe. */
+  private lastToken: unknown;
+  /** Connector reads: the position reached is a token shown safe, so the watermark may move to it. */
+  private atProvenToken = false;
   private readonly columns: readonly Column[];
   private readonly cursorIndex: number;
   private readonly pkIndexes: readonly number[];
@@ -125,8 +135,7 @@ class StreamLoader {
   private rowsRejected = 0;
   private buildRows: number;
   private commits = 0;
-  private cursorMin: string | null = null;
-  private cursorMax: string | null = null;
+  private readonly cursors = new CursorRange();
   private watermark: Watermark | undefined;
   /** The committed edge this read starts from: rows at or below it are dropped (see boundary.ts). */
   private readonly floor: ReadFloor | undefined;
@@ -149,7 +158,7 @@ class StreamLoader {
   ) {
     const schema = read.schema;
     this.schema = schema;
-    this.unordered = read.ordered === false;
+    this.declaredUnordered = read.ordered === false;
     this.columns = schema.columns;
     this.cursorIndex = schema.cursor !== undefined ? schema.columns.findIndex((c) => c.name === schema.cursor) : -1;
     this.pkIndexes = schema.primaryKey.map((name) => schema.columns.findIndex((c) => c.name === name));
@@ -165,12 +174,20 @@ class StreamLoader {
     // A full stream's request has no lower edge: a resumed build's is the position the build committed.
     const edge = incremental ? plan.request : { ...plan.request, ...(this.watermark && plan.request.resume !== undefined ? { after: this.watermark } : {}) };
     this.floor = this.byCursor ? ReadFloor.of(edge, this.pkIndexes.length > 0) : undefined;
+    const cursorColumn = this.cursorIndex >= 0 ? this.columns[this.cursorIndex] : undefined;
+    this.order = new ReadOrder(read.ordered !== false && read.claims === undefined, { pipeline: ctx.pipeline, stream: stream.name, cursor: cursorColumn?.name });
+    this.proof = read.claims && this.byCursor ? new CheckpointProof(read.claims.bookmark, cursorColumn, this.watermark?.cursor) : undefined;
     // A resumed unordered read saw part of its window in an earlier run; its high point counts too.
-    if (this.unordered && plan.request.resume !== undefined) this.highest = state.streams[stream.name]?.resumeHigh;
+    if ((this.declaredUnordered || read.claims) && plan.request.resume !== undefined) this.highest = state.streams[stream.name]?.resumeHigh;
     // Token-resumed reads commit where the source's tokens fall, which may be inside a group of equal cursors; an
     // unordered window ends at its highest cursor, whose group a record changed meanwhile may still join.
     const tracked = this.byCursor && (read.resumable === true || this.unordered);
     this.group = tracked ? new CursorGroup(this.highest ?? this.watermark) : undefined;
+  }
+
+  /** Rows are not known to be in cursor order: the source says so, or a connector's read broke its order. */
+  private get unordered(): boolean {
+    return this.declaredUnordered || !this.order.intact;
   }
 
   /**
@@ -178,7 +195,7 @@ class StreamLoader {
    * key only at the end; token-resumed reads only at the ends of batches that carry a token.
    */
   private canCheckpointAt(read: OpenedRead): boolean {
-    if (read.resumable || this.stream.onReject === 'fail') return false;
+    if (read.resumable || this.stream.onReject === 'fail' || this.stream.checkpoint === 'end') return false;
     return this.stream.strategy === 'incremental' || this.pkIndexes.length > 0;
   }
 
@@ -210,6 +227,7 @@ class StreamLoader {
           const mine = this.positionOf(raw);
           const next = mine ?? this.position;
           const own = mine?.inherited === true ? undefined : mine?.watermark;
+          if (own !== undefined) this.order.observe(own, () => this.describe(raw));
           if (own !== undefined && this.isCommitted(raw, own)) continue;
           if (this.canCheckpointAt(read) && this.txnRowsRead >= this.stream.checkpointRows && next.group !== this.position.group) {
             await this.flush();
@@ -220,9 +238,9 @@ class StreamLoader {
             this.group.add(own.cursor.value, this.identityOf(raw, own));
           }
         }
-        if (batch.resume !== undefined) this.resume = batch.resume;
+        if (batch.resume !== undefined) this.token(batch.resume);
         await this.flush();
-        if (read.resumable && batch.resume !== undefined && this.txnRowsRead >= this.stream.checkpointRows) await this.commit(false);
+        if (read.resumable && batch.resume !== undefined && this.txnRowsRead >= this.stream.checkpointRows && this.mayCommitAtToken()) await this.commit(false);
         this.progress();
       }
     } catch (error) {
@@ -230,6 +248,7 @@ class StreamLoader {
       if (error instanceof TidemarkError) throw withContext(error, { ...context, phase: error.context.phase ?? 'extract' }, 'source');
       throw withContext(error, { ...context, phase: 'extract' }, 'source');
     }
+    this.endTokens();
     // A run that read nothing writes nothing; a build always commits, since its swap publishes the generation.
     if (this.building || this.txnRowsRead > 0 || this.resumeMoved()) {
       await this.flush();
@@ -264,8 +283,8 @@ class StreamLoader {
           if (chunk.last !== undefined) {
             this.position = { watermark: chunk.last, group: chunk.last.cursor.value };
             if (loaded > 0) {
-              if (this.cursorMin === null && chunk.firstCursor !== undefined) this.cursorMin = chunk.firstCursor;
-              this.cursorMax = chunk.last.cursor.value;
+              if (chunk.firstCursor !== undefined) this.cursors.add({ type: chunk.last.cursor.type, value: chunk.firstCursor });
+              this.cursors.add(chunk.last.cursor);
             }
           } else if (chunk.lastPk !== undefined) {
             this.position = { afterPk: chunk.lastPk, group: chunk.lastPk.map((v) => v.value).join('\u0000') };
@@ -282,6 +301,42 @@ class StreamLoader {
     }
     if (this.building || this.txnRowsRead > 0) await this.commit(true);
     return { state: this.state, result: this.result('committed') };
+  }
+
+  /**
+   * A resume token arrives. A connector's token is taken as the resume point only when it is shown safe; otherwise
+   * the previous one stays, and the token waits for the end of the read.
+   */
+  private token(token: JsonValue): void {
+    if (this.proof === undefined) {
+      this.resume = token;
+      return;
+    }
+    this.lastToken = token;
+    this.atProvenToken = token !== null && this.proof.proves(token, this.order);
+    if (this.atProvenToken) this.resume = token;
+  }
+
+  /**
+   * Whether a token-resumed read may commit at its token: one shown safe, or (merge, where a re-read changes nothing)
+   * any, with the previous resume point; never before the end under `checkpoint: end`.
+   */
+  private mayCommitAtToken(): boolean {
+    if (this.stream.checkpoint === 'end') return false;
+    return this.proof === undefined || this.atProvenToken || (this.stream.write === 'merge' && !this.building);
+  }
+
+  /** A read that ended successfully has delivered everything: its connector's last token is its resume point. */
+  private endTokens(): void {
+    if (this.proof === undefined || this.lastToken === undefined) return;
+    this.resume = this.lastToken;
+    this.atProvenToken = true;
+  }
+
+  /** A record as an error names it: its key, or its cursor when it has none. */
+  private describe(raw: Row): string {
+    const named = this.pkIndexes.map((i) => `${this.columns[i]!.name}=${String(raw[i])}`);
+    return named.length > 0 ? `the record with ${named.join(', ')}` : 'a record';
   }
 
   /** A read that ended its window (or reached a new tap bookmark) without new rows still commits that position. */
@@ -340,7 +395,8 @@ class StreamLoader {
     this.rowsRead += 1;
     this.txnRowsRead += 1;
     this.position = position;
-    if (this.unordered) this.highest = maxWatermark(this.highest, position.watermark);
+    this.highest = maxWatermark(this.highest, position.watermark);
+    if (position.watermark !== undefined && position.inherited !== true) this.order.admit(position.watermark);
     const row: Row = new Array(this.columns.length);
     for (let i = 0; i < this.columns.length; i += 1) {
       const column = this.columns[i]!;
@@ -361,11 +417,7 @@ class StreamLoader {
     }
     this.rowsLoaded += 1;
     this.pendingRows.push(row);
-    if (position.watermark) {
-      const value = position.watermark.cursor.value;
-      if (this.cursorMin === null) this.cursorMin = value;
-      this.cursorMax = value;
-    }
+    if (position.watermark && position.inherited !== true) this.cursors.add(position.watermark.cursor);
   }
 
   private async transaction(): Promise<LoadTransaction> {
@@ -423,7 +475,7 @@ class StreamLoader {
     // commit inside the loop after the batch that cleared the resume token (the window's last page), which may be
     // the last commit of the read.
     const windowDone = final || (this.read.resumable === true && this.resume === null);
-    const reached = this.unordered ? (windowDone ? this.highest : undefined) : this.position.watermark;
+    const reached = this.reachedMark(final, windowDone);
     const resume = this.resume;
     const safeMark = this.read.safeMark ?? undefined;
     const base: StreamState = {
@@ -442,7 +494,7 @@ class StreamLoader {
         ...(this.watermark ? { watermark: this.watermark } : {}),
         ...(safeMark ? { safeMark } : {}),
         ...(resume !== undefined && resume !== null ? { resume } : {}),
-        ...(this.unordered && !final && resume !== undefined && resume !== null && this.highest ? { resumeHigh: this.withGroup(this.highest)! } : {}),
+        ...((this.unordered || (this.proof !== undefined && !this.atProvenToken)) && !final && resume !== undefined && resume !== null && this.highest ? { resumeHigh: this.withGroup(this.highest)! } : {}),
       };
     } else {
       this.watermark = this.withGroup(reached ?? this.watermark);
@@ -478,6 +530,17 @@ class StreamLoader {
     };
   }
 
+  /**
+   * The highest position this commit makes the watermark: every row at or below it is committed. An unordered read
+   * knows it only when its window is done; a connector's read at a token shown safe (its rows so far in order) or at
+   * its end; an ordered read at every commit.
+   */
+  private reachedMark(final: boolean, windowDone: boolean): Watermark | undefined {
+    if (this.unordered) return windowDone ? this.highest : undefined;
+    if (this.proof !== undefined) return final ? this.highest : this.atProvenToken ? this.order.admitted : undefined;
+    return maxWatermark(this.order.admitted, this.position.watermark);
+  }
+
   private withGroup(watermark: Watermark | undefined): Watermark | undefined {
     return watermark !== undefined && this.group !== undefined ? this.group.attach(watermark) : watermark;
   }
@@ -488,8 +551,8 @@ class StreamLoader {
       rowsLoaded: this.rowsLoaded,
       rowsRejected: this.rowsRejected,
       commits: this.commits + 1,
-      cursorMin: this.cursorMin,
-      cursorMax: this.cursorMax,
+      cursorMin: this.cursors.min,
+      cursorMax: this.cursors.max,
       full: this.building,
     });
   }
@@ -503,8 +566,8 @@ class StreamLoader {
       rows_loaded: this.rowsLoaded,
       rows_rejected: this.rowsRejected,
       commits: this.commits,
-      cursor_min: this.cursorMin,
-      cursor_max: this.cursorMax,
+      cursor_min: this.cursors.min,
+      cursor_max: this.cursors.max,
       watermark: this.state.streams[this.stream.name]?.watermark ?? null,
       duration_ms: Date.now() - this.started,
       full: this.building,

@@ -177,3 +177,23 @@ function integerDigits(text: string, exclusive: boolean): number | undefined {
   const powerOfTen = /^10*$/.test(d.int) && d.fraction === 0;
   return exclusive && powerOfTen ? d.int.length - 1 : d.int.length;
 }
+
+/**
+ * The cursor value a tap's STATE resumes its stream from, in the two forms taps write: the Singer SDK's
+ * `bookmarks.<stream>.replication_key_value`, and the older `bookmarks.<stream>.<replication key>`. Undefined for
+ * any other form (the engine then cannot show the STATE safe).
+ */
+export function singerBookmark(state: JsonValue, tapStream: string, cursor: string | undefined): unknown {
+  const entry = objectAt(objectAt(state, 'bookmarks'), tapStream);
+  if (entry === undefined) return undefined;
+  if (Object.prototype.hasOwnProperty.call(entry, 'replication_key_value') && (entry.replication_key === undefined || entry.replication_key === cursor)) {
+    return entry.replication_key_value;
+  }
+  return cursor !== undefined && Object.prototype.hasOwnProperty.call(entry, cursor) ? entry[cursor] : undefined;
+}
+
+function objectAt(value: JsonValue | undefined, key: string): { readonly [key: string]: JsonValue } | undefined {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return undefined;
+  const inner = (value as { readonly [key: string]: JsonValue })[key];
+  return inner !== null && typeof inner === 'object' && !Array.isArray(inner) ? (inner as { readonly [key: string]: JsonValue }) : undefined;
+}

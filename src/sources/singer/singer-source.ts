@@ -13,7 +13,7 @@ import { redact } from '../../core/logger.js';
 import type { Row, StreamSchema } from '../../core/types.js';
 import type { SingerSourceConfig } from '../../config/schema.js';
 import { isJsonObject, parseExactJson, toPlainJson, type ExactJson } from '../../shared/exact-json.js';
-import { parseMessage, readLines, recordToRow, schemaFromSinger, type SingerMessage } from './singer-messages.js';
+import { parseMessage, readLines, recordToRow, schemaFromSinger, singerBookmark, type SingerMessage } from './singer-messages.js';
 
 /** How much of the tap's stderr is kept to show when it fails. */
 const STDERR_TAIL_BYTES = 8 * 1024;
@@ -85,6 +85,7 @@ export class SingerSource implements Source {
       // An incremental tap sends its records in the order of its replication key (the stream's cursor).
       ordered: finalSchema.cursor !== undefined,
       resumable: true,
+      claims: { bookmark: (token) => singerBookmark(token, spec.tapStream, finalSchema.cursor) },
       close: async () => {
         await run?.stop();
       },

@@ -90,7 +90,7 @@ describe('singer source', () => {
     expect(JSON.stringify(JSON.parse((await cli(['state', 'show', '--json', '--config', config], { env })).stdout))).not.toContain(SECRET);
   });
 
-  it('a tap that crashes keeps the last committed STATE, shows its stderr, and the next run finishes exactly', async () => {
+  it('a tap that crashes before a STATE tidemark can read commits nothing of the run, shows its stderr, and the next run finishes exactly', async () => {
     const target = join(dir, 'w.sqlite');
     const config = await writeYaml(dir, 'p.yaml', numbersPipeline(`{count: 40, crash_after: 27, password: "\${env:TAP_PASSWORD}"}`, target));
     const crashed = await run(config);
@@ -99,9 +99,10 @@ describe('singer source', () => {
     expect(error).toMatch(/exited with code 3/);
     expect(error).toContain('simulated failure after 27 records');
     expect(crashed.stdout + crashed.stderr).not.toContain(SECRET);
-    // STATE after record 20 was the last one; records 21..27 were rolled back.
-    expect(sqliteQuery(target, 'SELECT count(*) AS n FROM numbers')[0]).toEqual({ n: 20n });
-    expect(JSON.parse((await cli(['state', 'export', '--config', config], { env })).stdout).bookmarks.numbers).toEqual({ last_id: 20 });
+    // The tap's STATE names its bookmark `last_id`, a form tidemark cannot read, so no STATE of it could be shown safe
+    // to resume from: an append stream commits such a tap's records only once the tap has ended successfully.
+    expect(sqliteQuery(target, `SELECT count(*) AS n FROM sqlite_master WHERE name = 'numbers'`)[0]).toEqual({ n: 0n });
+    expect((await cli(['state', 'export', '--config', config], { env })).stdout.trim()).not.toContain('last_id');
 
     await writeYaml(dir, 'p.yaml', numbersPipeline(`{count: 40, password: "\${env:TAP_PASSWORD}"}`, target));
     const again = await run(config);

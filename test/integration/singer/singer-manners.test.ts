@@ -1,0 +1,136 @@
+/**
+ * Singer taps with bad manners (tap-manners.mjs): records out of cursor order, STATEs that are not safe to resume
+ * from, a key twice in one read. The engine checks each claim before it relies on it: every test loads exactly the
+ * tap's records, across many checkpoints, crashes and re-runs.
+ */
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { cli } from '../../helpers/cli.js';
+import { tempDir, writeYaml } from '../../helpers/fs.js';
+import { duckdbQuery, sqliteQuery } from '../../helpers/warehouse.js';
+
+const TAP = fileURLToPath(new URL('./taps/tap-manners.mjs', import.meta.url));
+const PG_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
+
+let dir: string;
+let cleanup: () => Promise<void>;
+beforeEach(async () => ({ dir, cleanup } = await tempDir()));
+afterEach(() => cleanup());
+
+type Where = 'duckdb' | 'sqlite' | 'postgres';
+type TapConfig = Record<string, unknown>;
+
+interface Setup {
+  readonly where?: Where;
+  /** Extra lines of the stream (indented by four spaces). */
+  readonly stream?: string;
+  readonly source?: string;
+  readonly pgSchema?: string;
+}
+
+function pipeline(tap: TapConfig, setup: Setup = {}): string {
+  const where = setup.where ?? 'duckdb';
+  const destination =
+    where === 'duckdb'
+      ? `  type: duckdb\n  path: ${JSON.stringify(join(dir, 'w.duckdb'))}`
+      : where === 'sqlite'
+        ? `  type: sqlite\n  path: ${JSON.stringify(join(dir, 'w.sqlite'))}`
+        : `  type: postgres\n  url: ${PG_URL}\n  schema: ${setup.pgSchema}`;
+  return `name: manners
+source:
+  type: singer
+  command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(TAP)}]
+  config: ${JSON.stringify(tap)}
+${setup.source ?? ''}streams:
+  - name: events
+    checkpoint_rows: 50
+    batch_rows: 20
+${setup.stream ?? ''}destination:
+${destination}
+`;
+}
+
+async function run(tap: TapConfig, setup: Setup = {}, ...flags: string[]) {
+  const config = await writeYaml(dir, 'p.yaml', pipeline(tap, setup));
+  const out = await cli(['run', config, '--json', ...flags]);
+  return { ...out, config, stream: out.stdout ? JSON.parse(out.stdout).streams?.[0] : undefined };
+}
+
+async function query(where: Where, sql: string, pgSchema?: string): Promise<Record<string, unknown>[]> {
+  if (where === 'duckdb') return duckdbQuery(join(dir, 'w.duckdb'), sql);
+  if (where === 'sqlite') return sqliteQuery(join(dir, 'w.sqlite'), sql);
+  const client = new pg.Client({ connectionString: PG_URL });
+  await client.connect();
+  try {
+    await client.query(`SET search_path TO "${pgSchema}"`);
+    return (await client.query(sql)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+/** Every id in the destination table, duplicates kept. */
+async function ids(where: Where = 'duckdb', pgSchema?: string): Promise<number[]> {
+  // A stream that never committed has no table yet.
+  const tables = await query(where, where === 'sqlite' ? `SELECT name FROM sqlite_master WHERE name = 'events'` : `SELECT table_name FROM information_schema.tables WHERE table_name = 'events'${where === 'postgres' ? ` AND table_schema = '${pgSchema}'` : ''}`, pgSchema);
+  if (tables.length === 0) return [];
+  return (await query(where, 'SELECT id FROM events ORDER BY id', pgSchema)).map((r) => Number(r.id));
+}
+
+const range = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
+
+describe('order is observed, not believed', () => {
+  it('an unsorted tap into append: the watermark is the highest record, so the >= re-send lands nowhere (2,006 keys, 2,006 rows)', async () => {
+    const tap = { count: 2006, group: 3, order: 'shuffled', state_every: 70 };
+    const first = await run(tap, { stream: '    write: append\n' });
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stream).toMatchObject({ rows_read: 2006, rows_loaded: 2006, cursor_min: '2024-01-01T00:00:00.000001Z', cursor_max: '2024-01-01T00:11:08.000001Z' });
+    // The tap's final bookmark is its highest updated_at: it re-sends that group of 2, which is committed.
+    const again = await run(tap, { stream: '    write: append\n' });
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stream).toMatchObject({ rows_loaded: 0 });
+    expect(await ids()).toEqual(range(2006));
+    const runs = await cli(['runs', '--config', first.config, '--json']);
+    expect(runs.code, runs.stderr).toBe(0);
+    expect(runs.stdout).toContain('2024-01-01T00:11:08.000001Z');
+  }, 120_000);
+});
+
+describe('checkpoints are proven safe before they commit', () => {
+  const crashThenHeal = async (tap: TapConfig, setup: Setup) => {
+    const crashed = await run({ ...tap, crash_after: 1300 }, setup);
+    expect(crashed.code, crashed.stdout).toBe(1);
+    expect(crashed.stream.error).toContain('simulated failure after 1300 records');
+    const committed = await ids();
+    expect(new Set(committed).size).toBe(committed.length);
+    const healed = await run(tap, setup);
+    expect(healed.code, healed.stderr).toBe(0);
+    expect(await ids()).toEqual(range(2006));
+    return { crashed: committed.length };
+  };
+
+  it('an unsorted tap with a max-so-far bookmark dies: nothing of its STATEs is believed, the healthy re-run loses nothing (append)', async () => {
+    await crashThenHeal({ count: 2006, group: 3, order: 'shuffled', bookmark: 'max', state_every: 70 }, { stream: '    write: append\n' });
+  }, 120_000);
+
+  it('the same tap into merge commits its rows on the way with the previous resume point, and loses nothing', async () => {
+    const { crashed } = await crashThenHeal({ count: 2006, group: 3, order: 'shuffled', bookmark: 'max', state_every: 70 }, {});
+    expect(crashed).toBeGreaterThan(1000);
+  }, 120_000);
+
+  it('a tap that sends each STATE before its records dies: the healthy re-run loses nothing (SDK state form, append)', async () => {
+    await crashThenHeal({ count: 2006, group: 2, bookmark: 'ahead', state_every: 60, state_form: 'sdk' }, { stream: '    write: append\n' });
+  }, 120_000);
+
+  it('a sorted tap keeps committing at its STATEs, and its crash keeps what they covered', async () => {
+    const { crashed } = await crashThenHeal({ count: 2006, group: 3, state_every: 70, state_form: 'sdk' }, { stream: '    write: append\n' });
+    expect(crashed).toBeGreaterThan(1000);
+  }, 120_000);
+
+  it('checkpoint: end commits only when the tap has ended successfully', async () => {
+    const { crashed } = await crashThenHeal({ count: 2006, group: 3, state_every: 70 }, { stream: '    write: append\n    checkpoint: end\n' });
+    expect(crashed).toBe(0);
+  }, 120_000);
+});

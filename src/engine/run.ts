@@ -20,6 +20,7 @@ import type { ProgressListener } from './progress.js';
 import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 import { loadLogStreams } from './log-load.js';
+import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */
@@ -177,7 +178,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
     if (stream.strategy === 'log') {
       if (stream !== logStreams[0]) continue;
       const outcome = await runLogStreams(ctx, logStreams, state);
-      state = outcome.state;
+      state = await recordQuietRuns(quietContext(ctx), outcome.state, outcome.results);
       results.push(...outcome.results);
       continue;
     }
@@ -204,7 +205,8 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
         stream,
         state,
       );
-      state = outcome.state;
+      // A partition job writes no pipeline state (see Fence); its ledger rows are its record.
+      state = ctx.partitionLeases === undefined ? await recordQuietRuns(quietContext(ctx), outcome.state, [outcome.result]) : outcome.state;
       results.push(outcome.result);
       warnOfRejects(ctx, stream, outcome.result);
     } catch (error) {
@@ -263,6 +265,10 @@ async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], 
     await recordFailure(ctx, failed);
     return { state: (await ctx.destination.state.load(pipeline.name)) ?? state, results: streams.map((s) => ({ ...failed, stream: s.name })) };
   }
+}
+
+function quietContext(ctx: RunContext): QuietRunContext {
+  return { ...ctx, ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}) };
 }
 
 /** `on_reject: warn`: a run that rejected rows says so, with where to find them. */

@@ -3,6 +3,7 @@
  * point where the cursor value changes, so a group of rows sharing one cursor value is never split by a commit.
  * Each commit carries the data, the next state, the rejects and the run record together.
  */
+import { runMarks } from './run-marks.js';
 import { hostname } from 'node:os';
 import type { BulkFormat, BulkRead, Destination, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
 import { SourceError, TidemarkError, withContext } from '../core/errors.js';
@@ -432,7 +433,7 @@ class StreamLoader {
       primaryKey: this.schema.primaryKey,
       ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
       updatedAt: new Date().toISOString(),
-      lastRunId: this.ctx.runId,
+      ...runMarks(prior, this.ctx.runId, this.ctx.startedAt),
     };
     let streamState: StreamState;
     if (!this.building) {

@@ -127,4 +127,34 @@ describe('CLI habits', () => {
     expect(history).toContain('run (nothing new)');
     expect(history).toContain('metadata of items');
   });
+
+  it('run --until: reads stop at the caller\'s bound, typed by the cursor; the watermark never passes it', async () => {
+    const source = join(dir, 'until.sqlite');
+    createItems(source, itemRange(1, 300, 7));
+    const file = await writeYaml(dir, 'until.yaml', pipelineYaml({ name: 'until', source, destination: { type: 'duckdb', path: join(dir, 'until.duckdb') }, stream: { checkpoint_rows: 40 } }));
+    type Result = { streams: { rows_read: number; watermark: { cursor: { value: string }; pk: { value: string }[] } | null }[] };
+    const runUntil = async (...extra: string[]): Promise<Result> => {
+      const out = await cli(['run', file, '--json', ...extra]);
+      expect(out.code, out.stderr).toBe(0);
+      return JSON.parse(out.stdout) as Result;
+    };
+    // Every 7 ids share a second: ids 1..147 have seconds 0..20.
+    const first = (await runUntil('--until', '2024-01-01 00:00:20')).streams[0]!;
+    expect(first.rows_read).toBe(147);
+    expect(first.watermark).toMatchObject({ cursor: { value: '2024-01-01 00:00:20.000000' }, pk: [{ value: '147' }] });
+    // A bound below the watermark reads nothing and moves nothing back.
+    const below = (await runUntil('--until', '2024-01-01 00:00:10')).streams[0]!;
+    expect(below.rows_read).toBe(0);
+    expect(below.watermark).toMatchObject({ cursor: { value: '2024-01-01 00:00:20.000000' }, pk: [{ value: '147' }] });
+    // Typed by the cursor: a naive timestamp takes no zone; anything else is refused, naming the stream and phase.
+    const zoned = await cli(['run', file, '--until', '2024-01-01T00:00:30Z']);
+    expect(zoned.code).toBe(1);
+    expect(zoned.stderr).toMatch(/until\.items: FAILED: pipeline until, stream items, phase plan: .*--until "2024-01-01T00:00:30Z" is not a timestamp value \(the cursor's type\)/);
+    const bad = await cli(['run', file, '--until', 'yesterday']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('--until "yesterday" is not a timestamp value');
+    const rest = (await runUntil()).streams[0]!;
+    expect(rest.rows_read).toBe(153);
+    expect(rest.watermark).toMatchObject({ pk: [{ value: '300' }] });
+  });
 });

@@ -51,6 +51,7 @@ const RUN_OPTIONS = {
   strict: { type: 'boolean', flag: '--strict', help: 'fail a files stream whose pattern matches no file (default: a warning)' },
   verbose: { type: 'boolean', flag: '--verbose', help: "log at debug level (a connector's LOG lines and error stacks included)" },
   follow: { type: 'boolean', flag: '--follow', help: 'log streams (strategy: log): keep applying changes until SIGTERM (default: up to the log position at start)' },
+  until: { type: 'string', flag: '--until <value>', help: "incremental streams read up to this cursor value (typed by the cursor's type) and their watermark never passes it" },
   dir: { type: 'string', flag: '--dir <dir>', help: `where pipeline names are looked up (default: $TIDEMARK_PIPELINES_DIR, else ./pipelines, else .)` },
 } as const;
 
@@ -90,6 +91,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option(RUN_OPTIONS.strict.flag, RUN_OPTIONS.strict.help)
     .option(RUN_OPTIONS.verbose.flag, RUN_OPTIONS.verbose.help)
     .option(RUN_OPTIONS.follow.flag, RUN_OPTIONS.follow.help)
+    .option(RUN_OPTIONS.until.flag, RUN_OPTIONS.until.help)
     .option(RUN_OPTIONS.dir.flag, RUN_OPTIONS.dir.help)
     .action(act(async (files: string[], o: RunCommandOptions) => (await commands.run()).runCommand(files, o)));
 
@@ -120,6 +122,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--dir <dir>', DIR_HELP)
     .option('--cursor <value>', 'set: the cursor value')
     .option('--pk <value>', 'set: a primary-key value of the watermark (repeat for composite keys)', collect)
+    .option('--meta <key=value>', "set: a key of the stream's metadata, kept in its state (repeatable; key= removes it)", collect)
     .option('--json', 'print JSON')
     .option('--from <store>', 'migrate: destination | file:<dir> | sqlite:<file> | postgres://…[?schema=s]')
     .option('--to <store>', 'migrate: the store to copy state and history into')

@@ -12,7 +12,7 @@ export function toJson(value: unknown): string {
 }
 
 const OPAQUE_KEYS: ReadonlySet<string> = new Set(['resume']);
-const NAME_KEYED: ReadonlySet<string> = new Set(['streams']);
+const NAME_KEYED: ReadonlySet<string> = new Set(['streams', 'metadata']);
 
 function snakeCase(key: string): string {
   return key.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();

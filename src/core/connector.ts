@@ -136,6 +136,11 @@ export interface ReadRequest {
   readonly upToSafeMark?: boolean;
   /** The resume position stored by the last commit of an unfinished read. */
   readonly resume?: JsonValue;
+  /**
+   * The caller's upper bound (`run --until`), as text read as the cursor column's type: the read's `until` is at most
+   * this value, so the watermark it commits never passes it. The engine checks the opened read's `until` against it.
+   */
+  readonly untilAtMost?: string;
   readonly nullCursor: NullCursorPolicy;
   readonly batchRows: number;
   readonly signal?: AbortSignal;

@@ -108,7 +108,14 @@ export interface StreamState {
   /** The highest `(cursor, pk)` an unfinished unordered read has committed so far; its resumed run ends there or higher. */
   readonly resumeHigh?: Watermark;
   readonly updatedAt?: string;
+  /** The newest run that included this stream (it may have moved nothing). */
   readonly lastRunId?: string;
+  /** How many runs included this stream, the ones that moved nothing too (counted since this field exists). */
+  readonly runCount?: number;
+  /** When the newest run that included this stream started. */
+  readonly lastRunAt?: string;
+  /** The user's own key/value notes (`tidemark state set --meta`); every run carries them over unchanged. */
+  readonly metadata?: Readonly<Record<string, string>>;
   /** `strategy: log`: the log position applied and the snapshot's progress (see src/engine/log-load.ts). */
   readonly log?: LogState;
 }

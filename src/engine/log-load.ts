@@ -18,6 +18,7 @@ import type { Column, LogState, PipelineState, Reject, Row, RunRecord, StreamRes
 import { ValueRejection, coerceValue, compareCanonical, encodeValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { withSourceKey } from './plan.js';
+import { runMarks } from './run-marks.js';
 import { bulkFormat, runRecordFor, type StreamContext } from './stream-load.js';
 
 export const DELETED_AT = '_tidemark_deleted_at';
@@ -659,7 +660,7 @@ class LogLoader {
       primaryKey: s.config.primaryKey,
       ...(s.log !== undefined ? { log: s.log } : {}),
       updatedAt: new Date().toISOString(),
-      lastRunId: this.ctx.runId,
+      ...runMarks(this.state.streams[s.config.name], this.ctx.runId, this.ctx.startedAt),
     };
   }
 

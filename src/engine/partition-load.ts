@@ -3,6 +3,7 @@
  * each new or changed partition in ONE commit that holds its rows (replacing the partition's old rows), its ledger
  * row, the next state and the run record. A crash inside a partition leaves none of its rows and no ledger mark.
  */
+import { runMarks } from './run-marks.js';
 import { partitionLeaseName, type ColumnBatch, type Lease, type LedgerStore, type LoadTransaction, type OpenedPartition, type PartitionListing, type PartitionedSource } from '../core/connector.js';
 import { ConflictError, DestinationError, SourceError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
@@ -504,7 +505,12 @@ class PartitionLoader {
       version: this.state.version + 1,
       streams: {
         ...this.state.streams,
-        [this.stream.name]: { strategy: 'partitioned', primaryKey: this.stream.primaryKey, updatedAt: new Date().toISOString(), lastRunId: this.ctx.runId },
+        [this.stream.name]: {
+          strategy: 'partitioned',
+          primaryKey: this.stream.primaryKey,
+          updatedAt: new Date().toISOString(),
+          ...runMarks(this.state.streams[this.stream.name], this.ctx.runId, this.ctx.startedAt),
+        },
       },
     };
   }

@@ -5,7 +5,7 @@
  */
 import { hostname } from 'node:os';
 import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, type Source } from '../core/connector.js';
-import { ConflictError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
+import { ConfigError, ConflictError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { newRunId } from '../core/ids.js';
 import type { Logger } from '../core/logger.js';
@@ -20,6 +20,7 @@ import type { ProgressListener } from './progress.js';
 import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 import { loadLogStreams } from './log-load.js';
+import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */
@@ -38,6 +39,11 @@ export interface RunOptions {
   readonly partitions?: readonly string[];
   /** A files stream whose pattern matches no file fails instead of warning. */
   readonly strict?: boolean;
+  /**
+   * The caller's upper bound of incremental reads (PyCharter's UNTIL), read as each stream's cursor type: rows above
+   * it wait for a later run, and the stored watermark never passes it.
+   */
+  readonly until?: string;
   /** Called once the run holds its leases, before it opens anything (queue workers log "started" here, not before). */
   readonly onLeased?: () => void;
   /** Log streams (`strategy: log`) keep applying changes until `signal` aborts, instead of stopping at the log position read at start. */
@@ -152,6 +158,9 @@ interface RunContext {
   readonly logger: Logger;
 }
 
+/** Sources whose reads take a caller's upper bound (`ReadRequest.untilAtMost`). */
+const BOUNDED_SOURCES: ReadonlySet<string> = new Set(['postgres', 'mysql', 'mariadb', 'sqlite']);
+
 async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
   const { pipeline, destination } = ctx;
   // Only a run holding the pipeline exclusively knows that no other run is going: a partition job must not mark the
@@ -166,6 +175,11 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       throw withContext(error, { pipeline: pipeline.name }, 'config');
     }
   }
+  if (ctx.options.until !== undefined && !BOUNDED_SOURCES.has(pipeline.source.type)) {
+    throw new ConfigError(`--until: a ${pipeline.source.type} source cannot stop its reads at a chosen cursor value (${[...BOUNDED_SOURCES].join(', ')} sources can)`, {
+      context: { pipeline: pipeline.name, phase: 'config' },
+    });
+  }
   await checkLookbacks(ctx.source, ctx.streams).catch((error: unknown) => {
     throw withContext(error, { pipeline: pipeline.name }, 'config');
   });
@@ -177,7 +191,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
     if (stream.strategy === 'log') {
       if (stream !== logStreams[0]) continue;
       const outcome = await runLogStreams(ctx, logStreams, state);
-      state = outcome.state;
+      state = await recordQuietRuns(quietContext(ctx), outcome.state, outcome.results);
       results.push(...outcome.results);
       continue;
     }
@@ -195,6 +209,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
           lease: ctx.lease,
           full: ctx.options.full === true,
           ...(ctx.options.strict ? { strict: true } : {}),
+          ...(ctx.options.until !== undefined ? { until: ctx.options.until } : {}),
           ...(ctx.options.signal ? { signal: ctx.options.signal } : {}),
           ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
           onCommit: (result: StreamResult) => (durable = result),
@@ -204,7 +219,8 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
         stream,
         state,
       );
-      state = outcome.state;
+      // A partition job writes no pipeline state (see Fence); its ledger rows are its record.
+      state = ctx.partitionLeases === undefined ? await recordQuietRuns(quietContext(ctx), outcome.state, [outcome.result]) : outcome.state;
       results.push(outcome.result);
       warnOfRejects(ctx, stream, outcome.result);
     } catch (error) {
@@ -263,6 +279,10 @@ async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], 
     await recordFailure(ctx, failed);
     return { state: (await ctx.destination.state.load(pipeline.name)) ?? state, results: streams.map((s) => ({ ...failed, stream: s.name })) };
   }
+}
+
+function quietContext(ctx: RunContext): QuietRunContext {
+  return { ...ctx, ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}) };
 }
 
 /** `on_reject: warn`: a run that rejected rows says so, with where to find them. */

@@ -14,6 +14,7 @@ import { silentLogger } from '../core/logger.js';
 import { createStateStore, leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
 import { openPipelineState, plannedState, type StateDifference } from './state-sync.js';
 import { emptyState } from './run.js';
+import { keptMarks } from './run-marks.js';
 import { withSourceKey } from './plan.js';
 
 export interface OpenedStateStore {
@@ -343,7 +344,27 @@ export function stateCommands(pipeline: PipelineConfig) {
           ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
           watermark: wanted,
           updatedAt: new Date().toISOString(),
+          ...keptMarks(prior),
         };
+        return { ...current, streams: { ...current.streams, [stream]: next } };
+      });
+    },
+
+    /**
+     * Sets (or, with a `null` value, removes) keys of a stream's metadata: the user's own notes, kept in the state
+     * beside the position and carried over by every run. The position is left as it is.
+     */
+    async setMetadata(stream: string, entries: Readonly<Record<string, string | null>>): Promise<PipelineState> {
+      const config = streamConfig(stream);
+      return edit(`metadata of ${stream}`, (current) => {
+        const prior = current.streams[stream];
+        const metadata: Record<string, string> = { ...prior?.metadata };
+        for (const [key, value] of Object.entries(entries)) {
+          if (value === null) delete metadata[key];
+          else metadata[key] = value;
+        }
+        const { metadata: _old, ...rest } = prior ?? { strategy: config.strategy };
+        const next: StreamState = { ...rest, ...(Object.keys(metadata).length > 0 ? { metadata } : {}) };
         return { ...current, streams: { ...current.streams, [stream]: next } };
       });
     },

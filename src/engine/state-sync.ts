@@ -267,7 +267,21 @@ class MirroredDestination implements Destination {
     private readonly logger: Logger,
   ) {
     this.capabilities = inner.capabilities;
-    this.state = inner.state;
+    const records = inner.state;
+    // A state saved outside a load (a run that moved nothing records its run marks) reaches the store too.
+    this.state = {
+      load: (p) => records.load(p),
+      save: async (next, expected, m) => {
+        await records.save(next, expected, m);
+        await this.mirror(next, m.runId);
+      },
+      history: (p) => records.history(p),
+      runs: (p, limit) => records.runs(p, limit),
+      closeInterruptedRuns: (p) => records.closeInterruptedRuns(p),
+      recordFailure: (r) => records.recordFailure(r),
+      rejects: (p, limit, stream) => records.rejects(p, limit, stream),
+      close: () => records.close(),
+    };
     if (inner.ledger !== undefined) this.ledger = inner.ledger;
   }
 
@@ -289,7 +303,7 @@ class MirroredDestination implements Destination {
     return mirrored;
   }
 
-  private async mirror(next: PipelineState, runId: string): Promise<void> {
+  private async mirror(next: PipelineState, runId: string | null): Promise<void> {
     if (this.stale) return;
     await failpoint('state.before_store_save');
     try {

@@ -3,9 +3,11 @@
  * point where the cursor value changes, so a group of rows sharing one cursor value is never split by a commit.
  * Each commit carries the data, the next state, the rejects and the run record together.
  */
+import { passesCallerBound } from '../core/caller-bound.js';
+import { runMarks } from './run-marks.js';
 import { hostname } from 'node:os';
 import type { BulkFormat, BulkRead, Destination, JsonValue, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
-import { SourceError, TidemarkError, withContext } from '../core/errors.js';
+import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type {
   Column,
@@ -45,6 +47,8 @@ export interface StreamContext {
   readonly onWarning?: (stream: string, message: string) => void;
   /** A files stream whose pattern matches no file fails instead of warning (`run --strict`). */
   readonly strict?: boolean;
+  /** The caller's upper bound of incremental reads (`run --until`), typed by each stream's cursor. */
+  readonly until?: string;
   /**
    * The read is one checkpoint of a longer input (a target's stdin): a build commits its rows without being swapped
    * in, and a later call, without this, publishes it.
@@ -79,10 +83,17 @@ export async function loadStream(ctx: StreamContext, configured: StreamConfig, s
   const started = Date.now();
   const stream = await withSourceKey(ctx.source, configured);
   const prior = state.streams[stream.name];
-  const plan = planStream(stream, prior, { full: ctx.full, runId: ctx.runId });
+  const planned = planStream(stream, prior, { full: ctx.full, runId: ctx.runId });
+  const plan = ctx.until !== undefined && planned.request.incremental ? { ...planned, request: { ...planned.request, untilAtMost: ctx.until } } : planned;
   const read = await ctx.source.open(plan.request).catch((e: unknown) => {
     throw withContext(e, { pipeline: ctx.pipeline, stream: stream.name, phase: 'extract' }, 'source');
   });
+  if (passesCallerBound(read.until, plan.request.untilAtMost)) {
+    await read.close();
+    throw new ConfigError(`--until: this stream's source cannot stop its read at a chosen cursor value (Postgres, MySQL and SQLite sources can); run it without --until`, {
+      context: { pipeline: ctx.pipeline, stream: stream.name, phase: 'plan' },
+    });
+  }
   for (const warning of read.warnings ?? []) ctx.onWarning?.(stream.name, warning);
   try {
     const settled = settleKey(stream, read.schema.primaryKey);
@@ -484,7 +495,7 @@ class StreamLoader {
       primaryKey: this.schema.primaryKey,
       ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
       updatedAt: new Date().toISOString(),
-      lastRunId: this.ctx.runId,
+      ...runMarks(prior, this.ctx.runId, this.ctx.startedAt),
     };
     let streamState: StreamState;
     if (!this.building) {

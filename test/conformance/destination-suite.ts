@@ -146,6 +146,21 @@ export function destinationConformance(kind: string, makeHarness: () => Promise<
       expect(await contents()).toEqual(['1:a', '3:c']);
     });
 
+    it('state: run marks and metadata round-trip; a run record written outside a load (a run that moved nothing) is listed', async () => {
+      await load([row(1, 1, 'a')]);
+      const marked: PipelineState = {
+        pipeline: PIPELINE,
+        version: 2,
+        streams: { items: { strategy: 'incremental', cursorColumn: 'updated_at', runCount: 2, lastRunAt: '2026-12-02T10:00:00.000Z', lastRunId: 'quiet', metadata: { ownerTeam: 'data' } } },
+      };
+      await dest.state.save(marked, 1, { runId: 'quiet', reason: 'run (nothing new)' });
+      await dest.state.recordFailure({ ...runRecord('quiet'), commits: 0 });
+      expect(await dest.state.load(PIPELINE)).toEqual(marked);
+      const runs = await dest.state.runs(PIPELINE, 10);
+      expect(runs.map((r) => [r.runId, r.outcome, r.commits])).toEqual(expect.arrayContaining([['quiet', 'committed', 0], ['run-1', 'committed', 1]]));
+      expect(runs).toHaveLength(2);
+    });
+
     it('state: compare-and-set refuses a moved version; a commit with a stale version writes nothing', async () => {
       await dest.state.save(state(1, 'one'), undefined, { runId: null, reason: 'test' });
       await dest.state.save(state(2, 'two'), 1, { runId: null, reason: 'test' });

@@ -55,6 +55,25 @@ export function stateStoreConformance(kind: string, makeHarness: () => Promise<S
       expect(await store.load('other')).toBeUndefined();
     });
 
+    it('run marks and user metadata round-trip as written (keys not renamed, values exact)', async () => {
+      const base = state('p', 1, '2024-01-01 00:00:00.000001');
+      const marked: PipelineState = {
+        ...base,
+        streams: {
+          items: {
+            ...base.streams.items!,
+            runCount: 3,
+            lastRunAt: '2026-12-02T10:00:00.123Z',
+            lastRunId: '20261202T100000123Z-0a1b2c3d',
+            metadata: { ownerTeam: 'data', 'retention.days': '30', note: 'ünïcode "quoted" \\ back' },
+          },
+        },
+      };
+      await store.save(marked, undefined, { runId: 'r1', reason: 'run' });
+      expect(await store.load('p')).toEqual(marked);
+      expect((await store.history('p'))[0]!.state).toEqual(marked);
+    });
+
     it('save is compare-and-set; history keeps every version, newest first', async () => {
       await store.save(state('p', 1, 'a'), undefined, { runId: 'r1', reason: 'run' });
       await store.save(state('p', 2, 'b'), 1, { runId: 'r2', reason: 'run' });

@@ -84,4 +84,77 @@ describe('CLI habits', () => {
     const ledger = await cli(['ledger', 'list', '--pipeline', 'pg-orders'], { cwd: home });
     expect(ledger.stderr).not.toContain('no pipeline named');
   });
+
+  it('every run is recorded, quiet ones too; state carries run_count, last_run_at, last_run_id and metadata', async () => {
+    const source = join(dir, 'marks.sqlite');
+    createItems(source, itemRange(1, 260, 11));
+    const file = await writeYaml(dir, 'marks.yaml', pipelineYaml({ name: 'marks', source, destination: { type: 'duckdb', path: join(dir, 'marks.duckdb') }, stream: { checkpoint_rows: 45 } }));
+    const runIds: string[] = [];
+    const runOnce = async (): Promise<{ run_id: string; streams: { rows_read: number; commits: number }[] }> => {
+      const out = await cli(['run', file, '--json']);
+      expect(out.code, out.stderr).toBe(0);
+      const result = JSON.parse(out.stdout) as { run_id: string; streams: { rows_read: number; commits: number }[] };
+      runIds.push(result.run_id);
+      return result;
+    };
+    expect((await runOnce()).streams[0]).toMatchObject({ rows_read: 260, commits: 5 });
+    expect((await runOnce()).streams[0]).toMatchObject({ rows_read: 0, commits: 0 });
+    const meta = await cli(['state', 'set', 'items', '--meta', 'ownerTeam=data', '--meta', 'ticket=PC-12', '--config', file, '--json']);
+    expect(meta.code, meta.stderr).toBe(0);
+    expect((JSON.parse(meta.stdout) as { streams: Record<string, { metadata: unknown }> }).streams.items!.metadata).toEqual({ ownerTeam: 'data', ticket: 'PC-12' });
+    expect((await runOnce()).streams[0]).toMatchObject({ rows_read: 0, commits: 0 });
+    upsertItems(source, itemRange(261, 100, 11));
+    expect((await runOnce()).streams[0]).toMatchObject({ rows_read: 100 });
+
+    const runs = JSON.parse((await cli(['runs', '--config', file, '--json'])).stdout) as { run_id: string; rows_read: number; outcome: string }[];
+    expect(runs.map((r) => r.run_id)).toEqual([...runIds].reverse());
+    expect(runs.map((r) => r.rows_read)).toEqual([100, 0, 0, 260]);
+    expect(runs.every((r) => r.outcome === 'committed')).toBe(true);
+
+    const shown = JSON.parse((await cli(['state', 'show', '--config', file, '--json'])).stdout) as { streams: Record<string, Record<string, unknown>> };
+    const items = shown.streams.items!;
+    expect(items).toMatchObject({ run_count: 4, last_run_id: runIds[3], metadata: { ownerTeam: 'data', ticket: 'PC-12' } });
+    expect(Date.parse(String(items.last_run_at))).toBeGreaterThan(0);
+    const text = await cli(['state', 'show', '--config', file]);
+    expect(text.stdout).toContain(`; 4 runs, last ${String(items.last_run_at)} (run ${runIds[3]})`);
+    expect(text.stdout).toContain('metadata: ownerTeam=data, ticket=PC-12');
+    // A key removed with key=; the watermark set by hand keeps the marks and the metadata.
+    await cli(['state', 'set', 'items', '--meta', 'ticket=', '--config', file]);
+    const set = await cli(['state', 'set', 'items', '--cursor', '2024-01-01 00:00:05', '--config', file, '--json']);
+    expect(set.code, set.stderr).toBe(0);
+    expect((JSON.parse(set.stdout) as { streams: Record<string, Record<string, unknown>> }).streams.items).toMatchObject({ run_count: 4, metadata: { ownerTeam: 'data' } });
+    const history = (await cli(['state', 'history', '--config', file])).stdout;
+    expect(history).toContain('run (nothing new)');
+    expect(history).toContain('metadata of items');
+  });
+
+  it('run --until: reads stop at the caller\'s bound, typed by the cursor; the watermark never passes it', async () => {
+    const source = join(dir, 'until.sqlite');
+    createItems(source, itemRange(1, 300, 7));
+    const file = await writeYaml(dir, 'until.yaml', pipelineYaml({ name: 'until', source, destination: { type: 'duckdb', path: join(dir, 'until.duckdb') }, stream: { checkpoint_rows: 40 } }));
+    type Result = { streams: { rows_read: number; watermark: { cursor: { value: string }; pk: { value: string }[] } | null }[] };
+    const runUntil = async (...extra: string[]): Promise<Result> => {
+      const out = await cli(['run', file, '--json', ...extra]);
+      expect(out.code, out.stderr).toBe(0);
+      return JSON.parse(out.stdout) as Result;
+    };
+    // Every 7 ids share a second: ids 1..147 have seconds 0..20.
+    const first = (await runUntil('--until', '2024-01-01 00:00:20')).streams[0]!;
+    expect(first.rows_read).toBe(147);
+    expect(first.watermark).toMatchObject({ cursor: { value: '2024-01-01 00:00:20.000000' }, pk: [{ value: '147' }] });
+    // A bound below the watermark reads nothing and moves nothing back.
+    const below = (await runUntil('--until', '2024-01-01 00:00:10')).streams[0]!;
+    expect(below.rows_read).toBe(0);
+    expect(below.watermark).toMatchObject({ cursor: { value: '2024-01-01 00:00:20.000000' }, pk: [{ value: '147' }] });
+    // Typed by the cursor: a naive timestamp takes no zone; anything else is refused, naming the stream and phase.
+    const zoned = await cli(['run', file, '--until', '2024-01-01T00:00:30Z']);
+    expect(zoned.code).toBe(1);
+    expect(zoned.stderr).toMatch(/until\.items: FAILED: pipeline until, stream items, phase plan: .*--until "2024-01-01T00:00:30Z" is not a timestamp value \(the cursor's type\)/);
+    const bad = await cli(['run', file, '--until', 'yesterday']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('--until "yesterday" is not a timestamp value');
+    const rest = (await runUntil()).streams[0]!;
+    expect(rest.rows_read).toBe(153);
+    expect(rest.watermark).toMatchObject({ pk: [{ value: '300' }] });
+  });
 });

@@ -23,7 +23,7 @@ describe.each(KINDS)('incremental runs into %s', (kind) => {
   });
   afterEach(() => cleanup());
 
-  async function state(): Promise<{ version: number; streams: Record<string, { watermark?: { cursor: { value: string }; pk: { value: string }[] } }> }> {
+  async function state(): Promise<{ version: number; streams: Record<string, { watermark?: { cursor: { value: string }; pk: { value: string }[] }; run_count?: number }> }> {
     const out = await cli(['state', 'show', '--json', '--config', config]);
     expect(out.code, out.stderr).toBe(0);
     return JSON.parse(out.stdout);
@@ -34,7 +34,7 @@ describe.each(KINDS)('incremental runs into %s', (kind) => {
     return { n: rows.length, distinct: new Set(rows.map((r) => String(r.id))).size, values: rows.map((r) => `${r.id}:${r.value}`) };
   }
 
-  it('loads, then a no-op re-run moves 0 rows and writes nothing', async () => {
+  it('loads, then a no-op re-run moves 0 rows and writes only its run record and run marks', async () => {
     createItems(source, itemRange(1, 250, 10));
     config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: kind, path: target } }));
     const first = await cli(['run', config, '--json']);
@@ -46,8 +46,13 @@ describe.each(KINDS)('incremental runs into %s', (kind) => {
     const second = await cli(['run', config, '--json']);
     expect(second.code, second.stderr).toBe(0);
     expect(JSON.parse(second.stdout).streams[0]).toMatchObject({ rows_read: 0, rows_loaded: 0, commits: 0 });
-    expect((await state()).version).toBe(before.version);
-    expect((await cli(['runs', '--json', '--config', config])).stdout).toBe(runsBefore);
+    const after = await state();
+    expect(after.version).toBe(before.version + 1);
+    expect(after.streams.items!.watermark).toEqual(before.streams.items!.watermark);
+    expect(after.streams.items!.run_count).toBe(before.streams.items!.run_count! + 1);
+    const runsAfter = JSON.parse((await cli(['runs', '--json', '--config', config])).stdout) as unknown[];
+    expect(runsAfter.slice(1)).toEqual(JSON.parse(runsBefore));
+    expect(runsAfter[0]).toMatchObject({ run_id: JSON.parse(second.stdout).run_id, rows_read: 0, commits: 0, outcome: 'committed' });
     expect((await contents()).n).toBe(250);
   });
 
@@ -222,9 +227,12 @@ describe('command line', () => {
     const unknown = await cli(['run', 'p.yaml', '--bogus']);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain("unknown option '--bogus'");
-    const missing = await cli(['run']);
+    // No pipeline named: every pipeline of the pipelines folder; here there is none.
+    const { dir: empty, cleanup: removeEmpty } = await tempDir();
+    const missing = await cli(['run'], { cwd: empty });
+    await removeEmpty();
     expect(missing.code).toBe(2);
-    expect(missing.stderr).toContain("missing required argument 'pipeline'");
+    expect(missing.stderr).toContain('no pipeline files (*.yaml, *.yml) in .');
     const version = await cli(['--version']);
     expect(version.code).toBe(0);
     expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);

@@ -20,6 +20,8 @@ export interface RunCommandOptions {
   readonly verbose?: boolean;
   /** Log streams keep applying changes until SIGTERM/SIGINT. */
   readonly follow?: boolean;
+  /** Incremental streams read up to this cursor value; their watermark never passes it. */
+  readonly until?: string;
   /** The folder pipeline names are looked up in (default: $TIDEMARK_PIPELINES_DIR, else ./pipelines, else .). */
   readonly dir?: string;
 }
@@ -110,6 +112,7 @@ async function runOne(file: string, options: RunCommandOptions, signal: AbortSig
       ...(options.strict ? { strict: true } : {}),
       logger: stderrLogger(options.verbose ? 'debug' : undefined, { write: progress.write }),
       ...(options.follow ? { follow: true } : {}),
+      ...(options.until !== undefined ? { until: options.until } : {}),
       signal,
       onProgress: progress.onProgress,
     }).catch(jsonOnError(options, file, pipeline.name, started));

@@ -12,9 +12,8 @@ export async function runsCommand(options: { config?: string; json?: boolean; li
       print(toJson(runs));
       return 0;
     }
-    // A run that finds nothing to load commits nothing, so no record shows it; its lease does.
     const lock = await readLockHolder(pipeline);
-    if (lock !== null) print(`last checked ${lock.acquiredAt} by ${lock.host}:${lock.pid} (lease ${lock.token}${lock.live ? ', running now' : ''}); runs that found nothing to load leave no record below`);
+    if (lock?.live === true) print(`running now since ${lock.acquiredAt}: ${lock.host}:${lock.pid} (lease ${lock.token})`);
     for (const r of runs) {
       print(
         `${r.runId}  ${r.stream}  ${r.outcome}  read ${formatCount(r.rowsRead)}  loaded ${formatCount(r.rowsLoaded)}  rejected ${formatCount(r.rowsRejected)}` +

@@ -9,6 +9,7 @@ import {
   storedPipeline,
   type PipelineState,
   type StoredPipeline,
+  type StreamState,
 } from '../../index.js';
 import { print, printError, toJson } from '../output.js';
 import { confirm } from '../prompt.js';
@@ -23,8 +24,27 @@ function showState(state: PipelineState): void {
         ? `, rebuild pending: the next run builds generation ${s.build.generation} beside the live table and swaps it in`
         : `, building generation ${s.build.generation} (${s.build.rows} rows so far)`
       : '';
-    print(`  ${name}: ${s.strategy}, watermark ${describeWatermark(s.watermark)}${s.generation ? `, generation ${s.generation}` : ''}${build}`);
+    print(`  ${name}: ${s.strategy}, watermark ${describeWatermark(s.watermark)}${s.generation ? `, generation ${s.generation}` : ''}${build}${runs(s)}`);
+    const meta = Object.entries(s.metadata ?? {});
+    if (meta.length > 0) print(`    metadata: ${meta.map(([k, v]) => `${k}=${v}`).join(', ')}`);
   }
+}
+
+function runs(s: StreamState): string {
+  if (s.runCount === undefined) return '';
+  return `; ${s.runCount} run${s.runCount === 1 ? '' : 's'}, last ${s.lastRunAt ?? '?'} (run ${s.lastRunId ?? '?'})`;
+}
+
+/** `--meta key=value` (repeatable): `key=` removes the key. */
+function metaEntries(given: readonly string[]): Record<string, string | null> {
+  const entries: Record<string, string | null> = {};
+  for (const item of given) {
+    const at = item.indexOf('=');
+    if (at <= 0) throw new UsageError(`--meta ${item}: expected key=value (key= removes the key)`);
+    const value = item.slice(at + 1);
+    entries[item.slice(0, at)] = value === '' ? null : value;
+  }
+  return entries;
 }
 
 export interface StateCommandOptions {
@@ -41,6 +61,8 @@ export interface StateCommandOptions {
   readonly yes?: boolean;
   /** export / import: `singer` or `airbyte` (default: airbyte for an Airbyte source, else singer). */
   readonly format?: string;
+  /** set: `key=value` entries of the stream's metadata. */
+  readonly meta?: readonly string[];
 }
 
 function stateFormat(options: StateCommandOptions, sourceType: string): 'singer' | 'airbyte' {
@@ -65,9 +87,14 @@ export async function stateCommand(action: string, args: readonly string[], opti
     }
     case 'set': {
       const [stream] = args;
-      if (!stream || options.cursor === undefined) throw new UsageError('usage: tidemark state set <stream> --cursor VALUE [--pk VALUE…] --config <pipeline.yaml>');
-      const next = await commands.set(stream, options.cursor, options.pk ?? []);
-      options.json ? print(toJson(next)) : showState(next);
+      const meta = options.meta ?? [];
+      if (!stream || (options.cursor === undefined && meta.length === 0)) {
+        throw new UsageError('usage: tidemark state set <stream> (--cursor VALUE [--pk VALUE…] | --meta KEY=VALUE…) --config <pipeline.yaml>');
+      }
+      const entries = metaEntries(meta);
+      let next = options.cursor !== undefined ? await commands.set(stream, options.cursor, options.pk ?? []) : undefined;
+      if (meta.length > 0) next = await commands.setMetadata(stream, entries);
+      options.json ? print(toJson(next)) : showState(next!);
       return 0;
     }
     case 'reset': {

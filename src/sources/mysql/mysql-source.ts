@@ -3,6 +3,7 @@
  * (REPEATABLE READ), so the upper bound and the rows come from one InnoDB read view; rows stream through a
  * server-side prepared statement with every watermark value bound and cast to its column's type.
  */
+import { capAtCallerBound } from '../../core/caller-bound.js';
 import mysql from 'mysql2/promise';
 import type { Batch, BulkChunk, BulkRead, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
@@ -225,7 +226,8 @@ export class MysqlSource implements Source {
       const safeMark = !incremental || !horizon ? undefined
         : horizon === 'stale' ? standingMark(cursor.type.kind, readStart)
         : safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart, timeUnitMicros(described.decimals.get(cursor.name)));
-      const bounds = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
+      const safe = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
+      const bounds = { ...safe, until: capAtCallerBound(safe.until, request) };
       const bound = predicate(schema, request, cursor, bounds.until);
       const warnings = [
         ...(incremental && !this.seesTransactions && !this.warned ? [this.privilegeWarning()] : []),

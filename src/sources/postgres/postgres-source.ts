@@ -5,6 +5,7 @@
  * COPY takes no bind parameters, so watermark values are bound into transaction-local settings with `set_config($n)`
  * and read back in the predicate with `current_setting(…)::type`: values never enter the SQL text.
  */
+import { capAtCallerBound } from '../../core/caller-bound.js';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type pg from 'pg';
@@ -193,7 +194,8 @@ export class PostgresSource implements Source {
       if (this.snapshotToImport !== undefined) await client.query(`SET TRANSACTION SNAPSHOT '${this.snapshotToImport}'`);
       const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
       const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart(request), timeUnitMicros(cursor.typmod >= 0 ? cursor.typmod : undefined)) : undefined;
-      const bounds = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
+      const safe = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
+      const bounds = { ...safe, until: capAtCallerBound(safe.until, request) };
       const bound = this.predicate(described, request, cursor, bounds.until);
       if (bound.values.length) {
         const sets = bound.values.map((_, i) => `set_config('tidemark.p${i + 1}', $${i + 1}, true)`).join(', ');

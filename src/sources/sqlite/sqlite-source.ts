@@ -2,6 +2,7 @@
  * SQLite as a source. Each read runs inside one read transaction, so the upper bound, the NULL-cursor count and
  * the rows all come from the same snapshot (WAL mode). Ordering and comparisons are done by SQLite.
  */
+import { capAtCallerBound } from '../../core/caller-bound.js';
 import Database from 'better-sqlite3';
 import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
@@ -176,6 +177,7 @@ export class SqliteSource implements Source {
         const max = db.prepare(`SELECT max(${cursorExpr}) AS m FROM ${relation}`).raw(true).get() as unknown[];
         until = max[0] === null ? null : { type: cursorColumn.type.kind, value: String(max[0]) };
         if (request.upToSafeMark) until = capAtSafeMark(until, safeMark);
+        until = capAtCallerBound(until, request);
         const nulls = db.prepare(`SELECT count(*) FROM ${relation} WHERE ${cursorExpr} IS NULL`).raw(true).get() as bigint[];
         nullCursorRows = Number(nulls[0]);
         if (request.from !== undefined) where.push(`${cursorExpr} >= ${bind(request.from)}`);

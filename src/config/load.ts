@@ -502,7 +502,8 @@ function filesSpec(s: StreamDocument, at: (field: string) => string): FilesStrea
         }
       : undefined;
   const select = columnSelection(s, at);
-  return { pattern, format, partitionColumn: s.partition_column ?? DEFAULT_PARTITION_COLUMN, ...(csv ? { csv } : {}), changeDetection: s.change_detection ?? 'stat', ...(select ? { select } : {}) };
+  const rename = s.rename !== undefined && Object.keys(s.rename).length > 0 ? { rename: s.rename } : {};
+  return { pattern, format, partitionColumn: s.partition_column ?? DEFAULT_PARTITION_COLUMN, ...(csv ? { csv } : {}), changeDetection: s.change_detection ?? 'stat', ...(select ? { select } : {}), ...rename };
 }
 
 /** `columns: [a, {name: b, as: c}]` or `exclude: [d]`; output names must be unique. */

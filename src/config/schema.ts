@@ -346,6 +346,7 @@ export const streamSchema = z
       .optional()
       .describe('HTTP / Singer: a map of column → type (or {type, path}); files: the columns to read, each a name or {name, as}.'),
     exclude: z.array(columnName).min(1).optional().describe('Files: read every column but these.'),
+    rename: z.record(columnName, columnName).optional().describe("Files: a column's name in some files → the name the table keeps (`{airport_fee: Airport_fee}`), for files that renamed it."),
     tap_stream: z.string().min(1).optional().describe("Singer: the tap's stream id (default: the stream name)."),
   })
   .strict()

@@ -60,6 +60,8 @@ export interface FilesStreamSpec {
   readonly changeDetection?: ChangeDetection;
   /** The columns to read, in this order, each under its output name (absent: every column of the files). */
   readonly select?: ColumnSelection;
+  /** A column's name in some of the files → the name the table keeps; applied before `select`. */
+  readonly rename?: Readonly<Record<string, string>>;
 }
 
 /** Which columns of the files a stream keeps: a list (with renames), or every column but some. */

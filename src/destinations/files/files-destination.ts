@@ -414,9 +414,11 @@ export class FilesDestination implements Destination {
 function mergeColumns(prior: readonly LakeColumn[] | undefined, next: readonly LakeColumn[]): LakeColumn[] {
   const out = [...(prior ?? [])];
   for (const c of next) {
-    const at = out.findIndex((p) => p.name === c.name);
+    // Readers union the files by name ignoring case (DuckDB's union_by_name): a case-only rename is the same
+    // column, listed under the name it had first.
+    const at = out.findIndex((p) => p.name.toLowerCase() === c.name.toLowerCase());
     if (at < 0) out.push(c);
-    else out[at] = c;
+    else out[at] = { ...c, name: out[at]!.name };
   }
   return out;
 }

@@ -529,7 +529,15 @@ class SqlLoadTransaction implements LoadTransaction {
     }
     const have = new Set(existing);
     for (const c of columns) {
-      if (!have.has(c.name)) await this.exec.run(`ALTER TABLE ${quoted} ADD COLUMN ${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`);
+      if (have.has(c.name)) continue;
+      const caseOnly = existing.find((name) => asciiLower(name) === asciiLower(c.name));
+      if (caseOnly === undefined) await this.exec.run(`ALTER TABLE ${quoted} ADD COLUMN ${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`);
+      else if (this.dialect.foldsCase !== true) {
+        throw new DestinationError(
+          `the source's column ${JSON.stringify(c.name)} differs only in case from the table's column ${JSON.stringify(caseOnly)}, and ${this.dialect.name} keeps them apart; ` +
+            `say which one it is with rename: {${c.name}: ${caseOnly}} on the stream`,
+        );
+      }
     }
   }
 
@@ -593,4 +601,9 @@ function bulkReject(columns: readonly Column[], index: number, values: readonly 
   const row: Record<string, string | null> = {};
   columns.forEach((c, i) => (row[c.name] = values[i] ?? null));
   return { column: column.name, reason: `column ${column.name}: ${message}`, row: JSON.stringify(row) };
+}
+
+/** Case folding as DuckDB and SQLite match names: ASCII letters only. */
+function asciiLower(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => c.toLowerCase());
 }

@@ -11,6 +11,7 @@ import { tempDir, writeYaml } from '../helpers/fs.js';
 import { duckdbQuery, sqliteQuery } from '../helpers/warehouse.js';
 import { createPgDb, type PgTestDb } from '../integration/postgres/pg-db.js';
 import { createMysqlDb, type MysqlTestDb } from '../integration/mysql/mysql-db.js';
+import { committed, dirLake, tableRows } from './lake/helpers.js';
 
 type Kind = 'duckdb' | 'sqlite' | 'postgres';
 
@@ -160,5 +161,35 @@ describe('MariaDB DECIMAL(12,2) → DECIMAL(14,4)', () => {
     expect(loaded).toEqual(source);
     expect(second.stream).toMatchObject({ rows_loaded: 202, rows_rejected: 0, schema_changes: ['total decimal(12,2) → decimal(14,4) (widened)'] });
     expect(await dest.totalType()).toBe('DECIMAL(14,4)');
+  }, 60_000);
+});
+
+describe('Postgres numeric(12,2) → numeric(14,4) into a lake', () => {
+  it('writes the new objects with the new type, records it in the manifest, and every value reads back exactly', async () => {
+    await pgDb.sql('CREATE TABLE orders (id int PRIMARY KEY, total numeric(12,2), updated_at timestamp NOT NULL)');
+    await pgDb.sql(`INSERT INTO orders VALUES ${rowsSql(1, 200, 2)}`);
+    const lakeDir = join(dir, 'lake');
+    const config = await pipeline('lake', `  type: postgres\n  url: ${JSON.stringify(pgDb.url)}`, { yaml: `  type: files\n  location: ${JSON.stringify(lakeDir)}` } as Destination);
+    const first = await run(config, true);
+    expect(first.code, first.stderr).toBe(0);
+    await pgDb.sql('ALTER TABLE orders ALTER total TYPE numeric(14,4)');
+    await pgDb.sql(`INSERT INTO orders VALUES ${rowsSql(201, 500, 4)}, (501, 123.4567, '2024-01-02')`);
+    const second = await run(config, true);
+    expect(second.code, second.stderr).toBe(0);
+    expect(second.stream).toMatchObject({ rows_loaded: 301, schema_changes: ['total decimal(12,2) → decimal(14,4) (widened)'] });
+    const lake = dirLake(lakeDir);
+    const manifest = (await committed(lake, 'lake'))!.manifest as unknown as { tables: Record<string, { columns: { name: string; type: string }[] }> };
+    expect(manifest.tables.orders!.columns.find((c) => c.name === 'total')!.type).toBe('DECIMAL(14,4)');
+    const rows = await tableRows(lake, 'lake', 'orders', `CAST(id AS VARCHAR) || ':' || CAST(total AS VARCHAR)`);
+    const source = (await pgDb.sql('SELECT id::text AS id, total::text AS total FROM orders ORDER BY orders.id')).map((r) => `${r.id}:${exact(r.total)}`);
+    expect(rows.map((r) => { const [id, total] = r.split(':'); return `${id}:${exact(total)}`; })).toEqual(source);
+
+    // A narrowing would cast the older objects down when read: refused, nothing committed.
+    await pgDb.sql('ALTER TABLE orders ALTER total TYPE numeric(10,2)');
+    await pgDb.sql(`INSERT INTO orders VALUES (600, 1.5, '2024-01-05')`);
+    const third = await run(config, true);
+    expect(third.code).not.toBe(0);
+    expect(third.stderr).toContain('column total changed decimal(14,4) → decimal(10,2) (narrowed)');
+    expect(await tableRows(lake, 'lake', 'orders', `CAST(id AS VARCHAR)`)).toHaveLength(501);
   }, 60_000);
 });

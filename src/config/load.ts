@@ -13,6 +13,7 @@ import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
 import { nodeCrypto } from '../shared/lazy-modules.js';
+import { DEFAULT_SCHEMA_POLICY, type SchemaPolicy } from '../core/schema-diff.js';
 import type { NullCursorPolicy, OnChange, OnMissing, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
 import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
@@ -42,6 +43,8 @@ export interface StreamConfig extends StreamSpec {
   readonly sourceKey?: 'optional' | 'required';
   /** `strategy: log`: what deletes do, how often `--follow` commits, and the retained-log warning threshold. */
   readonly log?: LogStreamConfig;
+  /** `schema_changes:` (absent: the default policy, evolve; see src/engine/schema-check.ts). */
+  readonly schemaChanges?: SchemaPolicy;
 }
 
 export interface LogStreamConfig {
@@ -405,6 +408,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS[log ? 'log' : 'table'], s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS),
       onChange: s.on_change ?? 'reload',
       onMissing: s.on_missing ?? 'keep',
+      ...(s.schema_changes !== undefined ? { schemaChanges: schemaPolicy(s.schema_changes) } : {}),
       ...(keyFromSource && write === 'merge' ? { sourceKey: !log && s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
       ...(keyFromSource && log && write === 'append' ? { sourceKey: 'required' as const } : {}),
       ...(log ? { log: logStreamConfig(s, at) } : {}),
@@ -428,6 +432,16 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     ...(doc.timezone !== undefined ? { timezone: doc.timezone } : {}),
     overlap: doc.overlap ?? 'skip',
     catchUp: doc.catch_up ?? 'latest',
+  };
+}
+
+/** `schema_changes:` as written (a mode, or the detailed form) → the resolved policy. */
+function schemaPolicy(written: NonNullable<StreamDocument['schema_changes']>): SchemaPolicy {
+  const detailed = typeof written === 'string' ? { mode: written } : written;
+  return {
+    mode: detailed.mode ?? DEFAULT_SCHEMA_POLICY.mode,
+    newColumns: detailed.new_columns ?? DEFAULT_SCHEMA_POLICY.newColumns,
+    droppedColumns: detailed.dropped_columns ?? DEFAULT_SCHEMA_POLICY.droppedColumns,
   };
 }
 

@@ -138,6 +138,11 @@ function duckDbDialect(connection: DuckDBConnection, schema: string, memoryLimit
       const target = duckdbColumnType(type);
       return target === stageType(type) ? expression : `CAST(${expression} AS ${target})`;
     },
+    alterColumnType(table, column, from, to) {
+      const type = duckdbColumnType(to);
+      // DuckDB casts every stored value; each widening (see schema-diff.ts) maps onto a cast that is exact.
+      return type === duckdbColumnType(from) ? [] : [`ALTER TABLE ${table} ALTER COLUMN ${column} SET DATA TYPE ${type}`];
+    },
     async tableColumns(exec, name) {
       // duckdb_tables() + DESCRIBE: ~2 ms, where duckdb_columns() takes ~15 ms on a freshly opened file (it lists
       // every column of every table); part of every commit.

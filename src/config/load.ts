@@ -13,6 +13,7 @@ import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
 import { nodeCrypto } from '../shared/lazy-modules.js';
+import { DEFAULT_SCHEMA_POLICY, type SchemaPolicy } from '../core/schema-diff.js';
 import type { NullCursorPolicy, OnChange, OnMissing, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
 import { codePartitionSpec } from './code-streams.js';
 import { isPipelineModule } from './module-files.js';
@@ -53,6 +54,8 @@ export interface StreamConfig extends StreamSpec {
   readonly volatileColumns?: readonly string[];
   /** `strategy: log`: what deletes do, how often `--follow` commits, and the retained-log warning threshold. */
   readonly log?: LogStreamConfig;
+  /** `schema_changes:` (absent: the default policy, evolve; see src/engine/schema-check.ts). */
+  readonly schemaChanges?: SchemaPolicy;
 }
 
 export interface LogStreamConfig {
@@ -426,6 +429,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       ...(s.volatile_columns !== undefined ? { volatileColumns: volatileColumns(s.volatile_columns, primaryKey, at) } : {}),
       onChange: s.on_change ?? 'reload',
       onMissing: s.on_missing ?? 'keep',
+      ...(s.schema_changes !== undefined ? { schemaChanges: schemaPolicy(s.schema_changes) } : {}),
       ...(keyFromSource && write === 'merge' ? { sourceKey: !log && s.write === undefined && lookbackMs === undefined && s.on_null_cursor !== 'include' ? 'optional' : 'required' } : {}),
       ...(keyFromSource && log && write === 'append' ? { sourceKey: 'required' as const } : {}),
       ...(doc.source.type === 'airbyte' && s.strategy === undefined && s.write === undefined && s.cursor === undefined && lookbackMs === undefined && s.on_null_cursor === undefined
@@ -452,6 +456,16 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     ...(doc.timezone !== undefined ? { timezone: doc.timezone } : {}),
     overlap: doc.overlap ?? 'skip',
     catchUp: doc.catch_up ?? 'latest',
+  };
+}
+
+/** `schema_changes:` as written (a mode, or the detailed form) → the resolved policy. */
+function schemaPolicy(written: NonNullable<StreamDocument['schema_changes']>): SchemaPolicy {
+  const detailed = typeof written === 'string' ? { mode: written } : written;
+  return {
+    mode: detailed.mode ?? DEFAULT_SCHEMA_POLICY.mode,
+    newColumns: detailed.new_columns ?? DEFAULT_SCHEMA_POLICY.newColumns,
+    droppedColumns: detailed.dropped_columns ?? DEFAULT_SCHEMA_POLICY.droppedColumns,
   };
 }
 
@@ -526,7 +540,8 @@ function filesSpec(s: StreamDocument, at: (field: string) => string): FilesStrea
         }
       : undefined;
   const select = columnSelection(s, at);
-  return { pattern, format, partitionColumn: s.partition_column ?? DEFAULT_PARTITION_COLUMN, ...(csv ? { csv } : {}), changeDetection: s.change_detection ?? 'stat', ...(select ? { select } : {}) };
+  const rename = s.rename !== undefined && Object.keys(s.rename).length > 0 ? { rename: s.rename } : {};
+  return { pattern, format, partitionColumn: s.partition_column ?? DEFAULT_PARTITION_COLUMN, ...(csv ? { csv } : {}), changeDetection: s.change_detection ?? 'stat', ...(select ? { select } : {}), ...rename };
 }
 
 /** `columns: [a, {name: b, as: c}]` or `exclude: [d]`; output names must be unique. */

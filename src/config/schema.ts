@@ -305,6 +305,19 @@ export const stateSchema = z
   .union([z.literal('destination'), stateStoreSchema])
   .describe('Where state lives: `destination` (the default, committed with the data) or a separate store, reconciled with the destination at every run.');
 
+const schemaChangesSchema = z
+  .union([
+    z.enum(['evolve', 'freeze']),
+    z
+      .object({
+        mode: z.enum(['evolve', 'freeze']).optional().describe('evolve applies changes that keep every value exact (new columns, widened types) in the same commit as the rows; freeze stops the stream on any change (default evolve).'),
+        new_columns: z.enum(['add', 'ignore']).optional().describe('A new source column: add it to the destination table, or leave it out and keep loading the others (default add).'),
+        dropped_columns: z.enum(['keep', 'stop']).optional().describe('A column the source no longer sends: keep it in the table, NULL in rows loaded from now on, or stop the stream (default keep).'),
+      })
+      .strict(),
+  ])
+  .describe('What a run does when the source\'s columns differ from the ones last committed: `evolve` (the default), `freeze`, or the detailed form. A change that would not keep every value exact always stops the stream, naming the column.');
+
 const columnName = z.string().min(1);
 export const streamSchema = z
   .object({
@@ -335,6 +348,7 @@ export const streamSchema = z
       .describe('append inserts, merge upserts on the primary key, replace swaps in a new generation (default: merge with a key, else append; replace for full).'),
     lookback: z.string().optional().describe('Re-read this tail of the window each run (`5m`, `3d`); needs write: merge and a date or timestamp cursor.'),
     on_null_cursor: z.enum(['error', 'include', 'exclude']).optional().describe('Rows whose cursor is NULL: stop the stream, load them every run (needs merge), or skip them (default error).'),
+    schema_changes: schemaChangesSchema.optional(),
     on_reject: z.enum(['fail', 'warn', 'continue']).optional().describe('Rows the destination cannot hold exactly: stop the stream, or load the rest with (warn) or without (continue) a warning; rejects are kept (default warn).'),
     checkpoint_rows: z.number().int().positive().optional().describe('Commit about every N rows, never inside a group of equal cursor values (default 100000).'),
     batch_rows: z.number().int().positive().optional().describe('Rows per batch between source and destination (default 1000; 10000 for strategy: log).'),
@@ -365,6 +379,7 @@ export const streamSchema = z
       .optional()
       .describe('HTTP / Singer: a map of column → type (or {type, path}); files: the columns to read, each a name or {name, as}.'),
     exclude: z.array(columnName).min(1).optional().describe('Files: read every column but these.'),
+    rename: z.record(columnName, columnName).optional().describe("Files: a column's name in some files → the name the table keeps (`{airport_fee: Airport_fee}`), for files that renamed it."),
     tap_stream: z.string().min(1).optional().describe("Singer: the tap's stream id (default: the stream name)."),
   })
   .strict()

@@ -60,6 +60,8 @@ export interface FilesStreamSpec {
   readonly changeDetection?: ChangeDetection;
   /** The columns to read, in this order, each under its output name (absent: every column of the files). */
   readonly select?: ColumnSelection;
+  /** A column's name in some of the files → the name the table keeps; applied before `select`. */
+  readonly rename?: Readonly<Record<string, string>>;
 }
 
 /** Which columns of the files a stream keeps: a list (with renames), or every column but some. */
@@ -348,6 +350,18 @@ export interface TableTarget {
    * new rows land (a first load deletes nothing; a reload is delete-then-insert).
    */
   readonly replacePartition?: { readonly column: string; readonly value: string };
+  /**
+   * Columns whose type the source widened since the table was committed: converted to `to` inside the load's first
+   * transaction, before any row lands, every stored value kept exactly (only ones `Destination.widens` accepted).
+   */
+  readonly widen?: readonly ColumnWidening[];
+}
+
+/** One destination column converted to a wider type (see src/core/schema-diff.ts for what counts as wider). */
+export interface ColumnWidening {
+  readonly column: string;
+  readonly from: ColumnType;
+  readonly to: ColumnType;
 }
 
 export interface Fence {
@@ -454,6 +468,11 @@ export interface Destination {
   rejectReason(type: ColumnType, value: Value): string | undefined;
   /** False when `rejectReason` refuses no canonical value of this type, so a columnar check can skip the column. */
   mayReject?(type: ColumnType): boolean;
+  /**
+   * Whether a column of type `from` can be converted to `to` inside a load transaction keeping every stored value
+   * exactly, and then hold every value of `to` exactly. Absent: no column type ever changes (the stream stops).
+   */
+  widens?(from: ColumnType, to: ColumnType): boolean;
   /** Whether `LoadTransaction.writeBulk` can carry every one of these columns exactly in this format. */
   acceptsBulk?(format: BulkFormat, columns: readonly Column[]): boolean;
   /** Drops a stream's leftover build table (after a reset). */

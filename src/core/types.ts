@@ -15,16 +15,17 @@ export type ColumnType =
   | { readonly kind: 'decimal'; readonly precision?: number; readonly scale?: number }
   | { readonly kind: 'float32' }
   | { readonly kind: 'float64' }
-  | { readonly kind: 'text' }
+  /** `length`: the most characters the source declares (`varchar(n)`); absent means unbounded. */
+  | { readonly kind: 'text'; readonly length?: number }
   | { readonly kind: 'bytes' }
   | { readonly kind: 'uuid' }
   | { readonly kind: 'json' }
   | { readonly kind: 'date' }
   | { readonly kind: 'time' }
-  /** Wall-clock time without a zone ("naive"). */
-  | { readonly kind: 'timestamp' }
-  /** An instant; canonical form is UTC. */
-  | { readonly kind: 'timestamptz' }
+  /** Wall-clock time without a zone ("naive"). `precision`: fractional-second digits the source keeps (absent: 6). */
+  | { readonly kind: 'timestamp'; readonly precision?: number }
+  /** An instant; canonical form is UTC. `precision` as for timestamp. */
+  | { readonly kind: 'timestamptz'; readonly precision?: number }
   | { readonly kind: 'interval' };
 
 export type ColumnKind = ColumnType['kind'];
@@ -90,6 +91,20 @@ export interface BuildProgress {
   /** The watermark the build will publish when it is swapped in. */
   readonly watermark?: Watermark;
   readonly rows: number;
+  /** The schema of the build table (it may differ from the live table's `StreamState.schema` until the swap). */
+  readonly schema?: CommittedSchema;
+}
+
+/**
+ * The shape of a stream's destination table as of a commit: the source's columns with their exact types, plus the
+ * columns the source stopped sending, which the table keeps (see src/core/schema-diff.ts).
+ */
+export interface CommittedSchema {
+  /** Every column of the destination table, in source order, then the dropped ones. */
+  readonly columns: readonly Column[];
+  readonly primaryKey: readonly string[];
+  /** Columns the source no longer sends: kept in the table, NULL in rows loaded since. */
+  readonly dropped?: readonly string[];
 }
 
 export interface StreamState {
@@ -118,6 +133,8 @@ export interface StreamState {
   readonly metadata?: Readonly<Record<string, string>>;
   /** `strategy: log`: the log position applied and the snapshot's progress (see src/engine/log-load.ts). */
   readonly log?: LogState;
+  /** The schema the live table was committed with; absent in states written before schemas were kept. */
+  readonly schema?: CommittedSchema;
 }
 
 /** Where a log stream stands. Positions are the source's opaque strings (`ChangeLogSource.compare` orders them). */
@@ -176,6 +193,8 @@ export interface StreamResult {
   readonly full: boolean;
   /** Rows the source sent again at or below the committed watermark, dropped by the engine (not counted as read). */
   readonly rows_resent?: number;
+  /** How the source's schema differed from the committed one, one line per change (present only when it did). */
+  readonly schema_changes?: readonly string[];
   readonly error?: string;
   /** Partitioned streams: the partitions this run loaded (new, changed or reloaded on request), in order. */
   readonly partitions_loaded?: readonly string[];

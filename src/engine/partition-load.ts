@@ -203,21 +203,33 @@ class PartitionLoader {
     const cancel = new AbortController();
     const signal = this.ctx.signal ? AbortSignal.any([this.ctx.signal, cancel.signal]) : cancel.signal;
     let next = pending.length > 0 ? this.open(pending[0]!, signal) : undefined;
+    const failed: { partition: string; error: unknown }[] = [];
     try {
       for (const [i, plan] of pending.entries()) {
         this.ctx.signal?.throwIfAborted();
-        await this.attempt(plan, async () => {
-          const opened = await next!;
-          next = i + 1 < pending.length ? this.open(pending[i + 1]!, signal) : undefined;
-          this.current = { index: i + 1, count: pending.length, id: plan.partition, rowsBefore: this.rowsRead, ...(opened.declared ? { rows: opened.declared.rows } : {}) };
-          this.progress(this.rowsRead);
-          await this.loadPartition(plan, opened, i === pending.length - 1);
-        });
+        const opening = next!;
+        const following = () => (i + 1 < pending.length ? this.open(pending[i + 1]!, signal) : undefined);
+        try {
+          await this.attempt(plan, async () => {
+            const opened = await opening;
+            next = following();
+            this.current = { index: i + 1, count: pending.length, id: plan.partition, rowsBefore: this.rowsRead, ...(opened.declared ? { rows: opened.declared.rows } : {}) };
+            this.progress(this.rowsRead);
+            await this.loadPartition(plan, opened, i === pending.length - 1 && failed.length === 0);
+          });
+        } catch (error) {
+          // One bad partition (its files unreadable, its columns refused) does not block the ones after it: they load,
+          // and the stream still ends failed, naming it. Anything else (a stop, a lost lease, a retryable fault) ends it now.
+          if (!partitionLocal(error, this.ctx.signal)) throw error;
+          failed.push({ partition: plan.partition, error });
+          if (next === opening) next = following();
+        }
       }
     } finally {
       cancel.abort();
       await next?.then((unused) => unused.close(), () => undefined);
     }
+    if (failed.length > 0) throw failedPartitions(failed, this.loaded.length);
     return { state: this.state, result: this.result() };
   }
 
@@ -381,7 +393,9 @@ class PartitionLoader {
       }
     } catch (error) {
       const phase = error instanceof TidemarkError ? (error.context.phase ?? 'extract') : 'extract';
-      throw withContext(error, { ...context, phase }, 'source');
+      // The source's errors name their file; the destination's (a column it refuses) get the partition's files here.
+      const at = error instanceof TidemarkError && error.kind !== 'source' ? { at: `partition ${plan.partition}: ${opened.files.map((f) => f.path).join(', ')}` } : {};
+      throw withContext(error, { ...context, phase, ...at }, 'source');
     } finally {
       await opened.close();
     }
@@ -547,4 +561,18 @@ class PartitionLoader {
       ...(this.deleted.length > 0 ? { partitions_deleted: [...this.deleted] } : {}),
     };
   }
+}
+
+/** A failure that belongs to its partition's input, so the partitions after it can still load. */
+function partitionLocal(error: unknown, signal: AbortSignal | undefined): boolean {
+  return error instanceof TidemarkError && !(error instanceof ConflictError) && !error.retryable && signal?.aborted !== true;
+}
+
+/** The first failure, saying how many partitions failed and that the others loaded. */
+function failedPartitions(failed: readonly { partition: string; error: unknown }[], loaded: number): unknown {
+  const first = failed[0]!.error;
+  if (!(first instanceof TidemarkError)) return first;
+  const others = failed.length > 1 ? `; ${failed.length - 1} more partition${failed.length > 2 ? 's' : ''} failed (${failed.slice(1).map((f) => f.partition).join(', ')})` : '';
+  const rest = loaded > 0 ? `; the other ${loaded} partition${loaded > 1 ? 's' : ''} loaded` : '';
+  return new TidemarkError(first.kind, `${first.message}${others}${rest}`, { context: first.context, cause: first });
 }

@@ -22,12 +22,14 @@ import type {
   Watermark,
 } from '../core/types.js';
 import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
+import { describeChange } from '../core/schema-diff.js';
 import type { StreamConfig } from '../config/load.js';
 import { CursorGroup, ReadFloor, rowIdentity } from './boundary.js';
 import { CheckpointProof } from './checkpoint-proof.js';
 import { CursorRange, ReadOrder } from './read-order.js';
 import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
+import { streamSchemaStep, withoutColumns, type SchemaStep } from './schema-check.js';
 
 export interface StreamContext {
   readonly pipeline: string;
@@ -99,8 +101,10 @@ export async function loadStream(ctx: StreamContext, configured: StreamConfig, s
     const settled = settleKey(stream, read.schema.primaryKey);
     checkLookback(settled, read.schema);
     checkNullCursors(ctx, settled, read);
-    const loader = new StreamLoader(ctx, settled, plan, read, state, started);
-    return await loader.load(read);
+    const schema = streamSchemaStep(ctx, settled, plan, prior, read.schema);
+    const opened = withoutColumns(read, schema.leftOut);
+    const loader = new StreamLoader(ctx, settled, plan, opened, state, started, schema);
+    return await loader.load(opened);
   } finally {
     await read.close();
   }
@@ -166,6 +170,7 @@ class StreamLoader {
     private readonly read: OpenedRead,
     state: PipelineState,
     private readonly started: number,
+    private readonly schemaStep: SchemaStep,
   ) {
     const schema = read.schema;
     this.schema = schema;
@@ -440,6 +445,7 @@ class StreamLoader {
           schema: this.schema,
           write: this.building && this.stream.write === 'replace' ? 'append' : this.stream.write,
           ...(this.plan.generation !== undefined ? { build: this.plan.generation } : {}),
+          ...(this.schemaStep.widen.length > 0 ? { widen: this.schemaStep.widen } : {}),
         },
         fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
       });
@@ -496,6 +502,8 @@ class StreamLoader {
       ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
       updatedAt: new Date().toISOString(),
       ...runMarks(prior, this.ctx.runId, this.ctx.startedAt),
+      // A build's schema is the live table's only once it is swapped in.
+      ...(this.building && !final ? (prior?.schema ? { schema: prior.schema } : {}) : { schema: this.schemaStep.committed }),
     };
     let streamState: StreamState;
     if (!this.building) {
@@ -530,6 +538,7 @@ class StreamLoader {
             rows: this.buildRows,
             ...(this.watermark ? { watermark: this.watermark } : {}),
             ...(this.position.afterPk ? { afterPk: this.position.afterPk } : {}),
+            schema: this.schemaStep.committed,
           },
         };
       }
@@ -583,6 +592,7 @@ class StreamLoader {
       duration_ms: Date.now() - this.started,
       full: this.building,
       ...(this.rowsResent > 0 ? { rows_resent: this.rowsResent } : {}),
+      ...(this.schemaStep.changes.length > 0 ? { schema_changes: this.schemaStep.changes.map(describeChange) } : {}),
     };
   }
 }

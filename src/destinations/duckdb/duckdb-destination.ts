@@ -129,6 +129,7 @@ function storedColumnType(type: ColumnType): string {
 function duckDbDialect(connection: DuckDBConnection, schema: string, memoryLimit: string): SqlDialect {
   return {
     name: 'duckdb',
+    foldsCase: true,
     beginStatement: 'BEGIN TRANSACTION',
     table: (name) => `${quoteIdent(schema)}.${quoteIdent(name)}`,
     columnType: storedColumnType,
@@ -136,6 +137,11 @@ function duckDbDialect(connection: DuckDBConnection, schema: string, memoryLimit
     castFromStage: (expression, type) => {
       const target = duckdbColumnType(type);
       return target === stageType(type) ? expression : `CAST(${expression} AS ${target})`;
+    },
+    alterColumnType(table, column, from, to) {
+      const type = duckdbColumnType(to);
+      // DuckDB casts every stored value; each widening (see schema-diff.ts) maps onto a cast that is exact.
+      return type === duckdbColumnType(from) ? [] : [`ALTER TABLE ${table} ALTER COLUMN ${column} SET DATA TYPE ${type}`];
     },
     async tableColumns(exec, name) {
       // duckdb_tables() + DESCRIBE: ~2 ms, where duckdb_columns() takes ~15 ms on a freshly opened file (it lists

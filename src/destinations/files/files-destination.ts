@@ -25,6 +25,7 @@ import type {
 import { DestinationError, TidemarkError } from '../../core/errors.js';
 import { randomHex } from '../../core/ids.js';
 import { failpoint } from '../../core/failpoints.js';
+import { DEFAULT_TIME_PRECISION, timePrecision } from '../../core/schema-diff.js';
 import { stderrLogger, type Logger } from '../../core/logger.js';
 import type { Column, ColumnType, LedgerEntry, Row, RunRecord, Value } from '../../core/types.js';
 import { openObjectStore, type ObjectStoreOptions } from '../../shared/object-store.js';
@@ -140,6 +141,15 @@ export class FilesDestination implements Destination {
 
   private async pipelines(): Promise<string[]> {
     return [...new Set([...this.knownPipelines, ...(await this.lake.pipelines())])];
+  }
+
+  /**
+   * Objects are never rewritten: a widened column's new objects carry the new type, the manifest records it for the
+   * table, and readers take every object by column name, casting the older ones up (an exact cast for a widening).
+   * Values finer than microseconds the writer cannot keep.
+   */
+  widens(_from: ColumnType, to: ColumnType): boolean {
+    return timePrecision(to) <= DEFAULT_TIME_PRECISION;
   }
 
   rejectReason(_type: ColumnType, value: Value): string | undefined {
@@ -414,9 +424,11 @@ export class FilesDestination implements Destination {
 function mergeColumns(prior: readonly LakeColumn[] | undefined, next: readonly LakeColumn[]): LakeColumn[] {
   const out = [...(prior ?? [])];
   for (const c of next) {
-    const at = out.findIndex((p) => p.name === c.name);
+    // Readers union the files by name ignoring case (DuckDB's union_by_name): a case-only rename is the same
+    // column, listed under the name it had first.
+    const at = out.findIndex((p) => p.name.toLowerCase() === c.name.toLowerCase());
     if (at < 0) out.push(c);
-    else out[at] = c;
+    else out[at] = { ...c, name: out[at]!.name };
   }
   return out;
 }

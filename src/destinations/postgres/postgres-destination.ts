@@ -317,6 +317,11 @@ function postgresDialect(exec: PostgresExecutor, schema: string): SqlDialect {
     // COPY parses text straight into the target types, so the stage already holds typed values.
     stageType: postgresColumnType,
     castFromStage: (expression) => expression,
+    alterColumnType(table, column, from, to) {
+      const type = postgresColumnType(to);
+      // Postgres rewrites the table inside the load's transaction, casting every value exactly (widenings only).
+      return type === postgresColumnType(from) ? [] : [`ALTER TABLE ${table} ALTER COLUMN ${column} TYPE ${type}`];
+    },
     async tableColumns(e, name) {
       const rows = await e.query(
         `SELECT a.attname AS name FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -8,6 +8,7 @@ import type {
   BulkChunk,
   BulkFormat,
   ColumnBatch,
+  ColumnWidening,
   CommitRequest,
   Destination,
   DestinationCapabilities,
@@ -23,6 +24,7 @@ import { failpoint } from '../../core/failpoints.js';
 import type { Column, ColumnType, Reject, Row, Value } from '../../core/types.js';
 import { ValueRejection, coerceValue } from '../../core/values.js';
 import { quoteIdent } from '../../shared/sql.js';
+import { DEFAULT_TIME_PRECISION, timePrecision, typeName } from '../../core/schema-diff.js';
 import type { FixedColumn, SqlDialect, SqlExecutor, SqlParam } from './sql-dialect.js';
 import { SqlMeta, SqlStateStore } from './sql-meta.js';
 
@@ -71,6 +73,11 @@ export abstract class SqlDestination implements Destination {
 
   fenceToken(lease: string): Promise<number> {
     return this.meta.fenceToken(lease);
+  }
+
+  /** Every destination column holds microseconds: a finer timestamp never widens into one. */
+  widens(from: ColumnType, to: ColumnType): boolean {
+    return timePrecision(to) <= DEFAULT_TIME_PRECISION && this.dialect.alterColumnType?.('t', 'c', from, to) !== undefined;
   }
 
   /** Whether the bulk path can carry every column of this schema exactly. */
@@ -125,6 +132,9 @@ class SqlLoadTransaction implements LoadTransaction {
    */
   private readonly knownColumns = new Map<string, ReadonlySet<string>>();
   private ensured: { readonly table: string; readonly names: ReadonlySet<string> } | undefined;
+  /** Widenings (`TableTarget.widen`) done by a committed transaction of this load, and by the open one. */
+  private readonly widened = new Set<string>();
+  private widening = new Set<string>();
 
   async write(rows: readonly Row[]): Promise<void> {
     if (rows.length === 0) return;
@@ -339,6 +349,7 @@ class SqlLoadTransaction implements LoadTransaction {
     } catch (error) {
       this.created = undefined;
       this.ensured = undefined;
+      this.widening = new Set();
       await this.exec.run('ROLLBACK').catch(() => undefined);
       if (error instanceof TidemarkError) throw error;
       throw new DestinationError(`commit into ${this.dialect.name} failed: ${(error as Error).message}`, {
@@ -402,7 +413,7 @@ class SqlLoadTransaction implements LoadTransaction {
     const { target, changes } = staged.target;
     const { schema } = target;
     const table = schema.name;
-    await this.ensureTable(table, schema.columns, false, schema.primaryKey);
+    await this.ensureTable(table, schema.columns, false, schema.primaryKey, false, target.widen ?? []);
     const quoted = this.dialect.table(table);
     const cast = (stageCol: string, c: Column) => this.dialect.castFromStage(quoteIdent(stageCol), c.type);
     const pkList = staged.keyColumns.map((c) => quoteIdent(c.name)).join(', ');
@@ -471,6 +482,8 @@ class SqlLoadTransaction implements LoadTransaction {
 
   /** After a COMMIT: what `createdTables` knows about the table now. */
   private committedInto(table: string): void {
+    for (const key of this.widening) this.widened.add(key);
+    this.widening = new Set();
     if (this.created === table) this.createdTables.set(table, new Set());
     this.created = undefined;
     if (this.ensured !== undefined) this.knownColumns.set(this.ensured.table, this.ensured.names);
@@ -480,6 +493,7 @@ class SqlLoadTransaction implements LoadTransaction {
   }
 
   async rollback(): Promise<void> {
+    this.widening = new Set();
     // A table created in the transaction being rolled back is gone; one committed earlier keeps waiting for its index
     // (the next load's first look at it builds it).
     if (this.indexDeferred?.table === this.created) this.indexDeferred = undefined;
@@ -502,7 +516,9 @@ class SqlLoadTransaction implements LoadTransaction {
     fresh: boolean,
     primaryKey: readonly string[] = this.load.target.schema.primaryKey,
     deferIndex = false,
+    widen: readonly ColumnWidening[] = this.load.target.widen ?? [],
   ): Promise<void> {
+    if (!fresh) await this.widen(table, widen);
     const known = this.ensured?.table === table ? this.ensured.names : this.knownColumns.get(table);
     if (!fresh && known !== undefined && columns.every((c) => known.has(c.name))) return;
     this.ensured = { table, names: new Set(columns.map((c) => c.name)) };
@@ -529,8 +545,35 @@ class SqlLoadTransaction implements LoadTransaction {
     }
     const have = new Set(existing);
     for (const c of columns) {
-      if (!have.has(c.name)) await this.exec.run(`ALTER TABLE ${quoted} ADD COLUMN ${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`);
+      if (have.has(c.name)) continue;
+      const caseOnly = existing.find((name) => asciiLower(name) === asciiLower(c.name));
+      if (caseOnly === undefined) await this.exec.run(`ALTER TABLE ${quoted} ADD COLUMN ${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`);
+      else if (this.dialect.foldsCase !== true) {
+        throw new DestinationError(
+          `the source's column ${JSON.stringify(c.name)} differs only in case from the table's column ${JSON.stringify(caseOnly)}, and ${this.dialect.name} keeps them apart; ` +
+            `say which one it is with rename: {${c.name}: ${caseOnly}} on the stream`,
+        );
+      }
     }
+  }
+
+  /**
+   * Converts the table's widened columns to their new types, once per load, inside the open transaction (so before
+   * the rows that need them land, and undone with them); a column the table does not have yet is added later.
+   */
+  private async widen(table: string, widen: readonly ColumnWidening[]): Promise<void> {
+    const pending = widen.filter((w) => !this.widened.has(widenKey(table, w)) && !this.widening.has(widenKey(table, w)));
+    if (pending.length === 0) return;
+    const existing = await this.dialect.tableColumns(this.exec, table);
+    for (const w of pending) {
+      this.widening.add(widenKey(table, w));
+      if (existing === undefined || !existing.includes(w.column)) continue;
+      const statements = this.dialect.alterColumnType?.(this.dialect.table(table), quoteIdent(w.column), w.from, w.to);
+      if (statements === undefined) throw new DestinationError(`${this.dialect.name} cannot convert column ${w.column} from ${typeName(w.from)} to ${typeName(w.to)}`);
+      for (const statement of statements) await this.exec.run(statement);
+    }
+    // Cached column lists say nothing about types, but a conversion may have rebuilt the table: ask again later.
+    this.knownColumns.delete(table);
   }
 
   private async applyStage(table: string): Promise<void> {
@@ -555,6 +598,10 @@ class SqlLoadTransaction implements LoadTransaction {
       `INSERT INTO ${quoted} (${names}) SELECT ${names} FROM (SELECT ${casts}, row_number() OVER (PARTITION BY ${pkCasts} ORDER BY ${order}) AS _tidemark_rank FROM ${STAGE}) ranked WHERE _tidemark_rank = 1`,
     );
   }
+}
+
+function widenKey(table: string, w: ColumnWidening): string {
+  return `${table}\u0000${w.column}\u0000${typeName(w.to)}`;
 }
 
 interface StagedChanges {
@@ -593,4 +640,9 @@ function bulkReject(columns: readonly Column[], index: number, values: readonly 
   const row: Record<string, string | null> = {};
   columns.forEach((c, i) => (row[c.name] = values[i] ?? null));
   return { column: column.name, reason: `column ${column.name}: ${message}`, row: JSON.stringify(row) };
+}
+
+/** Case folding as DuckDB and SQLite match names: ASCII letters only. */
+function asciiLower(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => c.toLowerCase());
 }

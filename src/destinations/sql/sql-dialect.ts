@@ -39,6 +39,11 @@ export interface SqlDialect {
   readonly name: string;
   /** Statement that opens the commit transaction (`BEGIN`, `BEGIN IMMEDIATE`). */
   readonly beginStatement: string;
+  /**
+   * Column names match whatever their ASCII case (DuckDB, SQLite, even quoted): a source column that differs from a
+   * table column only in case is that column. Absent (Postgres' quoted names): they are two columns.
+   */
+  readonly foldsCase?: boolean;
   /** Fully quoted name of a table in the destination's schema. */
   table(name: string): string;
   /** DDL type of a target column. */
@@ -47,6 +52,12 @@ export interface SqlDialect {
   stageType(type: ColumnType): string;
   /** Expression turning a staged value into the target type. */
   castFromStage(expression: string, type: ColumnType): string;
+  /**
+   * Inside the current transaction: the statements that convert column `column` (quoted) of `table` (quoted) from
+   * `from` to the wider `to`, keeping every stored value exactly; `[]` when the column already holds `to` as it is;
+   * undefined when this dialect cannot (the engine then stops the stream before writing).
+   */
+  alterColumnType?(table: string, column: string, from: ColumnType, to: ColumnType): readonly string[] | undefined;
   /** Column names of an existing table, or undefined when it does not exist. */
   tableColumns(exec: SqlExecutor, name: string): Promise<string[] | undefined>;
   /** Whether a table exists, where that is cheaper to ask than its columns. */

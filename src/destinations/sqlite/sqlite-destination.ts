@@ -46,6 +46,19 @@ export function sqliteColumnType(type: ColumnType): string {
   }
 }
 
+/**
+ * SQLite keeps each value with its own storage class, whatever the column declares; a declared type only steers
+ * values through its affinity. So a widening changes nothing stored and needs no statement when the column's
+ * affinity already keeps the new values exactly: the same affinity (decimal text stays TEXT), or an integer column
+ * receiving floats (INTEGER affinity stores a non-integral REAL as REAL). Anything else (integers becoming decimal
+ * text, which INTEGER affinity would turn into REAL) it cannot do in place.
+ */
+function sqliteWidening(_table: string, _column: string, from: ColumnType, to: ColumnType): readonly string[] | undefined {
+  const was = sqliteColumnType(from);
+  const now = sqliteColumnType(to);
+  return was === now || (was === 'INTEGER' && now === 'REAL') ? [] : undefined;
+}
+
 /** better-sqlite3 binds bigint, number, string, Buffer and null; booleans become 0/1. */
 export function toSqliteParam(value: Value): SqlParam | Buffer {
   if (value === null) return null;
@@ -127,11 +140,13 @@ class SqliteExecutor implements SqlExecutor {
 function sqliteDialect(exec: SqliteExecutor, refuse: (type: ColumnType, value: Value) => string | undefined): SqlDialect {
   return {
     name: 'sqlite',
+    foldsCase: true,
     beginStatement: 'BEGIN IMMEDIATE',
     table: (name) => quoteIdent(name),
     columnType: sqliteColumnType,
     stageType: sqliteColumnType,
     castFromStage: (expression) => expression,
+    alterColumnType: sqliteWidening,
     async tableColumns(e, name) {
       const rows = await e.query(`SELECT name FROM pragma_table_info(?)`, [name]);
       return rows.length ? rows.map((r) => String(r.name)) : undefined;

@@ -239,6 +239,7 @@ export class FilesSource implements Source {
         described.map((d) => ({ name: String(d.column_name), type: String(d.column_type) })).filter((c) => c.name !== hiveColumn),
         spec.select,
         read[0]!.display,
+        spec.rename,
       );
       const readers: ColumnReader[] = [];
       const columns: Column[] = [];
@@ -421,22 +422,41 @@ interface FileColumn {
   readonly type: string;
 }
 
-/** The described columns a stream keeps, in its order, each with its output name; a name the files lack is an error. */
-function selectColumns(described: readonly FileColumn[], select: ColumnSelection | undefined, file: string): (FileColumn & { readonly as: string })[] {
-  if (select === undefined) return described.map((c) => ({ ...c, as: c.name }));
-  const byName = new Map(described.map((c) => [c.name, c]));
+/**
+ * The described columns a stream keeps, in its order, each with its output name; a name the files lack is an error.
+ * `rename` first gives a column the name the table keeps (a file that calls it otherwise); `select` then names the
+ * kept columns.
+ */
+function selectColumns(
+  described: readonly FileColumn[],
+  select: ColumnSelection | undefined,
+  file: string,
+  rename: Readonly<Record<string, string>> = {},
+): (FileColumn & { readonly as: string })[] {
+  const renamed = described.map((c) => ({ ...c, as: Object.hasOwn(rename, c.name) ? rename[c.name]! : c.name }));
+  const byName = new Map<string, FileColumn & { readonly as: string }>();
+  for (const c of renamed) {
+    const other = byName.get(c.as);
+    if (other !== undefined) {
+      throw new SourceError(`${file} has both columns ${JSON.stringify(other.name)} and ${JSON.stringify(c.name)}, which rename: maps to one column ${JSON.stringify(c.as)}`, {
+        context: { phase: 'discover' },
+      });
+    }
+    byName.set(c.as, c);
+  }
+  if (select === undefined) return renamed;
   const wanted = 'columns' in select ? select.columns.map((c) => c.name) : select.exclude;
   const missing = wanted.filter((name) => !byName.has(name));
   if (missing.length > 0) {
     const field = 'columns' in select ? 'columns' : 'exclude';
     throw new ConfigError(
-      `${field}: ${file} has no column ${missing.map((m) => JSON.stringify(m)).join(', ')} (it has ${described.map((c) => c.name).join(', ')})`,
+      `${field}: ${file} has no column ${missing.map((m) => JSON.stringify(m)).join(', ')} (it has ${renamed.map((c) => c.as).join(', ')})`,
       { context: { phase: 'discover' } },
     );
   }
   if ('columns' in select) return select.columns.map((c) => ({ ...byName.get(c.name)!, as: c.as }));
   const dropped = new Set(select.exclude);
-  const kept = described.filter((c) => !dropped.has(c.name)).map((c) => ({ ...c, as: c.name }));
+  const kept = renamed.filter((c) => !dropped.has(c.as));
   if (kept.length === 0) throw new ConfigError(`exclude: it drops every column of ${file}`, { context: { phase: 'discover' } });
   return kept;
 }

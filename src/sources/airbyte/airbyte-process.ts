@@ -27,6 +27,11 @@ export interface ConnectorRunOptions {
 }
 
 const PREFIX = 'tidemark-airbyte-';
+
+function exitHow(exit: Exit): string {
+  if (exit.error) return `could not be started (${(exit.error as NodeJS.ErrnoException).code ?? exit.error.message})`;
+  return exit.signal !== null ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
+}
 export class ConnectorRun {
   private stopped = false;
   private cleaned: Promise<void> | undefined;
@@ -126,22 +131,20 @@ export class ConnectorRun {
     await this.cleanup();
   }
 
-  /** A broken line from a connector that died mid-write is reported by its exit, with its stderr. */
+  /**
+   * A broken line names itself (number and start); a connector that then died (it printed an error page and failed,
+   * or died of EPIPE once nothing read it) is reported with its exit and stderr as well, never instead.
+   */
   private async explain(error: unknown): Promise<unknown> {
     const exit = await Promise.race([this.exited, new Promise<undefined>((r) => setTimeout(() => r(undefined), 2000))]);
-    if (exit && (exit.code !== 0 || exit.signal !== null)) return this.exitFailure(exit);
+    const line = error instanceof SourceError ? error.message.replace(`the connector ${this.program} `, '') : undefined;
+    if (exit && (exit.code !== 0 || exit.signal !== null)) return line === undefined ? this.exitFailure(exit) : this.failure(`${line}; then it ${exitHow(exit)}`, false);
     await this.stop();
-    if (error instanceof SourceError) return this.failure(error.message.replace(`the connector ${this.program} `, ''), false);
-    return error;
+    return line === undefined ? error : this.failure(line, false);
   }
 
   private exitFailure(exit: Exit): SourceError {
-    const how = exit.error
-      ? `could not be started (${(exit.error as NodeJS.ErrnoException).code ?? exit.error.message})`
-      : exit.signal !== null
-        ? `was killed by ${exit.signal}`
-        : `exited with code ${exit.code}`;
-    return this.failure(how, exit.signal !== null && !this.stopped);
+    return this.failure(exitHow(exit), exit.signal !== null && !this.stopped);
   }
 
   failure(what: string, retryable: boolean): SourceError {

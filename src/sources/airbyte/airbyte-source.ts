@@ -16,6 +16,7 @@ import type { AirbyteSourceConfig } from '../../config/schema.js';
 import { isJsonObject, parseExactJson, stringifyExactJson, type ExactJson } from '../../shared/exact-json.js';
 import { recordToRow } from '../singer/singer-messages.js';
 import { catalogStreams, schemaFromCatalog, type AirbyteCatalogStream, type AirbyteMessage } from './airbyte-messages.js';
+import { withColumns } from '../connector-schema.js';
 import { ConnectorRun } from './airbyte-process.js';
 import { secretPaths, secretValues, validateConnectorConfig } from './airbyte-spec.js';
 
@@ -126,8 +127,12 @@ export class AirbyteSource implements Source {
   }
 
   async discover(stream: StreamSpec): Promise<StreamSchema> {
-    const entry = await this.entry(stream);
-    return schemaFromCatalog(stream.name, entry, stream.primaryKey, this.cursorOf(stream, entry));
+    return this.schemaOf(stream, await this.entry(stream));
+  }
+
+  private schemaOf(stream: StreamSpec, entry: AirbyteCatalogStream): StreamSchema {
+    const schema = schemaFromCatalog(stream.name, entry, stream.primaryKey, this.cursorOf(stream, entry));
+    return withColumns(schema, `the catalog of the connector ${this.program} (discover), stream ${entry.name},`);
   }
 
   /** The configured cursor, unless the source defines its own (then only that one is accepted). */
@@ -169,7 +174,7 @@ export class AirbyteSource implements Source {
     const stream = request.stream;
     const context = { stream: stream.name, phase: 'extract' };
     const entry = await this.entry(stream);
-    const schema = schemaFromCatalog(stream.name, entry, stream.primaryKey, this.cursorOf(stream, entry));
+    const schema = this.schemaOf(stream, entry);
     const config = await this.connectorConfig();
     const files = [
       { flag: 'config', text: stringifyExactJson(config) },

@@ -14,6 +14,7 @@ import type { Row, StreamSchema } from '../../core/types.js';
 import type { SingerSourceConfig } from '../../config/schema.js';
 import { isJsonObject, parseExactJson, toPlainJson, type ExactJson } from '../../shared/exact-json.js';
 import { parseMessage, readLines, recordToRow, schemaFromSinger, singerBookmark, type SingerMessage } from './singer-messages.js';
+import { withColumns } from '../connector-schema.js';
 
 /** How much of the tap's stderr is kept to show when it fails. */
 const STDERR_TAIL_BYTES = 8 * 1024;
@@ -74,7 +75,7 @@ export class SingerSource implements Source {
       }
       schema ??= schemaFromSinger(stream.name, undefined, undefined, stream.primaryKey, stream.cursor);
     }
-    const finalSchema = schema;
+    const finalSchema = withColumns(schema, known ? `source.catalog (tap stream ${spec.tapStream})` : `the tap's SCHEMA message for ${spec.tapStream}`);
     const program = this.program();
     return {
       schema: finalSchema,
@@ -226,9 +227,9 @@ export class SingerSource implements Source {
           if (message) yield message;
         }
       } catch (error) {
-        // A tap that died mid-line is reported by its exit, with its stderr, rather than by the broken line.
+        // The broken line names itself; a tap that then died (of EPIPE once nothing reads it) is reported with it.
         const exit = await Promise.race([exited, new Promise<undefined>((r) => setTimeout(() => r(undefined), 2000))]);
-        if (exit && (exit.code !== 0 || exit.signal !== null)) throw tapFailure(command[0]!, exit, stderr);
+        if (exit && (exit.code !== 0 || exit.signal !== null)) throw tapFailure(command[0]!, exit, stderr, '', error instanceof SourceError ? error.message : undefined);
         throw error;
       }
     }
@@ -271,7 +272,7 @@ export function exitOf(child: ChildProcess): Promise<Exit> {
   });
 }
 
-function tapFailure(program: string, exit: Exit, stderr: Tail, mode = ''): SourceError {
+function tapFailure(program: string, exit: Exit, stderr: Tail, mode = '', line?: string): SourceError {
   const how = exit.error
     ? `could not be started (${(exit.error as NodeJS.ErrnoException).code ?? exit.error.message})`
     : exit.signal !== null
@@ -279,7 +280,8 @@ function tapFailure(program: string, exit: Exit, stderr: Tail, mode = ''): Sourc
       : `exited with code ${exit.code}`;
   const tail = stderr.lines();
   const shown = tail.length ? `; its stderr ended with:\n  ${tail.map((l) => redact(l)).join('\n  ')}` : '; it wrote nothing to stderr';
-  return new SourceError(`the tap ${program}${mode ? ` ${mode}` : ''} ${how}${shown}`, { context: { phase: 'extract' }, retryable: exit.signal !== null });
+  const what = line !== undefined ? `${line}; then it ${how}` : `the tap ${program}${mode ? ` ${mode}` : ''} ${how}`;
+  return new SourceError(`${what}${shown}`, { context: { phase: 'extract' }, retryable: line === undefined && exit.signal !== null });
 }
 
 /** The last few kilobytes of a stream, for error messages. */

@@ -3,6 +3,7 @@
  * point where the cursor value changes, so a group of rows sharing one cursor value is never split by a commit.
  * Each commit carries the data, the next state, the rejects and the run record together.
  */
+import { elapsedMs, finishedAt, monotonicMs } from '../core/run-clock.js';
 import { hostname } from 'node:os';
 import type { BulkFormat, BulkRead, Destination, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
 import { SourceError, TidemarkError, withContext } from '../core/errors.js';
@@ -74,7 +75,7 @@ interface Position {
 }
 
 export async function loadStream(ctx: StreamContext, configured: StreamConfig, state: PipelineState): Promise<StreamOutcome> {
-  const started = Date.now();
+  const started = monotonicMs();
   const stream = await withSourceKey(ctx.source, configured);
   const prior = state.streams[stream.name];
   const plan = planStream(stream, prior, { full: ctx.full, runId: ctx.runId });
@@ -506,7 +507,7 @@ class StreamLoader {
       cursor_min: this.cursorMin,
       cursor_max: this.cursorMax,
       watermark: this.state.streams[this.stream.name]?.watermark ?? null,
-      duration_ms: Date.now() - this.started,
+      duration_ms: elapsedMs(this.started),
       full: this.building,
       ...(this.rowsResent > 0 ? { rows_resent: this.rowsResent } : {}),
     };
@@ -538,7 +539,7 @@ export function runRecordFor(
     pipeline: ctx.pipeline,
     stream,
     startedAt: ctx.startedAt,
-    finishedAt: new Date().toISOString(),
+    finishedAt: finishedAt(ctx.startedAt),
     outcome,
     ...counts,
     worker: ctx.worker ?? `${hostname()}:${process.pid}`,

@@ -10,6 +10,7 @@
  *    (at transaction ends) or `commit_interval` under `--follow`. The source is told the position only after that
  *    commit; a restart skips everything at or below the committed position.
  */
+import { elapsedMs, monotonicMs } from '../core/run-clock.js';
 import type { ChangeLogRequest, ChangeLogSource, ChangeSet, LogSnapshot, LogTransaction, RelationChange, RowChange } from '../core/change-log.js';
 import type { BulkFormat, LoadTransaction, OpenedRead, TableChanges, TableTarget } from '../core/connector.js';
 import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
@@ -147,7 +148,7 @@ class LogLoader {
         changesApplied: 0,
         rowsRejected: 0,
         commits: 0,
-        started: Date.now(),
+        started: monotonicMs(),
         warnedUnchanged: false,
       });
     }
@@ -703,7 +704,7 @@ class LogLoader {
       cursor_min: null,
       cursor_max: s.log?.position ?? null,
       watermark: null,
-      duration_ms: Date.now() - s.started,
+      duration_ms: elapsedMs(s.started),
       full: false,
     };
   }

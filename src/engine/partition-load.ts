@@ -4,6 +4,7 @@
  * row, the next state and the run record. A crash inside a partition leaves none of its rows and no ledger mark.
  */
 import { runMarks } from './run-marks.js';
+import { elapsedMs, monotonicMs } from '../core/run-clock.js';
 import { partitionLeaseName, type ColumnBatch, type Lease, type LedgerStore, type LoadTransaction, type OpenedPartition, type PartitionListing, type PartitionedSource } from '../core/connector.js';
 import { ConflictError, DestinationError, SourceError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
@@ -143,7 +144,7 @@ export function partitionLoader(reload: readonly string[] = [], only?: readonly 
 }
 
 class PartitionLoader {
-  private readonly started = Date.now();
+  private readonly started = monotonicMs();
   private rowsRead = 0;
   private current: PartitionProgress | undefined;
   private rowsLoaded = 0;
@@ -553,7 +554,7 @@ class PartitionLoader {
       cursor_min: null,
       cursor_max: null,
       watermark: null,
-      duration_ms: Date.now() - this.started,
+      duration_ms: elapsedMs(this.started),
       full: false,
       partitions_loaded: [...this.loaded],
       partitions_skipped: this.skipped,

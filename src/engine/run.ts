@@ -8,6 +8,7 @@ import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, t
 import { ConfigError, ConflictError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { newRunId } from '../core/ids.js';
+import { elapsedMs, finishedAt, monotonicMs, runStart } from '../core/run-clock.js';
 import type { Logger } from '../core/logger.js';
 import { silentLogger } from '../core/logger.js';
 import type { PipelineState, RunResult, StreamResult } from '../core/types.js';
@@ -57,7 +58,7 @@ export function emptyState(pipeline: string): PipelineState {
 export async function run(pipeline: PipelineConfig, options: RunOptions = {}): Promise<RunResult> {
   const logger = options.logger ?? silentLogger;
   const runId = newRunId();
-  const startedAt = new Date().toISOString();
+  const startedAt = runStart();
   const streams = selectStreams(pipeline, options.streams);
   // Leases first, before any destination connection or file is opened: a run that has to wait holds nothing.
   const provider = leaseProviderFor(pipeline.destination, pipeline.state);
@@ -71,7 +72,7 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
       if (leases.partitions === undefined) leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
       else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
       const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger });
-      return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: new Date().toISOString(), ok: results.every((r) => r.outcome === 'committed'), streams: results };
+      return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: finishedAt(startedAt), ok: results.every((r) => r.outcome === 'committed'), streams: results };
     } finally {
       try {
         await source.close();
@@ -195,7 +196,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       results.push(...outcome.results);
       continue;
     }
-    const started = Date.now();
+    const started = monotonicMs();
     let durable: StreamResult | undefined;
     try {
       const load = stream.strategy === 'partitioned' ? partitionLoader(ctx.options.reload, ctx.options.partitions, ctx.partitionLeases) : loadStream;
@@ -243,7 +244,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
 }
 
 async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], state: PipelineState): Promise<{ state: PipelineState; results: readonly StreamResult[] }> {
-  const started = Date.now();
+  const started = monotonicMs();
   let durable: StreamResult | undefined;
   const pipeline = ctx.pipeline;
   try {
@@ -303,7 +304,7 @@ async function recordFailure(ctx: RunContext, failed: StreamResult, outcome: 'fa
       pipeline: ctx.pipeline.name,
       stream: failed.stream,
       startedAt: ctx.startedAt,
-      finishedAt: new Date().toISOString(),
+      finishedAt: finishedAt(ctx.startedAt),
       outcome,
       rowsRead: failed.rows_read,
       rowsLoaded: failed.rows_loaded,
@@ -338,7 +339,7 @@ function failedResult(stream: string, error: TidemarkError, started: number, dur
     full: false,
     ...durable,
     outcome: 'failed',
-    duration_ms: Date.now() - started,
+    duration_ms: elapsedMs(started),
     error: errorMessage(error),
   };
 }

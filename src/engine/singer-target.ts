@@ -3,6 +3,7 @@
  * spooled per stream; at a checkpoint (a STATE after `checkpoint_rows` records, and the end of input) each stream's
  * records commit together with that STATE, and only then is the STATE written to stdout (the Singer contract).
  */
+import { runStart } from '../core/run-clock.js';
 import type { Destination, Lease } from '../core/connector.js';
 import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { newRunId } from '../core/ids.js';
@@ -43,7 +44,7 @@ export async function runTarget(pipeline: PipelineConfig, options: TargetOptions
     }
   }
   const runId = newRunId();
-  const startedAt = new Date().toISOString();
+  const startedAt = runStart();
   return withTargetSession(pipeline, logger, (destination, lease) => new TargetRun(pipeline, runId, startedAt, destination, lease, options).run());
 }
 

@@ -5,6 +5,7 @@
  */
 import { passesCallerBound } from '../core/caller-bound.js';
 import { runMarks } from './run-marks.js';
+import { elapsedMs, finishedAt, monotonicMs } from '../core/run-clock.js';
 import { hostname } from 'node:os';
 import type { BulkFormat, BulkRead, Destination, JsonValue, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
 import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
@@ -82,7 +83,7 @@ interface Position {
 }
 
 export async function loadStream(ctx: StreamContext, configured: StreamConfig, state: PipelineState): Promise<StreamOutcome> {
-  const started = Date.now();
+  const started = monotonicMs();
   const stream = await withSourceKey(ctx.source, configured);
   const prior = state.streams[stream.name];
   const planned = planStream(stream, prior, { full: ctx.full, runId: ctx.runId });
@@ -589,7 +590,7 @@ class StreamLoader {
       cursor_min: this.cursors.min,
       cursor_max: this.cursors.max,
       watermark: this.state.streams[this.stream.name]?.watermark ?? null,
-      duration_ms: Date.now() - this.started,
+      duration_ms: elapsedMs(this.started),
       full: this.building,
       ...(this.rowsResent > 0 ? { rows_resent: this.rowsResent } : {}),
       ...(this.schemaStep.changes.length > 0 ? { schema_changes: this.schemaStep.changes.map(describeChange) } : {}),
@@ -622,7 +623,7 @@ export function runRecordFor(
     pipeline: ctx.pipeline,
     stream,
     startedAt: ctx.startedAt,
-    finishedAt: new Date().toISOString(),
+    finishedAt: finishedAt(ctx.startedAt),
     outcome,
     ...counts,
     worker: ctx.worker ?? `${hostname()}:${process.pid}`,

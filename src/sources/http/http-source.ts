@@ -11,7 +11,8 @@ import type { Column, ColumnKind, ColumnType, Row, StreamSchema, TypedValue, Wat
 import { ValueRejection, canonicalTimestamp, coerceValue, compareCanonical, encodeValue, formatMicros } from '../../core/values.js';
 import type { HttpSourceConfig } from '../../config/schema.js';
 import { JsonNumber, inferJsonType, isJsonObject, jsonPath, jsonToRaw, stringifyExactJson, widenType, type ExactJson } from '../../shared/exact-json.js';
-import { WentBack, WindowBoundary, type BoundaryToken } from './http-boundary.js';
+import { WentBack, WindowBoundary, fingerprint, type BoundaryToken } from './http-boundary.js';
+import { readTieGroup, type TieGroupRead } from './http-tie-group.js';
 import { HttpClient, type Fetch, type JsonResponse } from './http-client.js';
 
 /**
@@ -170,6 +171,16 @@ export class HttpSource implements Source {
     };
     const lastCursor = (records: readonly ExactJson[]): string | undefined =>
       records.length === 0 ? undefined : cursorOf(recordToRow(records[records.length - 1]!, columns, spec.columns, inferred));
+    /**
+     * Sorted pages by `{{since}}`: the cursor value of a page whose records all share it, when it may be a group
+     * larger than a page (a page shorter than the declared size holds the rest of the window).
+     */
+    const tieOf = (records: readonly ExactJson[]): string | undefined => {
+      const size = spec.pagination.type === 'page' ? spec.pagination.size : spec.pagination.type === 'offset' ? spec.pagination.limit : undefined;
+      if (!keyset || records.length === 0 || (size !== undefined && records.length < size)) return undefined;
+      const cursor = lastCursor(records);
+      return cursor !== undefined && records.every((r) => cursorOf(recordToRow(r, columns, spec.columns, inferred)) === cursor) ? cursor : undefined;
+    };
     /** Sorted pages by `{{since}}`: where the next request starts, when the page got past the cursor it was asked from. */
     const advanceTo = (page: PageState, records: readonly ExactJson[]): Tail | undefined => {
       if (!keyset) return undefined;
@@ -199,22 +210,52 @@ export class HttpSource implements Source {
           new SourceError(`${why}: ${self.display(url)} (page ${pages}${token ? ' of a resumed window' : ''}); nothing of that page was written; check pagination`, {
             context: { ...context, at: self.display(url) },
           });
+        const tieStart = (since: string): PageState => (spec.pagination.type === 'page' ? { page: spec.pagination.start, since } : { offset: 0, since });
+        /** The requests of a tie group's passes: positions inside the group, counted here. */
+        const tieRead = (cursor: string, url: URL): TieGroupRead<PageState> => ({
+          column: stream.cursor!,
+          cursor,
+          kind: cursorType!.kind,
+          start: tieStart,
+          after: (position, count) => ('page' in position ? { page: position.page + 1, since: cursor } : { offset: ('offset' in position ? position.offset : 0) + count, since: cursor }),
+          fetch: async (position) => {
+            url = self.pageUrl(spec, vars, position);
+            const response = await self.client.getJson(url, self.headers(spec), request.signal);
+            pages += 1;
+            return { records: self.records(spec, response), text: response.text };
+          },
+          cursorOf: (record) => cursorOf(recordToRow(record, columns, spec.columns, inferred)),
+          identityOf: (record) => {
+            if (pkIndexes.length === 0) return fingerprint(stringifyExactJson(record));
+            const row = recordToRow(record, columns, spec.columns, inferred);
+            return pkIndexes.map((i) => String(row[i])).join('\u0000');
+          },
+          fail: (why) => fail(url, `${stream.name}: ${why}`),
+        });
         boundary.visit(next, token !== undefined);
         for (;;) {
           const url = self.pageUrl(spec, vars, next);
           const response = prefetched ?? (await self.client.getJson(url, self.headers(spec), request.signal));
           prefetched = undefined;
           pages += 1;
-          const records = self.records(spec, response);
-          const following = records.length === 0 ? null : self.nextPage(spec.pagination, next, response, records.length, advanceTo(next, records));
+          let records = self.records(spec, response);
           // The first page asked from a new cursor value (a resumed read's first request may find its last record changed).
           const askedFrom = keyset && pages > (token ? 1 : 0) ? startsAt(next, spec.pagination) : undefined;
           if (askedFrom !== undefined) checkInclusive(records, askedFrom, lastCursor, url);
+          let following: PageState | null;
+          const tie = tieOf(records);
+          if (tie === undefined) following = records.length === 0 ? null : self.nextPage(spec.pagination, next, response, records.length, advanceTo(next, records));
+          else if (window.until !== undefined && compareCanonical(cursorType!.kind, tie, window.until) >= 0) following = null; // the rest lies beyond the window
+          else {
+            // A group of equal cursor values filling the page: read whole, never paged by position (see http-tie-group.ts).
+            const first = self.pageUrl(spec, vars, tieStart(tie)).toString() === url.toString() ? { records, text: response.text } : undefined;
+            ({ records, next: following } = await readTieGroup(tieRead(tie, url), first));
+          }
           let rows: Row[];
           try {
             if (following !== null) {
               // A paginator that hands out a position already read, or a server that ignores the page parameter, would loop forever.
-              if (previousText !== undefined && response.text === previousText) {
+              if (tie === undefined && previousText !== undefined && response.text === previousText) {
                 throw new WentBack(`the paginator does not advance: the server sent the same page again for ${describePage(following)}`);
               }
               boundary.visit(following);
@@ -225,7 +266,7 @@ export class HttpSource implements Source {
             throw error;
           }
           boundary.endPage();
-          previousText = response.text;
+          previousText = tie === undefined ? response.text : undefined;
           if (following === null) {
             yield { rows, resume: null };
             return;

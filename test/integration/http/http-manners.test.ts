@@ -112,6 +112,69 @@ async function quiet(config: string): Promise<void> {
   expect(again.result.streams[0]).toMatchObject({ rows_read: 0, rows_loaded: 0 });
 }
 
+describe.each(PAIRS)('a sorted tie group larger than a page, into %s, write %s', (kind, write) => {
+  it.each(['page', 'offset'] as const)('loses no record of the group when records of it are updated between two requests (%s)', async (pagination) => {
+    server.order = 'cursor';
+    server.seed(1, 400, 'v1', 0, 40); // ten groups of 40 (the first 39), pages of 10
+    const config = await writeYaml(dir, 'p.yaml', pipeline(kind, write, { pagination, ordered: true, perPage: 10 }));
+    const before = current();
+    let touched = false;
+    server.beforeServe = (_n, url) => {
+      // The second request asked from the group of second 5 (ids 200-239): three records of its first page change.
+      const later = pagination === 'page' ? url.searchParams.get('page') !== '1' : url.searchParams.get('offset') !== '0';
+      if (!touched && askedFrom(url) === second(5) && later) {
+        touched = true;
+        server.touch([200, 201, 202], 'v2', 100_000);
+      }
+    };
+    const out = await run(config);
+    expect(out.code, out.stderr).toBe(0);
+    expect(touched).toBe(true);
+    server.beforeServe = undefined;
+    const versions = write === 'append' ? [...before, '200:v2-200', '201:v2-201', '202:v2-202'].sort() : current();
+    expect(await landed(kind)).toEqual(versions);
+    await quiet(config);
+    expect(await landed(kind)).toEqual(versions);
+  });
+
+  it('loads every record once from an API that sorts by the cursor alone (ties in a new order at every request)', async () => {
+    server.order = 'cursor-ties';
+    server.seed(1, 1500, 'v1', 0, 100); // groups of 100, pages of 50
+    const config = await writeYaml(dir, 'p.yaml', pipeline(kind, write, { pagination: 'page', ordered: true, perPage: 50 }));
+    const first = await run(config);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.result.streams[0]).toMatchObject({ rows_loaded: 1500 });
+    expect(await landed(kind)).toEqual(current());
+    // The next window starts inside the group of its watermark (second 15: id 1500 loaded, 1501-1599 new).
+    server.seed(1501, 500, 'v1', 0, 100);
+    const second = await run(config);
+    expect(second.code, second.stderr).toBe(0);
+    expect(second.result.streams[0]).toMatchObject({ rows_loaded: 500 });
+    expect(await landed(kind)).toEqual(current());
+    await quiet(config);
+  });
+});
+
+describe('a tie group larger than a page that never settles', () => {
+  it('stops the stream naming the group, with the groups before it committed and nothing of it', async () => {
+    server.order = 'cursor';
+    server.seed(1, 300, 'v1', 0, 40);
+    const config = await writeYaml(dir, 'p.yaml', pipeline('sqlite', 'merge', { pagination: 'page', ordered: true, perPage: 10 }));
+    // Every request asked from second 4 adds a record to that group: no two reads of it agree.
+    let next = 10_000;
+    server.beforeServe = (_n, url) => {
+      if (askedFrom(url) === second(4)) server.items.push({ id: next++, updated_at: new Date(second(4)).toISOString(), name: `late-${next}` });
+    };
+    const out = await run(config);
+    expect(out.code).toBe(1);
+    expect(out.result.streams[0].error).toMatch(/items: the records sharing updated_at 2024-01-01T00:00:04\.000000Z fill more than a page.*never agreed/);
+    const rows = await landed('sqlite');
+    // Committed: a prefix of whole groups before second 4, nothing of it.
+    expect(rows.length).toBeGreaterThan(0);
+    expect(rows.every((r) => Number(r.split(':')[0]) < 160)).toBe(true);
+  });
+});
+
 describe.each([
   ['cursor', 'duckdb', 'append'],
   ['link', 'sqlite', 'merge'],

@@ -26,6 +26,9 @@ if (cacheFile) {
     // not cached yet
   }
 }
+// The bundle's own import() calls become require() (see scripts/bundle.mjs); pipeline modules (`tidemark run
+// pipeline.mjs`) are ES modules, imported through this file, which Node's ES module loader serves.
+globalThis[Symbol.for('tidemark.import')] = (specifier) => import(specifier);
 const script = new Script(`(function (exports, require, module, __filename, __dirname) {${source}\n})`, { filename: file, cachedData });
 const bundle = { exports: {} };
 script.runInThisContext()(bundle.exports, createRequire(file), bundle, file, dirname(file));

@@ -60,9 +60,16 @@ function withDefinition(doc: PipelineDocument, definition: CodeSource): Pipeline
   return { ...doc, source: { ...doc.source, definition } as unknown as PipelineDocument['source'] };
 }
 
+type Importer = (specifier: string) => Promise<Record<string, unknown>>;
+/**
+ * The ES module loader: the CLI bundle turns every `import()` it holds into a `require`, which cannot load a user's
+ * `.mjs`, so bin/tidemark.js hands its own `import()` over; the library (an ES module) imports directly.
+ */
+const nativeImport: Importer = (globalThis as { [key: symbol]: Importer | undefined })[Symbol.for('tidemark.import')] ?? ((specifier) => import(specifier) as Promise<Record<string, unknown>>);
+
 async function importModule(path: string, where: string): Promise<Record<string, unknown>> {
   try {
-    return (await import(pathToFileURL(path).href)) as Record<string, unknown>;
+    return await nativeImport(pathToFileURL(path).href);
   } catch (cause) {
     const hint = /\.[cm]?ts$/i.test(path) ? ' (a .ts module needs a TypeScript loader, such as node --import tsx; or compile it to .mjs)' : '';
     throw new ConfigError(`${where}: cannot import ${path}: ${(cause as Error).message}${hint}`, { cause });

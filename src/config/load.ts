@@ -123,6 +123,7 @@ export async function loadTargetPipeline(file: string, env: NodeJS.ProcessEnv = 
 
 /** For commands that serve both kinds of file (`state …`): a file without a source is a `tidemark target` file. */
 export async function loadPipelineOrTarget(file: string, env: NodeJS.ProcessEnv = process.env): Promise<PipelineConfig> {
+  if (isPipelineModule(file)) return loadPipeline(file, env);
   const text = await readText(file);
   const { hasSource } = await import('./parse.js');
   return loadText(text, file, env, !hasSource(text));

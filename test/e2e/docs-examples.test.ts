@@ -13,6 +13,8 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BIN, cli, type CliResult } from '../helpers/cli.js';
@@ -110,6 +112,44 @@ async function workspace(dir: string, blocks: readonly CodeBlock[]): Promise<Wor
   return { dir, env: { PATH: `${shim}:${process.env.PATH ?? ''}`, HOME: dir, TIDEMARK_CACHE_DIR: join(dir, '.cache') } };
 }
 
+/**
+ * `https://api.example.com` in a ts block (docs/code-sources.md) is this local stand-in: 120 orders over three days,
+ * `/orders?updated_since=&newest_first=&page=` in pages of 25 with an absolute `next` URL (inclusive since, as many
+ * APIs are), `/orders?day=`, `/days` and `/customers`.
+ */
+let exampleApi: Promise<{ url: string; close: () => Promise<void> }> | undefined;
+afterAll(async () => (await exampleApi)?.close());
+
+function startExampleApi(): Promise<{ url: string; close: () => Promise<void> }> {
+  const orders = Array.from({ length: 120 }, (_, i) => {
+    const id = i + 1;
+    const day = `2024-05-0${1 + Math.floor(i / 40)}`;
+    return { id, updated_at: `${day}T10:00:${String(i % 40).padStart(2, '0')}.000001Z`, total: `${id}.50`, status: id % 7 === 0 ? 'refunded' : 'paid', day };
+  });
+  const server = createServer((request, response) => {
+    const url = new URL(request.url ?? '/', `http://${request.headers.host}`);
+    const send = (body: unknown) => response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    if (url.pathname === '/days') return send({ days: ['2024-05-01', '2024-05-02', '2024-05-03'].map((id) => ({ id, version: 'v1' })) });
+    if (url.pathname === '/customers') return send({ customers: [{ id: 1, name: 'Ada' }, { id: 2, name: 'Grace' }] });
+    if (url.pathname !== '/orders') return response.writeHead(404).end();
+    const day = url.searchParams.get('day');
+    if (day !== null) return send({ orders: orders.filter((o) => o.day === day).map(({ day: _, ...o }) => o) });
+    const since = url.searchParams.get('updated_since') ?? '';
+    const selected = orders.filter((o) => o.updated_at >= since).map(({ day: _, ...o }) => o);
+    if (url.searchParams.get('newest_first') === '1') selected.reverse();
+    const page = Number(url.searchParams.get('page') ?? '0');
+    const next = new URL(url);
+    next.searchParams.set('page', String(page + 1));
+    send({ orders: selected.slice(page * 25, page * 25 + 25), next: (page + 1) * 25 < selected.length ? next.href : null });
+  });
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo;
+      resolve({ url: `http://127.0.0.1:${port}`, close: () => new Promise<void>((done) => server.close(() => done())) });
+    }),
+  );
+}
+
 async function runBlock(block: CodeBlock, ws: Workspace): Promise<void> {
   if (block.lang === 'sh') {
     const out = await shell(block.code, ws.dir, ws.env);
@@ -118,7 +158,9 @@ async function runBlock(block: CodeBlock, ws: Workspace): Promise<void> {
   }
   const script = join(ws.dir, `.snippet-${block.line}.mjs`);
   const library = new URL('../../dist/index.js', import.meta.url).href;
-  await writeFile(script, block.code.replace(/from 'tidemark'/g, `from '${library}'`));
+  let code = block.code.replace(/from 'tidemark'/g, `from '${library}'`);
+  if (code.includes('https://api.example.com')) code = code.replaceAll('https://api.example.com', (await (exampleApi ??= startExampleApi())).url);
+  await writeFile(script, code);
   const out = await shell(`"${process.execPath}" "${script}"`, ws.dir, ws.env);
   expect(out.code, `${block.page}:${block.line}\n${out.output}`).toBe(0);
 }

@@ -169,6 +169,11 @@ export interface StreamResult {
   readonly full: boolean;
   /** Rows the source sent again at or below the committed watermark, dropped by the engine (not counted as read). */
   readonly rows_resent?: number;
+  /**
+   * Records of a key already received in this read (or, append, identical to a version already received): the one
+   * kept counts as read and loaded, the others only here.
+   */
+  readonly rows_duplicate?: number;
   readonly error?: string;
   /** Partitioned streams: the partitions this run loaded (new, changed or reloaded on request), in order. */
   readonly partitions_loaded?: readonly string[];

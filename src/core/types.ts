@@ -195,6 +195,11 @@ export interface StreamResult {
   readonly rows_resent?: number;
   /** How the source's schema differed from the committed one, one line per change (present only when it did). */
   readonly schema_changes?: readonly string[];
+  /**
+   * Records of a key already received in this read (or, append, identical to a version already received): the one
+   * kept counts as read and loaded, the others only here.
+   */
+  readonly rows_duplicate?: number;
   readonly error?: string;
   /** Partitioned streams: the partitions this run loaded (new, changed or reloaded on request), in order. */
   readonly partitions_loaded?: readonly string[];

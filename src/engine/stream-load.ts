@@ -27,6 +27,7 @@ import { describeChange } from '../core/schema-diff.js';
 import type { StreamConfig } from '../config/load.js';
 import { CursorGroup, ReadFloor, rowIdentity } from './boundary.js';
 import { CheckpointProof } from './checkpoint-proof.js';
+import { KeyDedupe, type DedupeVerdict } from './key-dedupe.js';
 import { CursorRange, ReadOrder } from './read-order.js';
 import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
@@ -130,6 +131,12 @@ class StreamLoader {
   private lastToken: unknown;
   /** Connector reads: the position reached is a token shown safe, so the watermark may move to it. */
   private atProvenToken = false;
+  /** Reads whose source cannot promise unique keys: one row per key (or per distinct version, append). */
+  private readonly dedupe: KeyDedupe | undefined;
+  /** The destination replaces a key's version written earlier in the read (merge, or a build written by merge). */
+  private readonly replacesWritten: boolean;
+  /** Columns left out of a keyless row's content identity (`volatile_columns`). */
+  private readonly identityColumns: readonly number[];
   private readonly columns: readonly Column[];
   private readonly cursorIndex: number;
   private readonly pkIndexes: readonly number[];
@@ -200,6 +207,12 @@ class StreamLoader {
     // unordered window ends at its highest cursor, whose group a record changed meanwhile may still join.
     const tracked = this.byCursor && (read.resumable === true || this.unordered);
     this.group = tracked ? new CursorGroup(this.highest ?? this.watermark) : undefined;
+    const volatile = new Set(stream.volatileColumns ?? []);
+    this.identityColumns = this.columns.flatMap((c, i) => (volatile.has(c.name) ? [] : [i]));
+    const mayRepeat = this.pkIndexes.length > 0 && (read.resumable === true || this.declaredUnordered);
+    const latest = stream.write === 'merge' || this.building;
+    this.dedupe = mayRepeat ? new KeyDedupe(latest ? 'latest' : 'distinct') : undefined;
+    this.replacesWritten = stream.write === 'merge' || (this.building && ctx.destination.capabilities.writes.includes('merge'));
   }
 
   /** Rows are not known to be in cursor order: the source says so, or a connector's read broke its order. */
@@ -250,7 +263,11 @@ class StreamLoader {
             await this.flush();
             await this.commit(false);
           }
-          this.accept(raw, next);
+          const identity = this.dedupe === undefined || mine === undefined ? undefined : this.dedupeIdentity(raw, mine);
+          const verdict = identity === undefined ? undefined : this.dedupe!.verdict(identity, own?.cursor);
+          if (verdict !== undefined && this.dropsDuplicate(verdict)) continue;
+          const staged = this.accept(raw, next);
+          if (identity !== undefined && verdict !== undefined && staged) this.keepVersion(identity, own?.cursor, verdict);
           if (this.group !== undefined && own !== undefined && (!this.unordered || own.cursor.value === this.highest?.cursor.value)) {
             this.group.add(own.cursor.value, this.identityOf(raw, own));
           }
@@ -350,6 +367,48 @@ class StreamLoader {
     this.atProvenToken = true;
   }
 
+  /** How a record is told apart within the read: its key (one version per key), or its key and content (append). */
+  private dedupeIdentity(raw: Row, mine: Position): string | undefined {
+    let pk = mine.inherited === true ? undefined : (mine.watermark?.pk ?? mine.afterPk);
+    try {
+      pk ??= this.pkIndexes.map((i) => this.typed(i, raw[i]));
+    } catch {
+      return undefined; // a row without a usable key becomes a reject
+    }
+    return this.dedupe!.mode === 'latest' ? rowIdentity(pk, () => '') : `${rowIdentity(pk, () => '')}${rowIdentity([], () => this.content(raw))}`;
+  }
+
+  /** A duplicate is dropped when it is an older or identical version, or its earlier version cannot be replaced. */
+  private dropsDuplicate(verdict: DedupeVerdict): boolean {
+    const drop = verdict.kind === 'drop' || (verdict.kind === 'replace' && verdict.pendingIndex === undefined && !this.replacesWritten);
+    if (drop) this.dedupe!.duplicates += 1;
+    return drop;
+  }
+
+  /**
+   * The record was staged as its key's version. Over an earlier one, it takes that row's place (or, once written, the
+   * destination's merge replaces it), and the earlier one stops counting as read and loaded.
+   */
+  private keepVersion(identity: string, cursor: TypedValue | undefined, verdict: DedupeVerdict): void {
+    let index = this.pendingRows.length - 1;
+    if (verdict.kind === 'replace') {
+      this.dedupe!.duplicates += 1;
+      this.rowsRead -= 1;
+      this.rowsLoaded -= 1;
+      if (verdict.pendingIndex !== undefined) {
+        this.pendingRows[verdict.pendingIndex] = this.pendingRows.pop()!;
+        index = verdict.pendingIndex;
+      }
+    }
+    this.dedupe!.staged(identity, cursor, index);
+  }
+
+  /** A row's content as its identity sees it: every column but the volatile ones. */
+  private content(raw: Row): string {
+    if (this.identityColumns.length === this.columns.length) return rowToJson(this.columns, raw);
+    return rowToJson(this.identityColumns.map((i) => this.columns[i]!), this.identityColumns.map((i) => raw[i]));
+  }
+
   /** A record as an error names it: its key, or its cursor when it has none. */
   private describe(raw: Row): string {
     const named = this.pkIndexes.map((i) => `${this.columns[i]!.name}=${String(raw[i])}`);
@@ -397,7 +456,7 @@ class StreamLoader {
   }
 
   private identityOf(raw: Row, position: Watermark): string {
-    return rowIdentity(position.pk, () => rowToJson(this.columns, raw));
+    return rowIdentity(position.pk, () => this.content(raw));
   }
 
   private typed(index: number, raw: unknown): TypedValue {
@@ -407,8 +466,8 @@ class StreamLoader {
     return { type: column.type.kind, value: encodeValue(column.type.kind, value) };
   }
 
-  /** Checks one row; a good row is staged, a bad one becomes a reject. Either way it is accounted for. */
-  private accept(raw: Row, position: Position): void {
+  /** Checks one row; a good row is staged (true), a bad one becomes a reject. Either way it is accounted for. */
+  private accept(raw: Row, position: Position): boolean {
     this.rowsRead += 1;
     this.txnRowsRead += 1;
     this.position = position;
@@ -429,12 +488,13 @@ class StreamLoader {
         if (!(error instanceof ValueRejection)) throw error;
         this.rowsRejected += 1;
         this.pendingRejects.push({ column: column.name, reason: `column ${column.name}: ${error.message}`, row: rowToJson(this.columns, raw) });
-        return;
+        return false;
       }
     }
     this.rowsLoaded += 1;
     this.pendingRows.push(row);
     if (position.watermark && position.inherited !== true) this.cursors.add(position.watermark.cursor);
+    return true;
   }
 
   private async transaction(): Promise<LoadTransaction> {
@@ -444,7 +504,7 @@ class StreamLoader {
         runId: this.ctx.runId,
         target: {
           schema: this.schema,
-          write: this.building && this.stream.write === 'replace' ? 'append' : this.stream.write,
+          write: this.building && this.stream.write === 'replace' ? (this.dedupe?.mode === 'latest' && this.replacesWritten ? 'merge' : 'append') : this.stream.write,
           ...(this.plan.generation !== undefined ? { build: this.plan.generation } : {}),
           ...(this.schemaStep.widen.length > 0 ? { widen: this.schemaStep.widen } : {}),
         },
@@ -459,6 +519,7 @@ class StreamLoader {
     const txn = await this.transaction();
     await txn.write(this.pendingRows);
     this.pendingRows = [];
+    this.dedupe?.written();
     await failpoint('load.after_write');
   }
 
@@ -594,6 +655,7 @@ class StreamLoader {
       full: this.building,
       ...(this.rowsResent > 0 ? { rows_resent: this.rowsResent } : {}),
       ...(this.schemaStep.changes.length > 0 ? { schema_changes: this.schemaStep.changes.map(describeChange) } : {}),
+      ...((this.dedupe?.duplicates ?? 0) > 0 ? { rows_duplicate: this.dedupe!.duplicates } : {}),
     };
   }
 }

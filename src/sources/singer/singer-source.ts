@@ -32,6 +32,8 @@ interface CatalogEntry {
   readonly keyProperties: readonly string[];
   /** The catalog's `replication-key`, as a SCHEMA message's `bookmark_properties`. */
   readonly bookmarkProperties: readonly string[];
+  /** Fields the catalog deselects (`selected: false` on their breadcrumb). */
+  readonly deselected: ReadonlySet<string>;
 }
 
 export class SingerSource implements Source {
@@ -52,8 +54,9 @@ export class SingerSource implements Source {
     const spec = singerSpec(stream);
     const context = { stream: stream.name, phase: 'extract' };
     const known = spec.columns ? undefined : await this.catalogEntry(spec.tapStream);
-    let schema: StreamSchema | undefined =
-      spec.columns || known ? schemaFromSinger(stream.name, known, spec.columns, stream.primaryKey, stream.cursor) : undefined;
+    // A catalog selects and may name the key; the fields and, where the catalog has none, the key come from the
+    // tap's own SCHEMA message, so a catalog written for selection never drops a field or the tap's key.
+    let schema: StreamSchema | undefined = spec.columns ? schemaFromSinger(stream.name, undefined, spec.columns, stream.primaryKey, stream.cursor) : undefined;
     let run: TapRun | undefined;
     const leading: SingerMessage[] = [];
     const start = async (): Promise<TapRun> => (run ??= await this.start(spec.tapStream, request.resume, request.signal));
@@ -65,7 +68,7 @@ export class SingerSource implements Source {
         if (next.done) break;
         leading.push(next.value);
         if (next.value.type === 'SCHEMA' && next.value.stream === spec.tapStream) {
-          schema = schemaFromSinger(stream.name, next.value, undefined, stream.primaryKey, stream.cursor);
+          schema = schemaFromSinger(stream.name, withCatalog(next.value, known), undefined, stream.primaryKey, stream.cursor);
           break;
         }
         if (next.value.type === 'RECORD' && next.value.stream === spec.tapStream) {
@@ -73,7 +76,7 @@ export class SingerSource implements Source {
         }
         if (leading.length > 10_000) leading.splice(0, leading.length - 1, ...leading.filter((m) => m.type === 'STATE').slice(-1));
       }
-      schema ??= schemaFromSinger(stream.name, undefined, undefined, stream.primaryKey, stream.cursor);
+      schema ??= schemaFromSinger(stream.name, known, undefined, stream.primaryKey, stream.cursor);
     }
     const finalSchema = withColumns(schema, known ? `source.catalog (tap stream ${spec.tapStream})` : `the tap's SCHEMA message for ${spec.tapStream}`);
     const program = this.program();
@@ -303,15 +306,35 @@ function entryOf(catalog: ExactJson | undefined, tapStream: string): CatalogEntr
     if (id !== tapStream) continue;
     let keys: string[] = Array.isArray(entry.key_properties) ? entry.key_properties.filter((k): k is string => typeof k === 'string') : [];
     let bookmark: string[] = [];
+    const deselected = new Set<string>();
     if (Array.isArray(entry.metadata)) {
       for (const m of entry.metadata as ExactJson[]) {
-        if (!isJsonObject(m) || !Array.isArray(m.breadcrumb) || m.breadcrumb.length !== 0 || !isJsonObject(m.metadata)) continue;
+        if (!isJsonObject(m) || !Array.isArray(m.breadcrumb) || !isJsonObject(m.metadata)) continue;
         const meta = m.metadata;
+        const [level, field] = m.breadcrumb;
+        if (m.breadcrumb.length === 2 && level === 'properties' && typeof field === 'string' && meta.selected === false) deselected.add(field);
+        if (m.breadcrumb.length !== 0) continue;
         if (Array.isArray(meta['table-key-properties'])) keys = meta['table-key-properties'].filter((k): k is string => typeof k === 'string');
         if (typeof meta['replication-key'] === 'string' && meta['replication-method'] !== 'FULL_TABLE') bookmark = [meta['replication-key']];
       }
     }
-    return { schema: entry.schema ?? {}, keyProperties: keys, bookmarkProperties: bookmark };
+    return { schema: withoutFields(entry.schema ?? {}, deselected), keyProperties: keys, bookmarkProperties: bookmark, deselected };
   }
   return undefined;
+}
+
+/** The tap's SCHEMA message as the catalog narrows it: its deselected fields left out, its key and bookmark where it names them. */
+function withCatalog(message: Extract<SingerMessage, { type: 'SCHEMA' }>, entry: CatalogEntry | undefined): Omit<Extract<SingerMessage, { type: 'SCHEMA' }>, 'type' | 'stream'> {
+  if (entry === undefined) return message;
+  return {
+    schema: withoutFields(message.schema, entry.deselected),
+    keyProperties: entry.keyProperties.length > 0 ? entry.keyProperties : message.keyProperties,
+    bookmarkProperties: entry.bookmarkProperties.length > 0 ? entry.bookmarkProperties : message.bookmarkProperties,
+  };
+}
+
+function withoutFields(schema: ExactJson, fields: ReadonlySet<string>): ExactJson {
+  if (fields.size === 0 || !isJsonObject(schema) || !isJsonObject(schema.properties)) return schema;
+  const properties = Object.fromEntries(Object.entries(schema.properties).filter(([name]) => !fields.has(name)));
+  return { ...schema, properties } as ExactJson;
 }

@@ -134,3 +134,73 @@ describe('checkpoints are proven safe before they commit', () => {
     expect(crashed).toBe(0);
   }, 120_000);
 });
+
+describe('one row per key within a read', () => {
+  const tap = { count: 2000, group: 3, twice_every: 7, state_every: 70 };
+  const sent = Math.floor(2000 / 7);
+
+  describe.each<Where>(['duckdb', 'sqlite', 'postgres'])('into %s', (where) => {
+    let pgSchema: string | undefined;
+    beforeEach(() => {
+      pgSchema = where === 'postgres' ? `manners_${Math.random().toString(36).slice(2, 10)}` : undefined;
+    });
+    afterEach(async () => {
+      if (pgSchema === undefined) return;
+      const client = new pg.Client({ connectionString: PG_URL });
+      await client.connect();
+      await client.query(`DROP SCHEMA IF EXISTS "${pgSchema}" CASCADE`);
+      await client.end();
+    });
+
+    it('strategy full: a tap that sends ids twice loads each key once, and says how many it dropped', async () => {
+      const out = await run(tap, { where, pgSchema, stream: '    strategy: full\n' });
+      expect(out.code, out.stderr).toBe(0);
+      expect(out.stream).toMatchObject({ rows_read: 2000, rows_loaded: 2000, rows_rejected: 0, rows_duplicate: sent });
+      expect(await ids(where, pgSchema)).toEqual(range(2000));
+    }, 120_000);
+  });
+
+  it('merge and append: the same tap lands each key once (append drops the identical re-sends)', async () => {
+    const merged = await run(tap, {});
+    expect(merged.code, merged.stderr).toBe(0);
+    expect(merged.stream).toMatchObject({ rows_read: 2000, rows_loaded: 2000, rows_duplicate: sent });
+    expect(await ids()).toEqual(range(2000));
+    await cleanup();
+    ({ dir, cleanup } = await (await import('../../helpers/fs.js')).tempDir());
+    const appended = await run(tap, { stream: '    write: append\n' });
+    expect(appended.code, appended.stderr).toBe(0);
+    expect(appended.stream).toMatchObject({ rows_read: 2000, rows_loaded: 2000, rows_duplicate: sent });
+    expect(await ids()).toEqual(range(2000));
+  }, 120_000);
+});
+
+describe('keys and fields come from the tap', () => {
+  it("a selection catalog without table-key-properties and with fewer fields: the tap's key_properties merge, only deselected fields are left out", async () => {
+    // As DataSpoc users write it: the stream selected, two of the tap's fields listed, note deselected, no key.
+    const catalog = {
+      streams: [
+        {
+          tap_stream_id: 'events',
+          stream: 'events',
+          schema: { type: 'object', properties: { id: { type: 'integer' }, updated_at: { type: 'string', format: 'date-time' } } },
+          metadata: [
+            { breadcrumb: [], metadata: { selected: true, 'replication-method': 'INCREMENTAL', 'replication-key': 'updated_at' } },
+            { breadcrumb: ['properties', 'note'], metadata: { selected: false } },
+          ],
+        },
+      ],
+    };
+    const source = `  catalog: ${JSON.stringify(catalog)}\n`;
+    const first = await run({ count: 300, group: 3, state_every: 40 }, { source });
+    expect(first.code, first.stderr).toBe(0);
+    const plan = await cli(['plan', first.config, '--json']);
+    expect(JSON.parse(plan.stdout)[0].write, plan.stderr).toBe('merge');
+    // Ids 1..5 change upstream (a later updated_at): they replace their rows.
+    const second = await run({ count: 300, group: 3, state_every: 40, touch: 5 }, { source });
+    expect(second.code, second.stderr).toBe(0);
+    expect(await ids()).toEqual(range(300));
+    const columns = (await query('duckdb', `SELECT column_name FROM information_schema.columns WHERE table_name = 'events' ORDER BY ordinal_position`)).map((c) => c.column_name);
+    expect(columns).toEqual(['id', 'updated_at', 'amount']);
+    expect((await query('duckdb', 'SELECT amount FROM events WHERE id <= 6 ORDER BY id')).map((r) => Number(r.amount))).toEqual([1010, 1020, 1030, 1040, 1050, 60]);
+  }, 120_000);
+});

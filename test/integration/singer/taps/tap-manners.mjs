@@ -11,6 +11,7 @@
 //   fetched_at       every record carries fetched_at: the time of this sync (a field that changes on every run)
 //   keyless          the SCHEMA names no key_properties
 //   amount_bump      added to every record's amount (a corrected upstream value)
+//   touch T          ids 1..T were updated upstream: a later updated_at than every other record, amount + 1000
 // Every run reads `updated_at >= bookmark`, as most taps do. Stream: events (key id, replication key updated_at).
 import { args, config, out, state } from './tap-io.mjs';
 
@@ -38,7 +39,9 @@ const fetched = new Date().toISOString();
 out(JSON.stringify({ type: 'SCHEMA', stream: 'events', schema, key_properties: keys, bookmark_properties: ['updated_at'] }));
 
 const all = [];
-for (let id = 1; id <= config.count; id += 1) all.push({ id, updated_at: stamp(Math.floor((id - 1) / group)) });
+const touched = (id) => id <= (config.touch ?? 0);
+for (let id = 1; id <= config.count; id += 1) all.push({ id, updated_at: stamp(touched(id) ? Math.ceil(config.count / group) + 1 : Math.floor((id - 1) / group)) });
+all.sort((a, b) => (a.updated_at < b.updated_at ? -1 : a.updated_at > b.updated_at ? 1 : a.id - b.id));
 if (config.order === 'shuffled') all.sort((a, b) => ((a.id * 7919) % 1009) - ((b.id * 7919) % 1009) || a.id - b.id);
 const records = all.filter((r) => bookmark === undefined || r.updated_at >= bookmark);
 
@@ -51,7 +54,7 @@ const line = (r) =>
   JSON.stringify({
     type: 'RECORD',
     stream: 'events',
-    record: { ...r, amount: r.id * 10 + (config.amount_bump ?? 0), note: `n${r.id}`, ...(config.fetched_at ? { fetched_at: fetched } : {}) },
+    record: { ...r, amount: r.id * 10 + (config.amount_bump ?? 0) + (touched(r.id) ? 1000 : 0), note: `n${r.id}`, ...(config.fetched_at ? { fetched_at: fetched } : {}) },
   });
 
 let high = bookmark;

@@ -33,6 +33,12 @@ export interface Batch {
    * committed. `null` clears a stored position (the stream finished its window).
    */
   readonly resume?: JsonValue;
+  /**
+   * The source's schema grew here (a Singer SCHEMA message adding columns mid-stream), so nothing from here on fits
+   * the columns the read was opened with. This batch has no rows; the engine rolls back what is not committed and
+   * opens the read again from its last commit, where the source reports the grown schema. The text says what grew.
+   */
+  readonly schemaGrew?: string;
 }
 
 export type FileFormat = 'parquet' | 'csv' | 'jsonl';

@@ -32,6 +32,7 @@ import { CursorRange, ReadOrder } from './read-order.js';
 import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 import { streamSchemaStep, withoutColumns, type SchemaStep } from './schema-check.js';
+import { emptyResult, reopenedOnSchemaGrowth } from './schema-growth.js';
 
 export interface StreamContext {
   readonly pipeline: string;
@@ -72,6 +73,8 @@ export function bulkFormat(destination: Destination, bulk: BulkRead, columns: re
 export interface StreamOutcome {
   readonly state: PipelineState;
   readonly result: StreamResult;
+  /** The read stopped because the source's schema grew (`Batch.schemaGrew`); `result` counts what was committed. */
+  readonly schemaGrew?: string;
 }
 
 /** Where a row sits in the read order, and its cursor group. */
@@ -84,6 +87,10 @@ interface Position {
 }
 
 export async function loadStream(ctx: StreamContext, configured: StreamConfig, state: PipelineState): Promise<StreamOutcome> {
+  return reopenedOnSchemaGrowth(ctx, configured.name, state, (current) => loadStreamOnce(ctx, configured, current));
+}
+
+async function loadStreamOnce(ctx: StreamContext, configured: StreamConfig, state: PipelineState): Promise<StreamOutcome> {
   const started = monotonicMs();
   const stream = await withSourceKey(ctx.source, configured);
   const prior = state.streams[stream.name];
@@ -121,6 +128,8 @@ function checkNullCursors(ctx: StreamContext, stream: StreamConfig, read: Opened
 }
 
 class StreamLoader {
+  /** The counts as of the last commit (what a read stopped by `Batch.schemaGrew` keeps). */
+  private lastCommitted: StreamResult | undefined;
   private readonly schema: StreamSchema;
   /** The source says its rows are not in cursor order. */
   private readonly declaredUnordered: boolean;
@@ -253,6 +262,10 @@ class StreamLoader {
       for await (const batch of read.batches()) {
         await failpoint('extract.after_batch');
         this.ctx.signal?.throwIfAborted();
+        if (batch.schemaGrew !== undefined) {
+          await this.txn?.rollback();
+          return { state: this.state, result: this.lastCommitted ?? emptyResult(this.result('committed')), schemaGrew: batch.schemaGrew };
+        }
         for (const raw of batch.rows) {
           const mine = this.positionOf(raw);
           const next = mine ?? this.position;
@@ -542,7 +555,8 @@ class StreamLoader {
     await failpoint('load.after_commit');
     this.commits += 1;
     this.state = next;
-    this.ctx.onCommit?.(this.result('committed'));
+    this.lastCommitted = this.result('committed');
+    this.ctx.onCommit?.(this.lastCommitted);
     this.freshBuild = false;
     this.pendingRejects = [];
     this.txnRowsRead = 0;

@@ -39,6 +39,11 @@ interface CatalogEntry {
 export class SingerSource implements Source {
   // Discovering would run the tap once more; its SCHEMA message names the key at the start of every read.
   readonly keysWhileReading = true;
+  /**
+   * Per stream, the schema a SCHEMA message grew it to in the middle of an earlier read of this run: the read
+   * opened again after it keeps those columns, whichever SCHEMA the tap starts with.
+   */
+  private readonly grown = new Map<string, StreamSchema>();
   constructor(private readonly config: SingerSourceConfig) {}
 
   async discover(stream: StreamSpec): Promise<StreamSchema> {
@@ -77,8 +82,13 @@ export class SingerSource implements Source {
         if (leading.length > 10_000) leading.splice(0, leading.length - 1, ...leading.filter((m) => m.type === 'STATE').slice(-1));
       }
       schema ??= schemaFromSinger(stream.name, known, undefined, stream.primaryKey, stream.cursor);
+      schema = withColumnsOf(schema, this.grown.get(stream.name));
     }
     const finalSchema = withColumns(schema, known ? `source.catalog (tap stream ${spec.tapStream})` : `the tap's SCHEMA message for ${spec.tapStream}`);
+    // Only a schema the tap's own SCHEMA messages give can grow (narrowed by the catalog); declared columns are what
+    // the user chose.
+    const grows = !spec.columns;
+    const grown = this.grown;
     const program = this.program();
     return {
       schema: finalSchema,
@@ -107,6 +117,15 @@ export class SingerSource implements Source {
             if (rows.length >= request.batchRows) {
               yield { rows };
               rows = [];
+            }
+          } else if (message.type === 'SCHEMA' && message.stream === spec.tapStream && grows) {
+            const next = withColumnsOf(finalSchema, schemaFromSinger(stream.name, withCatalog(message, known), undefined, stream.primaryKey, stream.cursor));
+            const added = next.columns.slice(finalSchema.columns.length).map((c) => c.name);
+            if (added.length > 0) {
+              grown.set(stream.name, next);
+              // The rows since the last STATE are dropped with the read; the tap sends them again from that STATE.
+              yield { rows: [], schemaGrew: `the tap's SCHEMA message added column${added.length > 1 ? 's' : ''} ${added.join(', ')}` };
+              return;
             }
           } else if (message.type === 'STATE') {
             yield { rows, resume: message.value };
@@ -337,4 +356,11 @@ function withoutFields(schema: ExactJson, fields: ReadonlySet<string>): ExactJso
   if (fields.size === 0 || !isJsonObject(schema) || !isJsonObject(schema.properties)) return schema;
   const properties = Object.fromEntries(Object.entries(schema.properties).filter(([name]) => !fields.has(name)));
   return { ...schema, properties } as ExactJson;
+}
+
+/** `schema` with the columns of `more` it lacks appended (a column a later SCHEMA leaves out stays, NULL from then on). */
+function withColumnsOf(schema: StreamSchema, more: StreamSchema | undefined): StreamSchema {
+  const have = new Set(schema.columns.map((c) => c.name));
+  const added = (more?.columns ?? []).filter((c) => !have.has(c.name));
+  return added.length === 0 ? schema : { ...schema, columns: [...schema.columns, ...added] };
 }

@@ -55,3 +55,18 @@ describe.each(['duckdb', 'sqlite'] as const)('Singer output into %s', (kind) => 
     }
   }, 60_000);
 });
+
+describe.each(['duckdb', 'sqlite'] as const)('a mid-stream SCHEMA message adding a column, into %s', (kind) => {
+  it('the 3,000 records after it land with the new column in the same run, across checkpoints; a later run keeps them', async () => {
+    const file = await pipeline(kind, { count: 5000, state_every: 100, add_at: 2001 });
+    const result = await run(await loadPipeline(file));
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 5000, rows_rejected: 0 });
+    const target = join(dir, `w.${kind}`);
+    const counts = async () =>
+      (await destinationQuery(kind, target, `SELECT count(*) AS n, count(DISTINCT id) AS d, count(extra) AS e, sum(CASE WHEN extra = id * 10 THEN 1 ELSE 0 END) AS right FROM events`))[0]!;
+    expect(Object.values(await counts()).map(Number)).toEqual([5000, 5000, 3000, 3000]);
+    const again = await run(await loadPipeline(await pipeline(kind, { count: 5200, state_every: 100, add_at: 2001 })));
+    expect(again.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 200 });
+    expect(Object.values(await counts()).map(Number)).toEqual([5200, 5200, 3200, 3200]);
+  }, 60_000);
+});

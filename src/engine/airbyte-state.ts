@@ -2,7 +2,8 @@
  * An Airbyte connector's state as Airbyte itself keeps it, for `state export|import --format airbyte`. tidemark
  * stores, per stream, exactly what the next read passes back as `--state`: `[STREAM message]`, `[GLOBAL message]`
  * or a LEGACY `data` object. Exported, the streams' states become one state file: an array of the STREAM messages
- * of every stream, one GLOBAL message whose stream_states hold each stream's own, or the LEGACY objects merged.
+ * of every stream, one GLOBAL message whose stream_states hold each stream's own, or the LEGACY objects merged (each
+ * stream's own part, where the object is keyed by stream name, from that stream's state).
  */
 import type { JsonValue } from '../core/connector.js';
 import { UsageError } from '../core/errors.js';
@@ -25,7 +26,13 @@ export function exportAirbyteState(state: PipelineState): JsonValue {
   if (stored.length === 0) return [];
   const messages = stored.flatMap(([, s]) => (Array.isArray(s.resume) ? (s.resume as JsonValue[]).filter(isObject) : []));
   const legacy = stored.filter(([, s]) => isObject(s.resume as JsonValue)).map(([, s]) => s.resume as JsonObject);
-  if (messages.length === 0) return Object.assign({}, ...legacy) as JsonObject;
+  if (messages.length === 0) {
+    // A LEGACY object is the whole connector's, and a read of one stream writes back the other streams' parts as it
+    // was given them: a part named after a stream comes from that stream's own read, not from the last one stored.
+    const merged: Record<string, JsonValue> = Object.assign({}, ...legacy);
+    for (const [name, s] of stored) if (isObject(s.resume as JsonValue) && Object.hasOwn(s.resume as JsonObject, name)) merged[name] = (s.resume as JsonObject)[name]!;
+    return merged;
+  }
   const globals = messages.filter((m) => m.type === 'GLOBAL');
   if (globals.length > 0) {
     const newest = globals.at(-1)!;

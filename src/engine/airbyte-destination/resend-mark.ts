@@ -8,7 +8,7 @@
  * of this write came in cursor order (then nothing uncommitted can lie below it); otherwise it stays where the write
  * began until the clean end of the input, when every record sent is committed and its highest is the edge.
  */
-import type { ColumnKind, StreamSchema, Watermark } from '../../core/types.js';
+import type { ColumnKind, StreamSchema, TypedValue, Value, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import type { ExactJson } from '../../shared/exact-json.js';
 import { recordToRow } from '../../sources/singer/singer-messages.js';
@@ -92,16 +92,17 @@ export class ResendMark {
 
   private positionOf(data: ExactJson): Watermark | undefined {
     const raw = recordToRow(data, this.placing, undefined);
-    try {
-      const typed = raw.map((value, i) => {
-        const column = this.placing.columns[i]!;
-        const coerced = coerceValue(column.type, value);
-        if (coerced === null) throw new Error('null');
-        return { type: column.type.kind, value: encodeValue(column.type.kind, coerced) };
-      });
-      return { cursor: typed[0]!, pk: typed.slice(1) };
-    } catch {
-      return undefined;
+    const typed: TypedValue[] = [];
+    for (const [i, column] of this.placing.columns.entries()) {
+      let value: Value;
+      try {
+        value = coerceValue(column.type, raw[i]);
+      } catch {
+        return undefined;
+      }
+      if (value === null) return undefined;
+      typed.push({ type: column.type.kind, value: encodeValue(column.type.kind, value) });
     }
+    return { cursor: typed[0]!, pk: typed.slice(1) };
   }
 }

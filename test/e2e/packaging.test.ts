@@ -3,7 +3,7 @@
  * from the clone. Also: `npm run demo` reuses a current build, and S3 commands do not print the AWS SDK's notice.
  */
 import { execFile } from 'node:child_process';
-import { cp, mkdir, readFile, stat, utimes, writeFile } from 'node:fs/promises';
+import { cp, mkdir, readFile, stat, symlink, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -57,8 +57,63 @@ describe('the packed package', () => {
     const sqlite = join(prefix, 'lib/node_modules/tidemark/node_modules/better-sqlite3');
     const probe = await run(process.execPath, ['-e', `console.log(new (require(${JSON.stringify(sqlite)}))(':memory:').prepare('SELECT 41 + 1 AS n').get().n)`]);
     expect(probe.stdout.trim()).toBe('42');
+    await typescriptProgram(join(prefix, 'lib/node_modules/tidemark'));
   }, 660_000);
 });
+
+/**
+ * A TypeScript project using the installed package (linked into its node_modules, as `npm install` would place it):
+ * a code source and a pipeline in code compile under `tsc --strict`, run, and read their rows back; a misspelled key
+ * of a pipeline is a compile error.
+ */
+async function typescriptProgram(installed: string): Promise<void> {
+  const project = join(installed, '..', '..', '..', '..', 'ts-project');
+  await mkdir(join(project, 'node_modules'), { recursive: true });
+  await symlink(installed, join(project, 'node_modules', 'tidemark'));
+  await writeFile(join(project, 'package.json'), JSON.stringify({ type: 'module', private: true }));
+  const tsconfig = { compilerOptions: { strict: true, target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext', outDir: 'out', skipLibCheck: true }, files: ['main.ts'] };
+  await writeFile(join(project, 'tsconfig.json'), JSON.stringify(tsconfig));
+  await writeFile(
+    join(project, 'main.ts'),
+    `import { codeSource, definePipeline, defineStream, readTable, resumeAt, run, type RunResult } from 'tidemark';
+
+interface Order { readonly id: bigint; readonly updated_at: string; readonly total: string }
+
+const orders = defineStream<Order>({
+  name: 'orders',
+  primaryKey: 'id',
+  cursor: 'updated_at',
+  columns: { id: 'int64', updated_at: 'timestamptz', total: 'decimal(12,2)' },
+  async *read({ since, resume }) {
+    for (let page = typeof resume === 'number' ? resume : 0; page < 4; page += 1) {
+      const records: Order[] = [1, 2, 3].map((i) => ({ id: BigInt(page * 3 + i), updated_at: \`2024-01-0\${page + 1}T00:00:00.00000\${i}Z\`, total: \`\${page}.\${i}0\` }));
+      yield records.filter((r) => since === undefined || r.updated_at > String(since));
+      yield resumeAt(page + 1);
+    }
+  },
+});
+const pipeline = definePipeline({ name: 'typed', source: codeSource({ streams: [orders] }), destination: { type: 'sqlite', path: './typed.sqlite' }, streams: [{ name: 'orders', write: 'append', checkpoint_rows: 3 }] });
+const result: RunResult = await run(pipeline);
+const again: RunResult = await run(pipeline);
+let sum = 0n;
+for await (const row of readTable(pipeline, 'orders', { orderBy: ['id'] })) if (typeof row.id === 'bigint') sum += row.id;
+console.log(JSON.stringify({ ok: result.ok, read: result.streams[0]?.rows_read, commits: result.streams[0]?.commits, again: again.streams[0]?.rows_read, sum: String(sum) }));
+`,
+  );
+  const tsc = join(ROOT, 'node_modules', '.bin', 'tsc');
+  await run(tsc, ['-p', project], { cwd: project }).catch((e: { stdout?: string }) => {
+    throw new Error(`tsc --strict failed:\n${e.stdout ?? String(e)}`);
+  });
+  const { stdout } = await run(process.execPath, [join(project, 'out', 'main.js')], { cwd: project, env: { ...process.env, TIDEMARK_FAILPOINTS: '' } });
+  // Four pages, each committed with its resume point, and the end of the window (its token cleared).
+  expect(JSON.parse(stdout)).toEqual({ ok: true, read: 12, commits: 5, again: 0, sum: '78' });
+  await writeFile(join(project, 'main.ts'), "import { definePipeline } from 'tidemark';\nexport const p = definePipeline({ name: 'x', source: { type: 'sqlite', path: 'a' }, streams: [{ table: 't', chekpoint_rows: 5 }] });\n");
+  const misspelled = await run(tsc, ['-p', project], { cwd: project }).then(
+    () => '',
+    (e: { stdout?: string }) => e.stdout ?? '',
+  );
+  expect(misspelled).toMatch(/chekpoint_rows/);
+}
 
 describe('npm run demo', () => {
   it('does not rebuild when dist/ is newer than every source', async () => {

@@ -28,13 +28,14 @@ import { postgresSource } from './sources/postgres.js';
 import { singerSource } from './sources/singer.js';
 import { airbyteSource } from './sources/airbyte.js';
 import { sqliteSource } from './sources/sqlite.js';
+import { codeSources } from './sources/code.js';
 import { cellId, FAILPOINTS, WRITES, type CellSpec, type Failpoint, type DestinationAdapter, type Fault, type SourceAdapter, type Verdict } from './types.js';
 
 /** One local S3 server for the whole matrix, started by the first cell that needs it. */
 let s3: Promise<LocalS3> | undefined;
 const sharedS3 = () => (s3 ??= startS3('tidemark-matrix'));
 
-const SOURCES: readonly SourceAdapter[] = [postgresSource, mysqlSource, sqliteSource, ...filesSources, ...bucketFilesSources(sharedS3), ...httpSources, singerSource, airbyteSource];
+const SOURCES: readonly SourceAdapter[] = [postgresSource, mysqlSource, sqliteSource, ...filesSources, ...bucketFilesSources(sharedS3), ...httpSources, singerSource, airbyteSource, ...codeSources];
 const DESTINATIONS: readonly DestinationAdapter[] = [duckdbDestination, sqliteDestination, postgresDestination, lakeDirDestination, lakeS3Destination(sharedS3)];
 const FAULTS: readonly Fault[] = [{ kind: 'none' }, { kind: 'rerun' }, { kind: 'bad' }, { kind: 'change' }, { kind: 'full-then-run' }, ...FAILPOINTS.map((point) => ({ kind: 'kill' as const, point }))];
 

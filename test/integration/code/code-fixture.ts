@@ -1,7 +1,6 @@
 /** Shared setup of the code-source tests: a destination of each kind, and an in-memory "API" of orders. */
 import { join } from 'node:path';
-import { readTable, type DefinePipelineOptions, type PipelineInput, type TableRow } from '../../../src/index.js';
-import { definePipeline } from '../../../src/index.js';
+import { definePipeline, readTable, type DefinePipelineOptions, type PipelineInput, type TableRow } from '../../../src/index.js';
 import { createTestDatabase } from '../../conformance/postgres-fixture.js';
 import { tempDir } from '../../helpers/fs.js';
 
@@ -26,8 +25,10 @@ export async function workspace(kind: DestinationKind): Promise<Workspace> {
     destination,
     pipeline: (input, options) => definePipeline({ ...input, destination } as PipelineInput, options),
     async rows(table, orderBy = ['id']) {
+      // Any pipeline into this destination reads it: readTable needs only its resolved destination.
+      const reader = ws.pipeline({ name: 'reader', source: { type: 'sqlite', path: 'unused' }, streams: [{ table: 'unused' }] });
       const out: TableRow[] = [];
-      for await (const row of readTable(ws.pipeline({ name: 'reader', source: { type: 'sqlite', path: 'x' }, streams: [{ table: 'x' }] }), table, { orderBy })) out.push(row);
+      for await (const row of readTable(reader, table, { orderBy })) out.push(row);
       return out;
     },
     async cleanup() {

@@ -6,7 +6,8 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { codeSource, ConfigError, definePipeline, defineStream, loadPipeline, planPipeline, readTable, run, stateCommands, type TableRow } from '../../../src/index.js';
+import { codeSource, ConfigError, definePipeline, defineStream, InProcessDispatcher, loadPipeline, planPipeline, readTable, run, Scheduler, stateCommands, TickStore, type TableRow } from '../../../src/index.js';
+import { silentLogger } from '../../../src/core/logger.js';
 import { cli } from '../../helpers/cli.js';
 import { tempDir } from '../../helpers/fs.js';
 import { openQueue, queueArgs, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from '../queue/queue-fixture.js';
@@ -89,6 +90,27 @@ describe('a pipeline in code', () => {
     const rows = await all(readTable(again, 'numbers', { orderBy: ['n'] }));
     expect(rows).toHaveLength(130);
     expect(rows[129]).toEqual({ n: 130n, label: '#130' });
+  });
+});
+
+describe('the scheduler', () => {
+  it('runs a pipeline made in code on its schedule, in process', async () => {
+    const dir = join(root, 'scheduled');
+    await mkdir(dir, { recursive: true });
+    const reads = { since: [] as unknown[] };
+    const pipeline = definePipeline({
+      name: 'scheduled',
+      source: codeSource({ streams: [numbers(() => 30, reads)] }),
+      destination: { type: 'sqlite', path: join(dir, 'w.sqlite') },
+      schedule: '*/5 * * * *',
+      timezone: 'UTC',
+    });
+    const ticks = await TickStore.open(join(dir, 'ticks.json'));
+    await ticks.record('scheduled', new Date(Date.now() - 3_600_000));
+    const scheduler = new Scheduler([pipeline], { dispatcher: new InProcessDispatcher(silentLogger), ticks, logger: silentLogger });
+    const [tick] = await scheduler.once();
+    expect(tick).toMatchObject({ pipeline: 'scheduled', outcome: 'committed' });
+    expect(await all(readTable(pipeline, 'numbers'))).toHaveLength(30);
   });
 });
 

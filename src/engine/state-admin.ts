@@ -16,6 +16,7 @@ import { openPipelineState, plannedState, type StateDifference } from './state-s
 import { emptyState } from './run.js';
 import { keptMarks } from './run-marks.js';
 import { withSourceKey } from './plan.js';
+import { withSingerBookmark } from './singer-bookmark.js';
 
 export interface OpenedStateStore {
   readonly store: StateStore;
@@ -316,11 +317,19 @@ export function stateCommands(pipeline: PipelineConfig) {
     history: (): Promise<readonly PipelineStateVersion[]> => withStore((store) => store.history(name)),
 
     async set(stream: string, cursor: string, pk: readonly string[] = []): Promise<PipelineState> {
-      const config = streamConfig(stream);
+      const configured = streamConfig(stream);
+      // A Singer stream's cursor is the tap's replication key, recorded with its state.
+      const stored = (await withStore((store) => store.load(name)))?.streams[stream];
+      const singer = pipeline.source.type === 'singer' && configured.cursor === undefined ? stored?.cursorColumn : undefined;
+      const config = singer !== undefined ? { ...configured, cursor: singer } : configured;
       if (config.cursor === undefined) throw new UsageError(`stream ${stream} has no cursor; only incremental streams have a watermark`);
-      const { kinds, primaryKey } = await columnKinds(stream);
+      const { kinds, primaryKey } = singer !== undefined && stored?.watermark !== undefined ? { kinds: new Map([[singer, stored.watermark.cursor.type]]), primaryKey: stored.primaryKey ?? [] } : await columnKinds(stream);
       // A stream without primary_key merges on its table's own key, as the catalog declares it.
-      const pkColumns = config.primaryKey.length ? config.primaryKey : config.sourceKey !== undefined ? primaryKey : [];
+      const pkColumns = config.primaryKey.length ? config.primaryKey : config.sourceKey !== undefined || singer !== undefined ? primaryKey : [];
+      const tapState = singer === undefined ? undefined : withSingerBookmark(stored?.resume as JsonValue | undefined, config.singer?.tapStream ?? stream, singer, cursor);
+      if (singer !== undefined && tapState === undefined) {
+        throw new UsageError(`stream ${stream}: the tap's state does not hold its bookmark in a form tidemark knows; edit the tap's state with tidemark state import`);
+      }
       if (pk.length !== 0 && pk.length !== pkColumns.length) {
         throw new UsageError(`stream ${stream} has a primary key of ${pkColumns.length} column(s) (${pkColumns.join(', ')}); got ${pk.length} --pk value(s)`);
       }
@@ -343,6 +352,7 @@ export function stateCommands(pipeline: PipelineConfig) {
           primaryKey: pkColumns,
           ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
           watermark: wanted,
+          ...(tapState !== undefined ? { resume: tapState } : {}),
           updatedAt: new Date().toISOString(),
           ...keptMarks(prior),
         };

@@ -573,7 +573,8 @@ class StreamLoader {
     const safeMark = this.read.safeMark ?? undefined;
     const base: StreamState = {
       strategy: this.stream.strategy,
-      ...(this.stream.cursor !== undefined ? { cursorColumn: this.stream.cursor } : {}),
+      // A connector's own cursor (a tap's replication key) is recorded too: `state set` needs its name.
+      ...((this.stream.cursor ?? this.schema.cursor) !== undefined ? { cursorColumn: (this.stream.cursor ?? this.schema.cursor)! } : {}),
       primaryKey: this.schema.primaryKey,
       ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
       updatedAt: new Date().toISOString(),

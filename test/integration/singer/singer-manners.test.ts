@@ -204,3 +204,53 @@ describe('keys and fields come from the tap', () => {
     expect((await query('duckdb', 'SELECT amount FROM events WHERE id <= 6 ORDER BY id')).map((r) => Number(r.amount))).toEqual([1010, 1020, 1030, 1040, 1050, 60]);
   }, 120_000);
 });
+
+describe('keyless streams name what identifies a version', () => {
+  it('volatile_columns: records re-sent with a new fetched_at on every run are recognised and not appended again', async () => {
+    const tap = { count: 300, group: 3, state_every: 40, keyless: true, fetched_at: true };
+    const setup = { stream: '    volatile_columns: [fetched_at]\n' };
+    for (let i = 0; i < 3; i += 1) {
+      const out = await run(tap, setup);
+      expect(out.code, out.stderr).toBe(0);
+      await new Promise((r) => setTimeout(r, 5)); // a later fetched_at
+    }
+    const rows = await query('duckdb', 'SELECT count(*) AS n, count(DISTINCT id) AS d FROM events');
+    expect(rows[0]).toEqual({ n: 300n, d: 300n });
+    // The tap grows: only the new records land.
+    const grown = await run({ ...tap, count: 330 }, setup);
+    expect(grown.stream).toMatchObject({ rows_loaded: 30 });
+    expect(await ids()).toEqual(range(330));
+  }, 120_000);
+});
+
+describe('backfilling a Singer stream', () => {
+  it("state set moves the tap's bookmark with the watermark: the tap re-sends from there and the corrections merge", async () => {
+    for (const form of ['plain', 'sdk']) {
+      const tap = { count: 300, group: 3, state_every: 40, state_form: form };
+      const first = await run(tap);
+      expect(first.code, first.stderr).toBe(0);
+      const set = await cli(['state', 'set', 'events', '--cursor', '2024-01-01T00:00:50.000001Z', '--config', first.config]);
+      expect(set.code, set.stderr).toBe(0);
+      const exported = JSON.parse((await cli(['state', 'export', '--config', first.config])).stdout);
+      const bookmark = exported.bookmarks.events;
+      expect(form === 'sdk' ? bookmark.replication_key_value : bookmark.updated_at).toBe('2024-01-01T00:00:50.000001Z');
+      // Upstream corrected every amount; the tap re-sends ids 151..300 (updated_at >= 00:00:50), which merge.
+      const backfill = await run({ ...tap, amount_bump: 7 });
+      expect(backfill.code, backfill.stderr).toBe(0);
+      expect(backfill.stream).toMatchObject({ rows_loaded: 150 });
+      expect(await ids()).toEqual(range(300));
+      const amounts = await query('duckdb', 'SELECT id, amount FROM events WHERE id IN (150, 151, 300) ORDER BY id');
+      expect(amounts.map((r) => Number(r.amount))).toEqual([1500, 1517, 3007]);
+      await cleanup();
+      ({ dir, cleanup } = await (await import('../../helpers/fs.js')).tempDir());
+    }
+  }, 180_000);
+
+  it('on an append stream, moving the bookmark back is refused (it would append the rows again)', async () => {
+    const first = await run({ count: 100, group: 3, state_every: 40 }, { stream: '    write: append\n' });
+    expect(first.code, first.stderr).toBe(0);
+    const set = await cli(['state', 'set', 'events', '--cursor', '2024-01-01T00:00:10.000001Z', '--config', first.config]);
+    expect(set.code).not.toBe(0);
+    expect(set.stderr).toContain('appends its rows');
+  }, 60_000);
+});

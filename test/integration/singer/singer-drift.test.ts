@@ -28,6 +28,8 @@ source:
 streams:
   - name: events
     primary_key: id
+    # The tap's bookmark is the id: its STATEs are then shown safe, and a re-read starts at the last one committed.
+    cursor: id
     checkpoint_rows: 100
 destination:
   type: ${kind}

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // A Singer tap whose output changes shape or breaks its encoding mid-stream, for the schema-change tests.
 // Config: {"count": N, "state_every": S, "add_at": K?, "bad_every": B?}.
-// Stream `events` (bookmark last_id). With `add_at`, a SCHEMA message before record K adds the column `extra`
+// Stream `events` (the SDK's bookmark form: replication_key id). With `add_at`, a SCHEMA message before record K adds the column `extra`
 // (integer), which records from K on carry. With `bad_every`, every B-th record's `name` holds the Latin-1 byte
 // 0xE9 ("caf\xE9"), which is not UTF-8.
 import { args, config, out, state } from './tap-io.mjs';
@@ -12,7 +12,7 @@ if (args.includes('--discover')) {
   out(JSON.stringify({ streams: [{ tap_stream_id: 'events', stream: 'events', schema: { type: 'object', properties: base }, key_properties: ['id'] }] }));
   process.exit(0);
 }
-const last = state.bookmarks?.events?.last_id ?? 0;
+const last = state.bookmarks?.events?.replication_key_value ?? 0;
 const every = config.state_every ?? 100;
 const addAt = config.add_at;
 out(JSON.stringify(schema(addAt !== undefined && last + 1 >= addAt ? { ...base, extra: { type: ['null', 'integer'] } } : base)));
@@ -26,6 +26,6 @@ for (let id = last + 1; id <= config.count; id += 1) {
     if (addAt !== undefined && id >= addAt) record.extra = id * 10;
     out(JSON.stringify({ type: 'RECORD', stream: 'events', record }));
   }
-  if (id % every === 0) out(JSON.stringify({ type: 'STATE', value: { bookmarks: { events: { last_id: id } } } }));
+  if (id % every === 0) out(JSON.stringify({ type: 'STATE', value: { bookmarks: { events: { replication_key: 'id', replication_key_value: id } } } }));
 }
-out(JSON.stringify({ type: 'STATE', value: { bookmarks: { events: { last_id: Math.max(last, config.count) } } } }));
+out(JSON.stringify({ type: 'STATE', value: { bookmarks: { events: { replication_key: 'id', replication_key_value: Math.max(last, config.count) } } } }));

@@ -3,7 +3,6 @@
  * each new or changed partition in ONE commit that holds its rows (replacing the partition's old rows), its ledger
  * row, the next state and the run record. A crash inside a partition leaves none of its rows and no ledger mark.
  */
-import { runMarks } from './run-marks.js';
 import { partitionLeaseName, type ColumnBatch, type Lease, type LedgerStore, type LoadTransaction, type OpenedPartition, type PartitionListing, type PartitionedSource } from '../core/connector.js';
 import { ConflictError, DestinationError, SourceError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
@@ -12,6 +11,7 @@ import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { refuseRejects, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 import type { PartitionProgress } from './progress.js';
+import { runMarks } from './run-marks.js';
 
 /** `missing`: the ledger has the partition, the source lists none of its files any more ("source missing"). */
 export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload' | 'missing';

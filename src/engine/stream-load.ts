@@ -3,8 +3,6 @@
  * point where the cursor value changes, so a group of rows sharing one cursor value is never split by a commit.
  * Each commit carries the data, the next state, the rejects and the run record together.
  */
-import { passesCallerBound } from '../core/caller-bound.js';
-import { runMarks } from './run-marks.js';
 import { hostname } from 'node:os';
 import type { BulkFormat, BulkRead, Destination, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
 import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
@@ -26,6 +24,8 @@ import type { StreamConfig } from '../config/load.js';
 import { CursorGroup, ReadFloor, rowIdentity } from './boundary.js';
 import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
+import { passesCallerBound } from '../core/caller-bound.js';
+import { runMarks } from './run-marks.js';
 
 export interface StreamContext {
   readonly pipeline: string;

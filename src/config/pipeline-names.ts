@@ -24,8 +24,8 @@ export async function pipelinesDir(dir?: string, env: NodeJS.ProcessEnv = proces
  * the pipelines folder. No input: every pipeline of that folder.
  */
 export async function resolvePipelines(inputs: readonly string[], options: { dir?: string; env?: NodeJS.ProcessEnv } = {}): Promise<string[]> {
-  let named: Promise<Map<string, string>> | undefined;
-  const byName = async (): Promise<{ dir: string; names: Map<string, string> }> => {
+  let named: Promise<Map<string, string[]>> | undefined;
+  const byName = async (): Promise<{ dir: string; names: Map<string, string[]> }> => {
     const dir = await pipelinesDir(options.dir, options.env);
     return { dir, names: await (named ??= pipelineNames(dir)) };
   };
@@ -38,12 +38,13 @@ export async function resolvePipelines(inputs: readonly string[], options: { dir
       continue;
     }
     const { dir, names } = await byName();
-    const file = names.get(input);
-    if (file === undefined) {
+    const found = names.get(input);
+    if (found === undefined) {
       const known = [...names.keys()].sort();
       throw new UsageError(`no pipeline named ${input} in ${dir} (${known.length ? `pipelines: ${known.join(', ')}` : 'it holds no pipeline files'}); give a file, a folder, --dir or ${PIPELINES_DIR_ENV}`);
     }
-    files.push(file);
+    if (found.length > 1) throw new UsageError(`pipeline name ${input} is used by ${found.join(' and ')}; give the file, or give one of them another name:`);
+    files.push(found[0]!);
   }
   return [...new Set(files)];
 }
@@ -59,17 +60,14 @@ function looksLikePath(input: string): boolean {
   return input.includes('/') || input.includes('\\') || /\.ya?ml$/i.test(input);
 }
 
-/** name → file for the pipelines of a folder; two files with one name are refused, since a name must say which. */
-async function pipelineNames(dir: string): Promise<Map<string, string>> {
+/** name → the files of a folder that carry it (more than one only by mistake, refused when that name is asked for). */
+async function pipelineNames(dir: string): Promise<Map<string, string[]>> {
   const entries = await readdir(dir).catch(() => [] as string[]);
-  const names = new Map<string, string>();
+  const names = new Map<string, string[]>();
   for (const entry of entries.filter((f) => /\.ya?ml$/i.test(f) && !f.startsWith('.')).sort()) {
     const file = join(dir, entry);
     const name = topLevelName(await readFile(file, 'utf8'));
-    if (name === undefined) continue;
-    const other = names.get(name);
-    if (other !== undefined) throw new UsageError(`pipeline name ${name} is used by both ${other} and ${file}; give one of them another name:`);
-    names.set(name, file);
+    if (name !== undefined) names.set(name, [...(names.get(name) ?? []), file]);
   }
   return names;
 }

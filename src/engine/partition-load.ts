@@ -13,6 +13,7 @@ import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { refuseRejects, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 import type { PartitionProgress } from './progress.js';
+import { runMarks } from './run-marks.js';
 
 /** `missing`: the ledger has the partition, the source lists none of its files any more ("source missing"). */
 export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload' | 'missing';

@@ -34,7 +34,7 @@ describe('CLI habits', () => {
     expect(line).toMatch(/^errs\.missing: FAILED: pipeline errs, stream missing, phase discover: table missing does not exist/);
     expect(out.stderr).toContain(line);
     expect(out.stdout).toContain('errs.items: 300 read, 300 loaded');
-  });
+  }, 240_000);
 
   it('finds pipelines by name: in --dir, $TIDEMARK_PIPELINES_DIR or ./pipelines; a folder runs each; an unknown name lists the known', async () => {
     const home = join(dir, 'named');
@@ -83,7 +83,7 @@ describe('CLI habits', () => {
     expect(byFlag.stdout).toContain('pipeline pg-customers, state version');
     const ledger = await cli(['ledger', 'list', '--pipeline', 'pg-orders'], { cwd: home });
     expect(ledger.stderr).not.toContain('no pipeline named');
-  });
+  }, 240_000);
 
   it('every run is recorded, quiet ones too; state carries run_count, last_run_at, last_run_id and metadata', async () => {
     const source = join(dir, 'marks.sqlite');
@@ -126,7 +126,7 @@ describe('CLI habits', () => {
     const history = (await cli(['state', 'history', '--config', file])).stdout;
     expect(history).toContain('run (nothing new)');
     expect(history).toContain('metadata of items');
-  });
+  }, 240_000);
 
   it('run --until: reads stop at the caller\'s bound, typed by the cursor; the watermark never passes it', async () => {
     const source = join(dir, 'until.sqlite');
@@ -156,5 +156,5 @@ describe('CLI habits', () => {
     const rest = (await runUntil()).streams[0]!;
     expect(rest.rows_read).toBe(153);
     expect(rest.watermark).toMatchObject({ pk: [{ value: '300' }] });
-  });
+  }, 240_000);
 });

@@ -3,7 +3,6 @@
  * (REPEATABLE READ), so the upper bound and the rows come from one InnoDB read view; rows stream through a
  * server-side prepared statement with every watermark value bound and cast to its column's type.
  */
-import { capAtCallerBound } from '../../core/caller-bound.js';
 import mysql from 'mysql2/promise';
 import type { Batch, BulkChunk, BulkRead, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
@@ -16,6 +15,7 @@ import { MysqlChangeLog } from './mysql-change-log.js';
 import { exactTextSettings } from './mysql-settings.js';
 import { bulkLine, chunkKeys, mysqlChunks } from './mysql-bulk.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
+import { capAtCallerBound } from '../../core/caller-bound.js';
 
 const ALIAS = '`t`';
 const q = (name: string) => quoteIdent(name, 'backtick');

@@ -5,7 +5,6 @@
  * COPY takes no bind parameters, so watermark values are bound into transaction-local settings with `set_config($n)`
  * and read back in the predicate with `current_setting(…)::type`: values never enter the SQL text.
  */
-import { capAtCallerBound } from '../../core/caller-bound.js';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type pg from 'pg';
@@ -23,6 +22,7 @@ import { bulkChunkOf, ChunkQueue, CsvChunker, type RowKey } from './csv-chunks.j
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { PostgresChangeLog } from './pg-change-log.js';
+import { capAtCallerBound } from '../../core/caller-bound.js';
 
 const ALIAS = 't';
 const UTC_TEXT = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`;

@@ -2,7 +2,6 @@
  * SQLite as a source. Each read runs inside one read transaction, so the upper bound, the NULL-cursor count and
  * the rows all come from the same snapshot (WAL mode). Ordering and comparisons are done by SQLite.
  */
-import { capAtCallerBound } from '../../core/caller-bound.js';
 import Database from 'better-sqlite3';
 import type { Batch, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
@@ -10,6 +9,7 @@ import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../co
 import { decodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, safeMarkOf, timeUnitMicros } from '../server-source.js';
+import { capAtCallerBound } from '../../core/caller-bound.js';
 
 export interface SqliteSourceOptions {
   readonly path: string;

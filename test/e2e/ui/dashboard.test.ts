@@ -91,7 +91,7 @@ describe('tidemark ui', () => {
   }
 
   it('shows both demo streams with their watermark and last run, a chart of the two runs, and no actions without the flag', async () => {
-    // The demo runs the pipeline three times; the third moves nothing and records nothing, so two runs show.
+    // The demo runs the pipeline three times; the third moves nothing and is recorded too, so three runs show.
     const config = await demo();
     const state = await stateOf(config);
     ui = await startUi([dir]);
@@ -99,7 +99,7 @@ describe('tidemark ui', () => {
 
     const rows = page.locator('section[data-pipeline="shop"] tbody tr');
     expect(await rows.count()).toBe(2);
-    for (const [stream, loaded] of [['orders', '37'], ['customers', '3']] as const) {
+    for (const [stream, loaded] of [['orders', '0'], ['customers', '0']] as const) {
       const row = page.locator(`section[data-pipeline="shop"] tr[data-stream="${stream}"]`);
       expect(await row.locator('td.watermark').textContent()).toBe(watermarkText(state.streams[stream]!.watermark));
       expect(await row.locator('td.rows').textContent()).toBe(loaded);
@@ -109,7 +109,6 @@ describe('tidemark ui', () => {
     }
     expect(await page.locator('[data-action]').count()).toBe(0);
     expect(await page.locator('#mode').textContent()).toBe('read-only');
-    // The third run found nothing and left no run record; the pipeline still shows when it was last checked.
     expect(await page.locator('section[data-pipeline="shop"] [data-role="checked"]').textContent()).toMatch(/^last checked (just now|.+ ago)$/);
     if (!existsSync(SCREENSHOT) || process.env.UPDATE_SCREENSHOTS) {
       await mkdir(join(SCREENSHOT, '..'), { recursive: true });
@@ -120,16 +119,17 @@ describe('tidemark ui', () => {
 
     await go(page, '#/p/shop/s/orders');
     const chart = page.locator('.chart');
-    expect(await chart.getAttribute('data-points')).toBe('2');
+    expect(await chart.getAttribute('data-points')).toBe('3');
     await page.waitForSelector('.chart canvas');
-    // Runs newest first: the second run moved 37 rows, the first all 10,000.
+    // Runs newest first: the third moved nothing, the second 37 rows, the first all 10,000.
     const log = page.locator('section:has(h2:text-is("Run log")) tbody tr');
-    expect(await log.count()).toBe(2);
-    expect(await log.nth(0).locator('td').nth(5).textContent()).toBe('37');
-    expect(await log.nth(1).locator('td').nth(5).textContent()).toBe('10,000');
-    // The stream's history: its watermark moved between its two versions.
-    expect(await page.locator('.history tr[data-version]').count()).toBe(4);
-    expect(await page.locator('[data-role="diff"]').textContent()).toContain('10012');
+    expect(await log.count()).toBe(3);
+    expect(await log.nth(0).locator('td').nth(5).textContent()).toBe('0');
+    expect(await log.nth(1).locator('td').nth(5).textContent()).toBe('37');
+    expect(await log.nth(2).locator('td').nth(5).textContent()).toBe('10,000');
+    // The stream's history: its watermark moved between the two runs that loaded; the third moved its run marks only.
+    expect(await page.locator('.history tr[data-version]').count()).toBe(6);
+    expect(await page.locator('[data-role="diff"]').textContent()).toContain('runCount');
     await page.waitForSelector('[data-role="plan"] dl.kv');
     expect(await page.locator('[data-role="plan"] dl.kv').textContent()).toContain('predicate');
     expect(await page.locator('[data-action]').count()).toBe(0);
@@ -278,7 +278,7 @@ destination: { type: duckdb, path: ${JSON.stringify(join(dir, 'warehouse.duckdb'
     await page.waitForSelector('main[data-ready="true"]');
     expect(await page.locator('[data-role="lock"]').textContent()).toContain(`lease 99, pid ${process.pid}`);
     expect(await page.locator('[data-role="stale"]').textContent()).toContain('pipeline is running');
-    expect(await page.locator('tr[data-stream="customers"] td.rows').textContent()).toBe('3');
+    expect(await page.locator('tr[data-stream="customers"] td.rows').textContent()).toBe('0');
   });
 
   it('with --allow-actions, reset asks first and then changes the state exactly as `tidemark state reset` does', async () => {

@@ -3,7 +3,7 @@
  * what a change means for a destination, and what the stream's policy does with it, is decided elsewhere
  * (src/engine/schema-check.ts).
  */
-import type { Column, ColumnType, CommittedSchema } from './types.js';
+import type { Column, ColumnType, CommittedSchema, PipelineState } from './types.js';
 
 /**
  * How a column's type changed. `widened`: every value of the old type is a value of the new one, exactly (so a
@@ -185,4 +185,36 @@ export function nextCommittedSchema(committed: CommittedSchema | undefined, now:
     primaryKey: now.primaryKey,
     ...(kept.length > 0 ? { dropped: kept.map((c) => c.name) } : {}),
   };
+}
+
+/** What changed in each stream's committed schema at one state version (`state history`). */
+export interface SchemaVersionChange {
+  readonly version: number;
+  readonly stream: string;
+  /** One line per change; `schema recorded: …` where a stream's first schema appears. */
+  readonly changes: readonly string[];
+}
+
+/**
+ * The versions at which a stream's committed schema changed, oldest first, with what changed since the version
+ * before. Versions may come in any order; a build's schema counts once it is swapped in.
+ */
+export function schemaVersions(versions: readonly { readonly version: number; readonly state: PipelineState }[]): SchemaVersionChange[] {
+  const out: SchemaVersionChange[] = [];
+  const last = new Map<string, CommittedSchema>();
+  for (const v of [...versions].sort((a, b) => a.version - b.version)) {
+    for (const [stream, s] of Object.entries(v.state.streams)) {
+      const schema = s.schema;
+      if (schema === undefined) continue;
+      const before = last.get(stream);
+      last.set(stream, schema);
+      if (before === undefined) {
+        out.push({ version: v.version, stream, changes: [`schema recorded: ${schema.columns.map((c) => `${c.name} ${typeName(c.type)}`).join(', ')}`] });
+        continue;
+      }
+      const changes = diffSchemas(before, { columns: schema.columns.filter((c) => !(schema.dropped ?? []).includes(c.name)), primaryKey: schema.primaryKey });
+      if (changes.length > 0) out.push({ version: v.version, stream, changes: changes.map(describeChange) });
+    }
+  }
+  return out;
 }

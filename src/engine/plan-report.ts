@@ -1,11 +1,13 @@
 /** `tidemark plan`: what the next run would read per stream, with the exact predicate and bound values. */
-import type { PartitionFailure, StreamState, TypedValue, Watermark } from '../core/types.js';
-import type { Source } from '../core/connector.js';
+import type { PartitionFailure, StreamSchema, StreamState, TypedValue, Watermark } from '../core/types.js';
+import type { Destination, Source } from '../core/connector.js';
 import { errorMessage, withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { ledgerOf, planPartitions, type PartitionPlan } from './partition-load.js';
-import { checkLookback, lookbackProblem, planStream, settleKey, withSourceKey } from './plan.js';
+import { checkLookback, lookbackProblem, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
+import { evaluateSchema, schemaInput } from './schema-check.js';
+import { describeChange, typeName } from '../core/schema-diff.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 
@@ -58,6 +60,18 @@ export interface StreamPlanReport {
    * destination's, which the run uses (the destination is the authority).
    */
   readonly stateDiffers?: string;
+  /** How the source's schema differs from the committed one, and what the next run does about it (absent: no change). */
+  readonly schema?: SchemaPlanReport;
+}
+
+/** Pending schema changes of a stream (see src/engine/schema-check.ts). */
+export interface SchemaPlanReport {
+  /** One line per change, as the run reports it. */
+  readonly changes: readonly string[];
+  /** Destination columns the run converts to a wider type before its rows land. */
+  readonly widens: readonly string[];
+  /** Why the run will stop the stream, when it will (nothing of it is then written). */
+  readonly stop?: string;
 }
 
 export async function planPipeline(
@@ -76,6 +90,8 @@ async function planStreams(
 ): Promise<StreamPlanReport[]> {
   const streams = selectStreams(pipeline, options.streams);
   const destination = await openDestination(pipeline.destination, options.openTimeoutMs !== undefined ? { openTimeoutMs: options.openTimeoutMs } : {});
+  // Asked after the destination is closed: whether a type converts in place depends only on its kind.
+  const widens = { ...(destination.widens ? { widens: destination.widens.bind(destination) } : {}) };
   let states: Readonly<Record<string, StreamState>>;
   let differs = new Map<string, string>();
   let source: Source | undefined;
@@ -123,6 +139,7 @@ async function planStreams(
         } catch (error) {
           inStreamContext(error);
         }
+        const schema = schemaPlan(pipeline.name, stream, plan, prior, read.schema, options.full === true, widens);
         reports.push({
           stream: stream.name,
           strategy: stream.strategy,
@@ -139,6 +156,7 @@ async function planStreams(
           safeMark: read.safeMark ?? null,
           warnings: read.warnings ?? [],
           ...(differs.has(stream.name) ? { stateDiffers: `${differs.get(stream.name)!}; the run uses the destination's` } : {}),
+          ...(schema !== undefined ? { schema } : {}),
         });
       } finally {
         await read.close();
@@ -148,6 +166,23 @@ async function planStreams(
   } finally {
     await source.close();
   }
+}
+
+/** The schema step the run would take, as a report; undefined when the schema is as committed. */
+function schemaPlan(
+  pipeline: string,
+  stream: StreamConfig,
+  plan: StreamPlan,
+  prior: StreamState | undefined,
+  now: StreamSchema,
+  full: boolean,
+  destination: Pick<Destination, 'widens'>,
+): SchemaPlanReport | undefined {
+  const verdict = evaluateSchema(schemaInput({ pipeline, full, destination }, stream, plan, prior, now));
+  if (verdict.stop !== undefined) return { changes: verdict.changes.map(describeChange), widens: [], stop: verdict.stop };
+  const { step } = verdict;
+  if (step.changes.length === 0) return undefined;
+  return { changes: step.changes.map(describeChange), widens: step.widen.map((w) => `${w.column} ${typeName(w.from)} → ${typeName(w.to)}`) };
 }
 
 /** Log streams: the set-up a run would do (a dry run in the source) and where each stream continues. */

@@ -75,7 +75,10 @@ export function evaluateSchema(input: SchemaInput): SchemaVerdict {
     }
   }
   if (blocking.length > 0) return refuse(input, changes, blocking, 'evolve');
-  const notices = changes.filter(noticeable).map((c) => (c.kind === 'added' && leftOut.has(c.column.name) ? `${describeChange(c)} left out (schema_changes new_columns: ignore)` : describeChange(c)));
+  const notices = changes.flatMap((c) => {
+    if (c.kind === 'added' && leftOut.has(c.column.name)) return [`${describeChange(c)} left out (schema_changes new_columns: ignore)`];
+    return noticeable(c) ? [describeChange(c)] : [];
+  });
   return { step: { changes, widen, leftOut, committed: nextCommittedSchema(committed, now, leftOut), notices } };
 }
 
@@ -142,19 +145,26 @@ export function withoutColumns(read: OpenedRead, leftOut: ReadonlySet<string>): 
   });
 }
 
+/** Who asks: the run (or plan) of a pipeline, and whether it rebuilds on request (`--full`). */
+export interface SchemaAsker {
+  readonly pipeline: string;
+  readonly full: boolean;
+  readonly destination: Pick<Destination, 'widens'>;
+}
+
 /**
- * The schema step of a stream load: the committed schema it compares with is the build table's when a build resumes,
- * else the live table's; a build started afresh writes a new table. Notices go to the run's warnings.
+ * The comparison a stream load makes: with the build table's schema when a build resumes, else the live table's; a
+ * build started afresh writes a new table.
  */
-export function streamSchemaStep(
-  ctx: { readonly pipeline: string; readonly full: boolean; readonly destination: Pick<Destination, 'widens'>; readonly onWarning?: (stream: string, message: string) => void },
+export function schemaInput(
+  ctx: SchemaAsker,
   stream: { readonly name: string; readonly schemaChanges?: SchemaPolicy },
   plan: { readonly generation?: string; readonly freshBuild: boolean },
   prior: StreamState | undefined,
   now: StreamSchema,
-): SchemaStep {
+): SchemaInput {
   const resumedBuild = plan.generation !== undefined && !plan.freshBuild;
-  const step = checkSchema({
+  return {
     pipeline: ctx.pipeline,
     stream: stream.name,
     committed: resumedBuild ? prior?.build?.schema : prior?.schema,
@@ -162,7 +172,18 @@ export function streamSchemaStep(
     policy: stream.schemaChanges ?? DEFAULT_SCHEMA_POLICY,
     ...(plan.freshBuild ? { rebuild: { requested: ctx.full } } : {}),
     destination: ctx.destination,
-  });
+  };
+}
+
+/** The schema step of a stream load (throws when the stream must stop); its notices go to the run's warnings. */
+export function streamSchemaStep(
+  ctx: SchemaAsker & { readonly onWarning?: (stream: string, message: string) => void },
+  stream: { readonly name: string; readonly schemaChanges?: SchemaPolicy },
+  plan: { readonly generation?: string; readonly freshBuild: boolean },
+  prior: StreamState | undefined,
+  now: StreamSchema,
+): SchemaStep {
+  const step = checkSchema(schemaInput(ctx, stream, plan, prior, now));
   for (const notice of step.notices) ctx.onWarning?.(stream.name, `schema change: ${notice}`);
   return step;
 }

@@ -64,11 +64,11 @@ function destination(kind: Kind, name: string): Destination {
   };
 }
 
-async function pipeline(name: string, source: string, dest: Destination): Promise<string> {
+async function pipeline(name: string, source: string, dest: Pick<Destination, 'yaml'>, streamExtra = ''): Promise<string> {
   return writeYaml(
     dir,
     `${name}.yaml`,
-    `name: ${name}\nsource:\n${source}\nstreams:\n  - table: orders\n    cursor: updated_at\n    checkpoint_rows: 40\n    batch_rows: 15\ndestination:\n${dest.yaml}\n`,
+    `name: ${name}\nsource:\n${source}\nstreams:\n  - table: orders\n    cursor: updated_at\n    checkpoint_rows: 40\n    batch_rows: 15\n${streamExtra}destination:\n${dest.yaml}\n`,
   );
 }
 
@@ -169,7 +169,7 @@ describe('Postgres numeric(12,2) → numeric(14,4) into a lake', () => {
     await pgDb.sql('CREATE TABLE orders (id int PRIMARY KEY, total numeric(12,2), updated_at timestamp NOT NULL)');
     await pgDb.sql(`INSERT INTO orders VALUES ${rowsSql(1, 200, 2)}`);
     const lakeDir = join(dir, 'lake');
-    const config = await pipeline('lake', `  type: postgres\n  url: ${JSON.stringify(pgDb.url)}`, { yaml: `  type: files\n  location: ${JSON.stringify(lakeDir)}` } as Destination);
+    const config = await pipeline('lake', `  type: postgres\n  url: ${JSON.stringify(pgDb.url)}`, { yaml: `  type: files\n  location: ${JSON.stringify(lakeDir)}` });
     const first = await run(config, true);
     expect(first.code, first.stderr).toBe(0);
     await pgDb.sql('ALTER TABLE orders ALTER total TYPE numeric(14,4)');
@@ -191,5 +191,82 @@ describe('Postgres numeric(12,2) → numeric(14,4) into a lake', () => {
     expect(third.code).not.toBe(0);
     expect(third.stderr).toContain('column total changed decimal(14,4) → decimal(10,2) (narrowed)');
     expect(await tableRows(lake, 'lake', 'orders', `CAST(id AS VARCHAR)`)).toHaveLength(501);
+  }, 60_000);
+});
+
+describe('dropped and new columns, plan and state history', () => {
+  async function seed(): Promise<void> {
+    await pgDb.sql('CREATE TABLE orders (id int PRIMARY KEY, total numeric(12,2), note text, updated_at timestamp NOT NULL)');
+    await pgDb.sql(`INSERT INTO orders SELECT i, i * 1.25, 'n' || i, TIMESTAMP '2024-01-01' + i * INTERVAL '1 second' FROM generate_series(1, 150) i`);
+  }
+  const more = (from: number, to: number) =>
+    pgDb.sql(`INSERT INTO orders (id, total, updated_at) SELECT i, i * 1.25, TIMESTAMP '2024-02-01' + i * INTERVAL '1 second' FROM generate_series(${from}, ${to}) i`);
+
+  it('a dropped column is kept NULL from now on and reported by plan, the run (warning and JSON) and state history', async () => {
+    await seed();
+    const dest = destination('duckdb', 'dropped');
+    const config = await pipeline('dropped', `  type: postgres\n  url: ${JSON.stringify(pgDb.url)}`, dest);
+    expect((await run(config, true)).code).toBe(0);
+    await pgDb.sql('ALTER TABLE orders DROP COLUMN note');
+    await pgDb.sql('ALTER TABLE orders ALTER total TYPE numeric(14,4)');
+    await more(151, 300);
+
+    const plan = await cli(['plan', config]);
+    expect(plan.code, plan.stderr).toBe(0);
+    expect(plan.stdout).toContain('  schema change: total decimal(12,2) → decimal(14,4) (widened)');
+    expect(plan.stdout).toContain('  schema change: column note text dropped in the source');
+    expect(plan.stdout).toContain('  widens: total decimal(12,2) → decimal(14,4)');
+
+    const second = await run(config, true);
+    expect(second.code, second.stderr).toBe(0);
+    expect(second.stderr).toContain('pipeline dropped, stream orders: schema change: column note text dropped in the source');
+    expect(second.stream!.schema_changes).toEqual(['total decimal(12,2) → decimal(14,4) (widened)', 'column note text dropped in the source']);
+    const notes = await duckdbQuery(join(dir, 'dropped.duckdb'), 'SELECT count(note) AS kept, count(*) AS rows FROM orders');
+    expect(notes).toEqual([{ kept: 150n, rows: 300n }]);
+
+    // Reported once: the next run finds the schema as committed (the kept column included).
+    await more(301, 320);
+    const third = await run(config, true);
+    expect(third.code, third.stderr).toBe(0);
+    expect(third.stderr).not.toContain('schema change');
+    expect(third.stream!.schema_changes).toBeUndefined();
+    expect((await cli(['plan', config])).stdout).not.toContain('schema change');
+
+    const history = await cli(['state', 'history', '--config', config]);
+    expect(history.code, history.stderr).toBe(0);
+    expect(history.stdout).toContain('  orders: schema recorded: id int32, total decimal(12,2), note text, updated_at timestamp');
+    expect(history.stdout).toContain('  orders: total decimal(12,2) → decimal(14,4) (widened)');
+    expect(history.stdout).toContain('  orders: column note text dropped in the source');
+    expect(history.stdout.match(/dropped in the source/g)).toHaveLength(1);
+  }, 60_000);
+
+  it('dropped_columns: stop stops the stream; freeze stops on a new column; new_columns: ignore leaves it out; plan says which', async () => {
+    await seed();
+    const source = `  type: postgres\n  url: ${JSON.stringify(pgDb.url)}`;
+    const stop = await pipeline('stop', source, destination('duckdb', 'stop'), '    schema_changes: {dropped_columns: stop}\n');
+    const frozen = await pipeline('frozen', source, destination('duckdb', 'frozen'), '    schema_changes: freeze\n');
+    const ignore = await pipeline('ignore', source, destination('duckdb', 'ignore'), '    schema_changes: {new_columns: ignore}\n');
+    for (const config of [stop, frozen, ignore]) expect((await run(config, true)).code).toBe(0);
+    await pgDb.sql('ALTER TABLE orders DROP COLUMN note');
+    await pgDb.sql('ALTER TABLE orders ADD COLUMN extra bigint');
+    await pgDb.sql(`INSERT INTO orders SELECT i, i * 1.25, TIMESTAMP '2024-02-01' + i * INTERVAL '1 second', i FROM generate_series(151, 300) i`);
+
+    expect((await cli(['plan', stop])).stdout).toContain('  stops: column note text dropped in the source (schema_changes dropped_columns: stop); nothing of this stream was loaded.');
+    const stopped = await run(stop, true);
+    expect(stopped.code).not.toBe(0);
+    expect(stopped.stderr).toContain('pipeline stop, stream orders, phase schema: column note text dropped in the source (schema_changes dropped_columns: stop)');
+    expect(await duckdbQuery(join(dir, 'stop.duckdb'), 'SELECT count(*) AS n FROM orders')).toEqual([{ n: 150n }]);
+
+    const freeze = await run(frozen, true);
+    expect(freeze.code).not.toBe(0);
+    expect(freeze.stderr).toContain('phase schema: new column extra int64 (schema_changes: freeze); column note text dropped in the source (schema_changes: freeze)');
+    expect(await duckdbQuery(join(dir, 'frozen.duckdb'), 'SELECT count(*) AS n FROM orders')).toEqual([{ n: 150n }]);
+
+    const ignored = await run(ignore, true);
+    expect(ignored.code, ignored.stderr).toBe(0);
+    expect(ignored.stream!.rows_loaded).toBe(150);
+    expect(ignored.stderr).toContain('schema change: new column extra int64 left out (schema_changes new_columns: ignore)');
+    const columns = await duckdbQuery(join(dir, 'ignore.duckdb'), "SELECT column_name FROM duckdb_columns() WHERE table_name = 'orders' ORDER BY column_index");
+    expect(columns.map((c) => c.column_name)).toEqual(['id', 'total', 'note', 'updated_at']);
   }, 60_000);
 });

@@ -28,6 +28,7 @@ export async function planCommand(file: string, options: { full?: boolean; strea
     if (r.storedSafeMark) print(`  stored safe mark: ${r.storedSafeMark.value}`);
     if (r.safeMark) print(`  safe mark now: ${r.safeMark.value}`);
     for (const warning of r.warnings) print(`  warning: ${warning}`);
+    printSchema(r);
     print(`  predicate: ${r.predicate}`);
     print(`  bindings: ${JSON.stringify(r.bindings)}`);
     if (r.nullCursorRows > 0) print(`  rows with a NULL cursor: ${r.nullCursorRows}`);
@@ -48,4 +49,12 @@ function printPartitions(name: string, r: StreamPlanReport): void {
     if (p.failure !== undefined) print(`          last load failed at ${p.failure.failedAt} (run ${p.failure.runId}): ${p.failure.error}`);
   }
   for (const warning of r.warnings) print(`  warning: ${warning}`);
+}
+
+/** Pending schema changes: each change, the conversions the run makes, or why it will stop. */
+function printSchema(r: StreamPlanReport): void {
+  if (r.schema === undefined) return;
+  for (const change of r.schema.changes) print(`  schema change: ${change}`);
+  for (const widen of r.schema.widens) print(`  widens: ${widen}`);
+  if (r.schema.stop !== undefined) print(`  stops: ${r.schema.stop}`);
 }

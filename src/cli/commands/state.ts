@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import {
   UsageError,
+  schemaVersions,
   deleteStoredPipeline,
   listStoredPipelines,
   loadPipelineOrTarget,
@@ -83,8 +84,15 @@ export async function stateCommand(action: string, args: readonly string[], opti
     }
     case 'history': {
       const versions = await commands.history();
-      if (options.json) print(toJson(versions));
-      else for (const v of versions) print(`${v.version}\t${v.savedAt}\t${v.reason}\t${v.runId ?? '-'}`);
+      const schemas = schemaVersions(versions);
+      const changesAt = (version: number) => schemas.filter((s) => s.version === version);
+      if (options.json) print(toJson(versions.map((v) => ({ ...v, schemaChanges: changesAt(v.version).map(({ stream, changes }) => ({ stream, changes })) }))));
+      else {
+        for (const v of versions) {
+          print(`${v.version}\t${v.savedAt}\t${v.reason}\t${v.runId ?? '-'}`);
+          for (const s of changesAt(v.version)) for (const change of s.changes) print(`  ${s.stream}: ${change}`);
+        }
+      }
       return 0;
     }
     case 'rollback': {

@@ -519,7 +519,7 @@ class PartitionLoader {
   }
 
   private nextState(): PipelineState {
-    const prior = this.state.streams[this.stream.name];
+    const schema = this.committedSchema ?? this.state.streams[this.stream.name]?.schema;
     return {
       pipeline: this.ctx.pipeline,
       version: this.state.version + 1,
@@ -530,7 +530,7 @@ class PartitionLoader {
           primaryKey: this.stream.primaryKey,
           updatedAt: new Date().toISOString(),
           lastRunId: this.ctx.runId,
-          ...((this.committedSchema ?? prior?.schema) !== undefined ? { schema: (this.committedSchema ?? prior?.schema)! } : {}),
+          ...(schema !== undefined ? { schema } : {}),
         },
       },
     };

@@ -318,6 +318,8 @@ export interface DestinationCapabilities {
   readonly writes: readonly WriteMode[];
   /** New source columns are added to existing tables. */
   readonly schemaEvolution: boolean;
+  /** Column names match whatever their ASCII case (DuckDB, SQLite; the lake, whose readers union files by name so). */
+  readonly foldsCase?: boolean;
   /** Engines whose `NativeScan` this destination runs itself inside its load transaction (`writeScan`). */
   readonly nativeScan?: readonly NativeScan['engine'][];
   /**

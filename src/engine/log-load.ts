@@ -12,11 +12,12 @@
  */
 import { elapsedMs, monotonicMs } from '../core/run-clock.js';
 import type { ChangeLogRequest, ChangeLogSource, ChangeSet, LogSnapshot, LogTransaction, RelationChange, RowChange } from '../core/change-log.js';
-import type { BulkFormat, LoadTransaction, OpenedRead, TableChanges, TableTarget } from '../core/connector.js';
+import type { BulkFormat, ColumnWidening, LoadTransaction, OpenedRead, TableChanges, TableTarget } from '../core/connector.js';
 import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type { Column, LogState, PipelineState, Reject, Row, RunRecord, StreamResult, StreamSchema, StreamState, TypedValue, Value } from '../core/types.js';
 import { ValueRejection, coerceValue, compareCanonical, encodeValue, rowToJson } from '../core/values.js';
+import { classifyType, typeName } from '../core/schema-diff.js';
 import type { StreamConfig } from '../config/load.js';
 import { withSourceKey } from './plan.js';
 import { runMarks } from './run-marks.js';
@@ -54,6 +55,8 @@ interface LogStream {
   rejects: Reject[];
   /** Relation column index → schema index, for the latest relation of the table. */
   mapping: readonly number[] | undefined;
+  /** Columns the source widened since the last commit that carried this stream's changes: converted by that commit. */
+  widen: ColumnWidening[];
   changesRead: number;
   changesApplied: number;
   rowsRejected: number;
@@ -129,8 +132,11 @@ class LogLoader {
           : config.log?.deletes === 'soft'
             ? [{ name: DELETED_AT, type: { kind: 'timestamptz' }, nullable: true }]
             : [];
-      const schema: StreamSchema = { name: config.name, columns: [...discovered.columns, ...extras], primaryKey: config.primaryKey };
       const prior = this.state.streams[config.name];
+      // The mirror's columns keep the types last committed: a relation message with another type converts them.
+      const mirrored = new Map((prior?.schema?.columns ?? []).map((c) => [c.name, c.type]));
+      const columns = discovered.columns.map((c) => ({ ...c, type: mirrored.get(c.name) ?? c.type }));
+      const schema: StreamSchema = { name: config.name, columns: [...columns, ...extras], primaryKey: config.primaryKey };
       this.streams.push({
         config,
         schema,
@@ -144,6 +150,7 @@ class LogLoader {
         fills: new Map(),
         rejects: [],
         mapping: undefined,
+        widen: [],
         changesRead: 0,
         changesApplied: 0,
         rowsRejected: 0,
@@ -398,6 +405,7 @@ class LogLoader {
    * value the source names (its default), which the log never carries.
    */
   private relation(s: LogStream, change: RelationChange, txn: LogTransaction): void {
+    this.retype(s, change);
     const names = s.schema.columns.map((c) => c.name);
     const added = change.columns.filter((c) => !names.includes(c.name));
     if (added.length) {
@@ -416,6 +424,31 @@ class LogLoader {
     if (fresh.length === 0 && kept.length === described.length) return;
     for (const column of fresh) this.fill(s, column, change, txn.position);
     s.log = { ...s.log!, columns: [...kept, ...fresh.map((c) => c.name)] };
+  }
+
+  /**
+   * A column whose type the relation changes: widened in the mirror by the next commit when the destination converts
+   * it keeping every value, else the stream stops before anything of this source transaction is applied.
+   */
+  private retype(s: LogStream, change: RelationChange): void {
+    const columns = [...s.schema.columns];
+    for (const column of change.columns) {
+      const at = columns.findIndex((c) => c.name === column.name);
+      if (at < 0) continue;
+      const from = columns[at]!.type;
+      const kind = classifyType(from, column.type);
+      if (kind === 'same') continue;
+      if (kind !== 'widened' || this.ctx.destination.widens?.(from, column.type) !== true) {
+        throw new SourceError(
+          `column ${column.name} changed ${typeName(from)} → ${typeName(column.type)}${kind === 'widened' ? ', which this destination cannot convert in place keeping every value' : ` (${kind}), which would not hold every value exactly`}; nothing of this source transaction was applied. Ways out: tidemark state reset ${s.config.name} copies the table again with its new type`,
+          { context: { pipeline: this.ctx.pipeline, stream: s.config.name, phase: 'schema' } },
+        );
+      }
+      columns[at] = { ...columns[at]!, type: column.type };
+      s.widen = [...s.widen.filter((w) => w.column !== column.name), { column: column.name, from: s.widen.find((w) => w.column === column.name)?.from ?? from, to: column.type }];
+      this.ctx.onWarning?.(s.config.name, `schema change: ${column.name} ${typeName(from)} → ${typeName(column.type)} (widened in the destination)`);
+    }
+    s.schema = { ...s.schema, columns };
   }
 
   /**
@@ -607,9 +640,12 @@ class LogLoader {
     const first = streams[0]!;
     const txn = await this.begin({ schema: first.schema, write: first.config.write });
     const changes: TableChanges[] = [];
+    const widened: LogStream[] = [];
     for (const s of streams) {
       const set = this.changeSet(s);
-      if (set !== undefined) changes.push({ target: { schema: s.schema, write: s.config.write }, changes: set });
+      if (set === undefined) continue;
+      changes.push({ target: { schema: s.schema, write: s.config.write, ...(s.widen.length > 0 ? { widen: s.widen } : {}) }, changes: set });
+      if (s.widen.length > 0) widened.push(s);
     }
     const next: PipelineState = {
       pipeline: this.ctx.pipeline,
@@ -637,6 +673,7 @@ class LogLoader {
       s.fills = new Map();
       s.rejects = [];
     }
+    for (const s of widened) s.widen = [];
     this.ctx.onCommit?.(this.resultOf(first, 'committed'));
   }
 
@@ -660,6 +697,7 @@ class LogLoader {
       strategy: 'log',
       primaryKey: s.config.primaryKey,
       ...(s.log !== undefined ? { log: s.log } : {}),
+      schema: { columns: s.schema.columns, primaryKey: s.schema.primaryKey },
       updatedAt: new Date().toISOString(),
       ...runMarks(this.state.streams[s.config.name], this.ctx.runId, this.ctx.startedAt),
     };

@@ -8,12 +8,12 @@ import { elapsedMs, monotonicMs } from '../core/run-clock.js';
 import { partitionLeaseName, type ColumnBatch, type Lease, type LedgerStore, type LoadTransaction, type OpenedPartition, type PartitionListing, type PartitionedSource } from '../core/connector.js';
 import { ConflictError, DestinationError, SourceError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
-import type { Column, LedgerEntry, PartitionFailure, PartitionFile, PipelineState, Reject, Row, RunRecord, StreamResult } from '../core/types.js';
+import type { Column, CommittedSchema, LedgerEntry, PartitionFailure, PartitionFile, PipelineState, Reject, Row, RunRecord, StreamResult } from '../core/types.js';
 import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { refuseRejects, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 import type { PartitionProgress } from './progress.js';
-import { runMarks } from './run-marks.js';
+import { partitionSchemaStep } from './partition-schema.js';
 
 /** `missing`: the ledger has the partition, the source lists none of its files any more ("source missing"). */
 export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload' | 'missing';
@@ -156,6 +156,8 @@ class PartitionLoader {
   /** Loaded partitions found gone from the source, and those of them whose rows this run deleted. */
   private gone: string[] = [];
   private readonly deleted: string[] = [];
+  /** The table's schema as of the partition being committed (see partition-schema.ts); the state records it. */
+  private committedSchema: CommittedSchema | undefined;
 
   constructor(
     private readonly ctx: StreamContext,
@@ -357,6 +359,8 @@ class PartitionLoader {
     const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
     try {
       const own = this.ownLease(plan.partition);
+      const schema = partitionSchemaStep(this.ctx, this.stream, this.state.streams[this.stream.name]?.schema, opened.schema);
+      this.committedSchema = schema.committed;
       const txn = await this.ctx.destination.begin({
         pipeline: this.ctx.pipeline,
         runId: this.ctx.runId,
@@ -364,6 +368,7 @@ class PartitionLoader {
           schema: opened.schema,
           write: 'append',
           replacePartition: { column: this.stream.files!.partitionColumn, value: plan.partition },
+          ...(schema.widen.length > 0 ? { widen: schema.widen } : {}),
         },
         fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token, ...(own ? { partition: { lease: own.name, token: own.lease.token } } : {}) },
       });
@@ -396,7 +401,7 @@ class PartitionLoader {
     } catch (error) {
       const phase = error instanceof TidemarkError ? (error.context.phase ?? 'extract') : 'extract';
       // The source's errors name their file; the destination's (a column it refuses) get the partition's files here.
-      const at = error instanceof TidemarkError && error.kind !== 'source' ? { at: `partition ${plan.partition}: ${opened.files.map((f) => f.path).join(', ')}` } : {};
+      const at = error instanceof TidemarkError && (error.kind !== 'source' || error.context.phase === 'schema') ? { at: `partition ${plan.partition}: ${opened.files.map((f) => f.path).join(', ')}` } : {};
       throw withContext(error, { ...context, phase, ...at }, 'source');
     } finally {
       await opened.close();
@@ -516,6 +521,7 @@ class PartitionLoader {
   }
 
   private nextState(): PipelineState {
+    const schema = this.committedSchema ?? this.state.streams[this.stream.name]?.schema;
     return {
       pipeline: this.ctx.pipeline,
       version: this.state.version + 1,
@@ -526,6 +532,7 @@ class PartitionLoader {
           primaryKey: this.stream.primaryKey,
           updatedAt: new Date().toISOString(),
           ...runMarks(this.state.streams[this.stream.name], this.ctx.runId, this.ctx.startedAt),
+          ...(schema !== undefined ? { schema } : {}),
         },
       },
     };

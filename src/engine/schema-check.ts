@@ -107,7 +107,7 @@ function reason(change: SchemaChange, policy: SchemaPolicy, mode: 'evolve' | 'fr
         ? `column ${change.column} changed ${typeName(change.from)} → ${typeName(change.to)}, which this destination cannot convert in place keeping every value`
         : `column ${change.column} changed ${typeName(change.from)} → ${typeName(change.to)} (${change.change}), which would not hold every value exactly`;
     case 'renamed':
-      return `column ${change.from.name} now comes as ${change.to.name} (only the case differs), which would load as a second column`;
+      return `column ${change.from.name} now comes as ${change.to.name} (only the case differs), which would load as a second column (a files stream's rename: {${change.to.name}: ${change.from.name}} says it is that column)`;
     case 'dropped':
       return `${describeChange(change)} (schema_changes dropped_columns: ${policy.droppedColumns})`;
     case 'added':

@@ -351,6 +351,8 @@ export function stateCommands(pipeline: PipelineConfig) {
           cursorColumn: config.cursor!,
           primaryKey: pkColumns,
           ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
+          // The table keeps its columns: the next run still compares the source with them.
+          ...(prior?.schema !== undefined ? { schema: prior.schema } : {}),
           watermark: wanted,
           ...(tapState !== undefined ? { resume: tapState } : {}),
           updatedAt: new Date().toISOString(),

@@ -239,7 +239,7 @@ function duckDbDialect(connection: DuckDBConnection, schema: string, memoryLimit
 }
 
 export class DuckDbDestination extends SqlDestination {
-  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, nativeScan: ['duckdb'], bulkFormats: ['csv'], bulkRowGroup: 122_880, changes: ['merge', 'append'] };
+  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, foldsCase: true, nativeScan: ['duckdb'], bulkFormats: ['csv'], bulkRowGroup: 122_880, changes: ['merge', 'append'] };
   private constructor(
     private readonly instance: DuckDBInstance,
     private readonly connection: DuckDBConnection,

@@ -94,7 +94,7 @@ const DEFAULT_PART_ROWS = 500_000;
 
 export class FilesDestination implements Destination {
   // A change log only appends (`CommitRequest.changes` upserts as new objects); mirroring needs in-place deletes.
-  readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'replace'], schemaEvolution: true, changes: ['append'] };
+  readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'replace'], schemaEvolution: true, foldsCase: true, changes: ['append'] };
   readonly state: LakeStateStore;
   readonly ledger: LedgerStore;
   readonly format: FileFormat;

@@ -226,7 +226,7 @@ function setUp(db: Database.Database): void {
 }
 
 export class SqliteDestination extends SqlDestination {
-  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, bulkFormats: ['csv'], changes: ['merge', 'append'] };
+  override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, foldsCase: true, bulkFormats: ['csv'], changes: ['merge', 'append'] };
   private constructor(private readonly executor: SqliteExecutor) {
     super(executor, sqliteDialect(executor, (type, value) => this.rejectReason(type, value)));
   }

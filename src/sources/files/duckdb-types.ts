@@ -131,7 +131,7 @@ export function columnReader(duckType: string): ColumnReader {
       return reader({ kind: 'timestamp' }, (c) => `epoch_us(${c})`, same, { micros: true });
     case 'TIMESTAMP_NS':
       // Nine digits, so a value finer than microseconds is rejected rather than silently truncated.
-      return reader({ kind: 'timestamp' }, (c) => `strftime(${c}, '%Y-%m-%d %H:%M:%S.%n')`, same, { rowPathOnly: true });
+      return reader({ kind: 'timestamp', precision: 9 }, (c) => `strftime(${c}, '%Y-%m-%d %H:%M:%S.%n')`, same, { rowPathOnly: true });
     case 'TIMESTAMP WITH TIME ZONE':
       return reader({ kind: 'timestamptz' }, (c) => `strftime(${c}, '%Y-%m-%dT%H:%M:%S.%fZ')`);
     case 'INTERVAL':

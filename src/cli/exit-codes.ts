@@ -1,5 +1,5 @@
 /** Exit codes, decided here and nowhere else. */
-import { TidemarkError } from '../core/errors.js';
+import { LeaseLostError, TidemarkError } from '../core/errors.js';
 
 export const EXIT = {
   ok: 0,
@@ -14,7 +14,8 @@ export const EXIT = {
 export function exitCodeFor(error: unknown): number {
   if (error instanceof TidemarkError) {
     if (error.kind === 'config' || error.kind === 'usage') return EXIT.usage;
-    if (error.kind === 'conflict') return EXIT.locked;
+    // 3 means another live run holds the pipeline; a run that lost its own lease failed.
+    if (error.kind === 'conflict') return error instanceof LeaseLostError ? EXIT.failed : EXIT.locked;
   }
   return EXIT.failed;
 }

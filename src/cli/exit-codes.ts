@@ -7,6 +7,7 @@ export const EXIT = {
   usage: 2,
   locked: 3,
   /** 128 + the signal number, as shells report a process ended by it. */
+  sighup: 129,
   sigint: 130,
   sigterm: 143,
 } as const;

@@ -1,5 +1,5 @@
 /** Exit codes, decided here and nowhere else. */
-import { TidemarkError } from '../core/errors.js';
+import { LeaseLostError, TidemarkError } from '../core/errors.js';
 
 export const EXIT = {
   ok: 0,
@@ -7,6 +7,7 @@ export const EXIT = {
   usage: 2,
   locked: 3,
   /** 128 + the signal number, as shells report a process ended by it. */
+  sighup: 129,
   sigint: 130,
   sigterm: 143,
 } as const;
@@ -14,7 +15,8 @@ export const EXIT = {
 export function exitCodeFor(error: unknown): number {
   if (error instanceof TidemarkError) {
     if (error.kind === 'config' || error.kind === 'usage') return EXIT.usage;
-    if (error.kind === 'conflict') return EXIT.locked;
+    // 3 means another live run holds the pipeline; a run that lost its own lease failed.
+    if (error.kind === 'conflict') return error instanceof LeaseLostError ? EXIT.failed : EXIT.locked;
   }
   return EXIT.failed;
 }

@@ -72,6 +72,20 @@ export class ConflictError extends TidemarkError {
   }
 }
 
+/**
+ * This run's own lease expired, was taken over or lost its session: it stops before committing anything more. A
+ * failure (exit 1), unlike a run that found another one holding the pipeline (exit 3, a harmless skip for a
+ * scheduler): nothing else may be running, and the run did not finish.
+ */
+const LOST = 'this run lost its lease: ';
+
+export class LeaseLostError extends ConflictError {
+  constructor(message: string, options: { context?: ErrorContext; cause?: unknown } = {}) {
+    super(message.startsWith(LOST) ? message : `${LOST}${message}`, options);
+    this.name = 'LeaseLostError';
+  }
+}
+
 export class UsageError extends TidemarkError {
   constructor(message: string, options: { context?: ErrorContext; cause?: unknown } = {}) {
     super('usage', message, options);

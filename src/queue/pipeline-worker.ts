@@ -17,7 +17,7 @@ import { hostname } from 'node:os';
 import type { Job, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Lease } from '../core/connector.js';
-import { ConflictError, TidemarkError, errorMessage } from '../core/errors.js';
+import { ConflictError, LeaseLostError, TidemarkError, errorMessage } from '../core/errors.js';
 import type { Logger } from '../core/logger.js';
 import { silentLogger } from '../core/logger.js';
 import { loadPipeline, type PipelineConfig } from '../config/load.js';
@@ -116,7 +116,7 @@ export class PipelineWorker {
           await job.moveToDelayed(Date.now() + LEASE_RETRY_MS + Math.floor(Math.random() * LEASE_RETRY_MS), token);
           throw new DelayedError();
         }
-        if (error instanceof ConflictError) logger.log('warn', `${label}: ${what}: fenced, nothing committed by this attempt after the takeover: ${errorMessage(error)}`);
+        if (error instanceof LeaseLostError) logger.log('warn', `${label}: ${what}: fenced, nothing committed by this attempt after the takeover: ${errorMessage(error)}`);
         else logger.log('error', `${label}: ${what}: ${errorMessage(error)}`);
         if (error instanceof TidemarkError && (error.kind === 'config' || error.kind === 'usage')) throw new UnrecoverableError(errorMessage(error));
         throw error instanceof Error ? error : new Error(errorMessage(error));

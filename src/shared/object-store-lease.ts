@@ -10,7 +10,7 @@
  */
 import { hostname } from 'node:os';
 import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../core/connector.js';
-import { ConfigError, ConflictError } from '../core/errors.js';
+import { ConfigError, ConflictError, LeaseLostError } from '../core/errors.js';
 import { randomHex } from '../core/ids.js';
 import type { ObjectStore } from './object-store.js';
 import { holderGone, processScope } from './process.js';
@@ -200,17 +200,17 @@ class ObjectStoreLease implements Lease {
   private async check(): Promise<void> {
     const current = await latestLease(this.store, this.dir);
     if (current?.record.token !== this.token) {
-      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${current?.record.token}`, {
+      throw new LeaseLostError(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${current?.record.token}`, {
         context: { pipeline: this.pipeline, phase: 'commit' },
       });
     }
     if (this.record.expiresAt <= Date.now()) {
-      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) expired`, { context: { pipeline: this.pipeline, phase: 'commit' } });
+      throw new LeaseLostError(`the lease of pipeline ${this.pipeline} (token ${this.token}) expired`, { context: { pipeline: this.pipeline, phase: 'commit' } });
     }
   }
 
   async assertHeld(): Promise<void> {
-    if (this.lost !== undefined) throw new ConflictError(this.lost, { context: { pipeline: this.pipeline, phase: 'commit' } });
+    if (this.lost !== undefined) throw new LeaseLostError(this.lost, { context: { pipeline: this.pipeline, phase: 'commit' } });
     await this.check();
   }
 

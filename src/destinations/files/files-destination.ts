@@ -47,7 +47,7 @@ import {
 import { LakeOwners } from './lake-owners.js';
 import { LakeStateStore, lakeLedger } from './lake-state-store.js';
 import { LakeWriter, lakeColumnType } from './lake-writer.js';
-import { Lake, lakeError, refuse, type LakeHead, type ManifestChange } from './lake.js';
+import { Lake, lakeError, refuse, refuseLostLease, type LakeHead, type ManifestChange } from './lake.js';
 
 export interface FilesDestinationOptions extends ObjectStoreOptions {
   /** A local directory or `s3://bucket/prefix`. */
@@ -346,7 +346,7 @@ export class FilesDestination implements Destination {
         runId: null,
         reason: `compact ${results.map((r) => `${r.stream}: ${r.filesBefore} → ${r.filesAfter} files`).join(', ')}`,
         check: (now) => {
-          if (now.manifest.fence > options.fence) refuse(`this compaction's lease (token ${options.fence}) was taken over by token ${now.manifest.fence}; refusing to commit`, pipeline);
+          if (now.manifest.fence > options.fence) refuseLostLease(`this compaction's lease (token ${options.fence}) was taken over by token ${now.manifest.fence}; refusing to commit`, pipeline);
           if (now.manifest.commit !== head.manifest.commit) refuse(`the lake of pipeline ${pipeline} changed while it was compacted (commit ${head.manifest.commit} → ${now.manifest.commit}); run compact again`, pipeline);
         },
         beforeCommitPoint: async () => {
@@ -575,7 +575,7 @@ class FilesLoadTransaction implements LoadTransaction {
         runId,
         reason: 'run',
         check: (head) => {
-          if (head.manifest.fence > fence.token) refuse(`this run's lease (token ${fence.token}) was taken over by token ${head.manifest.fence}; refusing to commit`, pipeline);
+          if (head.manifest.fence > fence.token) refuseLostLease(`this run's lease (token ${fence.token}) was taken over by token ${head.manifest.fence}; refusing to commit`, pipeline);
           const stored = head.manifest.state?.version ?? 0;
           if (stored !== request.state.version - 1) {
             refuse(`state of pipeline ${pipeline} moved underneath this run (expected version ${request.state.version - 1 || 'none'}, found ${stored || 'none'})`, pipeline);

@@ -12,7 +12,7 @@
  */
 import { open } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { ConflictError, DestinationError } from '../../core/errors.js';
+import { ConflictError, LeaseLostError, DestinationError } from '../../core/errors.js';
 import type { Logger } from '../../core/logger.js';
 import type { ObjectStore } from '../../shared/object-store.js';
 import { probeConditionalWrites } from '../../shared/object-store-lease.js';
@@ -286,6 +286,11 @@ export class Lake {
 
 export function refuse(message: string, pipeline: string): never {
   throw new ConflictError(message, { context: { pipeline, phase: 'commit' } });
+}
+
+/** A commit fenced off: a newer lease holder exists, so this run lost its own. */
+export function refuseLostLease(message: string, pipeline: string): never {
+  throw new LeaseLostError(message, { context: { pipeline, phase: 'commit' } });
 }
 
 export function lakeError(message: string, pipeline: string, stream: string | undefined, cause?: unknown): DestinationError {

@@ -3,7 +3,7 @@
  * They live beside the data so that one transaction commits both (DESIGN.md §1, promise 2).
  */
 import type { LedgerEntry, PartitionFailure, PartitionFile, PipelineState, PipelineStateVersion, Reject, RejectRecord, RunRecord } from '../../core/types.js';
-import { ConflictError, StateError } from '../../core/errors.js';
+import { ConflictError, LeaseLostError, StateError } from '../../core/errors.js';
 import { partitionLeaseName, type LedgerMark, type LedgerStore, type SaveMeta, type StateStore } from '../../core/connector.js';
 import { quoteIdent } from '../../shared/sql.js';
 import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from './sql-dialect.js';
@@ -136,7 +136,7 @@ export class SqlMeta {
     const stored = rows.length ? Number(rows[0]!.token) : 0;
     if (stored > token) {
       const pipeline = lease.split('/')[0]!;
-      throw new ConflictError(`this run's lease${lease === pipeline ? '' : ` of ${lease}`} (token ${token}) was taken over by token ${stored}; refusing to commit`, {
+      throw new LeaseLostError(`this run's lease${lease === pipeline ? '' : ` of ${lease}`} (token ${token}) was taken over by token ${stored}; refusing to commit`, {
         context: { pipeline, phase: 'commit' },
       });
     }

@@ -12,7 +12,7 @@ import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readF
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
-import { ConflictError } from '../../core/errors.js';
+import { ConflictError, LeaseLostError } from '../../core/errors.js';
 import { randomHex } from '../../core/ids.js';
 import { holderGone, processScope } from '../../shared/process.js';
 
@@ -203,19 +203,19 @@ class FileLease implements Lease {
   private async check(): Promise<void> {
     const current = await latest(this.dir);
     if (current?.token !== this.token) {
-      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${current?.token}`, {
+      throw new LeaseLostError(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${current?.token}`, {
         context: { pipeline: this.pipeline, phase: 'commit' },
       });
     }
     if (this.record.expiresAt <= Date.now()) {
-      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) expired`, {
+      throw new LeaseLostError(`the lease of pipeline ${this.pipeline} (token ${this.token}) expired`, {
         context: { pipeline: this.pipeline, phase: 'commit' },
       });
     }
   }
 
   async assertHeld(): Promise<void> {
-    if (this.lost !== undefined) throw new ConflictError(this.lost, { context: { pipeline: this.pipeline, phase: 'commit' } });
+    if (this.lost !== undefined) throw new LeaseLostError(this.lost, { context: { pipeline: this.pipeline, phase: 'commit' } });
     await this.check();
   }
 

@@ -7,7 +7,7 @@
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
-import { ConflictError, StateError } from '../../core/errors.js';
+import { ConflictError, LeaseLostError, StateError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
 import { connectPostgres, ensureSchema } from '../../shared/postgres-client.js';
 import { quoteIdent } from '../../shared/sql.js';
@@ -148,7 +148,7 @@ class PostgresLease implements Lease {
   }
 
   async assertHeld(): Promise<void> {
-    const fail = (message: string) => new ConflictError(message, { context: { pipeline: this.pipeline, phase: 'commit' } });
+    const fail = (message: string) => new LeaseLostError(message, { context: { pipeline: this.pipeline, phase: 'commit' } });
     if (this.lost !== undefined) throw fail(this.lost);
     let token: number | undefined;
     try {

@@ -8,7 +8,7 @@ import { hostname } from 'node:os';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
-import { ConflictError } from '../../core/errors.js';
+import { ConflictError, LeaseLostError } from '../../core/errors.js';
 import { holderGone, processScope } from '../../shared/process.js';
 import { openStoreFile } from './sqlite-store-file.js';
 
@@ -130,17 +130,17 @@ class SqliteLease implements Lease {
   private check(): void {
     const row = this.db.prepare(`SELECT token FROM ${TABLE} WHERE pipeline = ?`).get(this.pipeline) as { token: number } | undefined;
     if (row?.token !== this.token) {
-      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${row?.token}`, {
+      throw new LeaseLostError(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${row?.token}`, {
         context: { pipeline: this.pipeline, phase: 'commit' },
       });
     }
     if (this.expiresAt <= Date.now()) {
-      throw new ConflictError(`the lease of pipeline ${this.pipeline} (token ${this.token}) expired`, { context: { pipeline: this.pipeline, phase: 'commit' } });
+      throw new LeaseLostError(`the lease of pipeline ${this.pipeline} (token ${this.token}) expired`, { context: { pipeline: this.pipeline, phase: 'commit' } });
     }
   }
 
   async assertHeld(): Promise<void> {
-    if (this.lost !== undefined) throw new ConflictError(this.lost, { context: { pipeline: this.pipeline, phase: 'commit' } });
+    if (this.lost !== undefined) throw new LeaseLostError(this.lost, { context: { pipeline: this.pipeline, phase: 'commit' } });
     this.check();
   }
 

@@ -242,6 +242,8 @@ export class HttpSource implements Source {
           // The first page asked from a new cursor value (a resumed read's first request may find its last record changed).
           const askedFrom = keyset && pages > (token ? 1 : 0) ? startsAt(next, spec.pagination) : undefined;
           if (askedFrom !== undefined) checkInclusive(records, askedFrom, lastCursor, url);
+          // The window's first page may start after its lower bound (its records were all loaded), never before it.
+          else if (keyset && pages === 1 && !token && window.since !== undefined) checkInclusive(records, window.since, lastCursor, url, true);
           let following: PageState | null;
           const tie = tieOf(records);
           if (tie === undefined) following = records.length === 0 ? null : self.nextPage(spec.pagination, next, response, records.length, advanceTo(next, records));
@@ -278,13 +280,20 @@ export class HttpSource implements Source {
       },
     };
 
-    /** A tail asked from cursor `since` must start at that value: an API that answers `>` would skip the rest of its group. */
-    function checkInclusive(records: readonly ExactJson[], since: string, cursorAt: (r: readonly ExactJson[]) => string | undefined, url: URL): void {
+    /**
+     * A tail asked from cursor `since` must start at that value: an API that answers `>` would skip the rest of its
+     * group, and one that answers from an earlier value ignores the filter (asking from the last record read cannot
+     * advance through it).
+     */
+    function checkInclusive(records: readonly ExactJson[], since: string, cursorAt: (r: readonly ExactJson[]) => string | undefined, url: URL, orLater = false): void {
       const firstCursor = records.length === 0 ? undefined : cursorAt(records.slice(0, 1));
-      if (firstCursor === undefined || compareCanonical(cursorType!.kind, firstCursor, since) <= 0) return;
+      const order = firstCursor === undefined ? 0 : compareCanonical(cursorType!.kind, firstCursor, since);
+      if (order === 0 || (order > 0 && orLater)) return;
+      const asked = `${stream.name}: asked for records from ${stream.cursor} ${since} on (ordered: true pages from the last record read), the API answered from ${firstCursor}`;
       throw new SourceError(
-        `${stream.name}: asked for records from ${stream.cursor} ${since} on (ordered: true pages from the last record read), the API answered from ${firstCursor}: ` +
-          `its {{since}} filter must include the value itself (>=), or records sharing it are skipped; use cursor or link pagination, or ordered: false`,
+        order > 0
+          ? `${asked}: its {{since}} filter must include the value itself (>=), or records sharing it are skipped; use cursor or link pagination, or ordered: false`
+          : `${asked}, before it: the API ignores its {{since}} filter, which a sorted page/offset read pages by; use cursor or link pagination (ordered: false), or strategy: full`,
         { context: { ...context, at: self.display(url) } },
       );
     }

@@ -152,7 +152,7 @@ describe.each(PAIRS)('a sorted tie group larger than a page, into %s, write %s',
     expect(second.result.streams[0]).toMatchObject({ rows_loaded: 500 });
     expect(await landed(kind)).toEqual(current());
     await quiet(config);
-  });
+  }, 180_000);
 });
 
 describe('a tie group larger than a page that never settles', () => {
@@ -200,6 +200,19 @@ describe.each([
     expect(third.result.streams[0]).toMatchObject({ rows_loaded: 11 });
     await quiet(config);
     expect(await landed(kind)).toEqual(write === 'append' ? [...before, '5:v2-5', ...current().filter((r) => Number(r.split(':')[0]) > 230)].sort() : current());
+  });
+});
+
+describe('a sorted page API that ignores updated_after', () => {
+  it('is refused at its first run with a message saying so, nothing loaded', async () => {
+    server.order = 'cursor';
+    server.ignoreWindow = true;
+    server.seed(1, 200);
+    const config = await writeYaml(dir, 'p.yaml', pipeline('sqlite', 'merge', { pagination: 'page', ordered: true, perPage: 50 }));
+    const out = await run(config);
+    expect(out.code).toBe(1);
+    expect(out.result.streams[0].error).toMatch(/asked for records from updated_at 2024-01-01T00:00:50\.000000Z on .*the API ignores its \{\{since\}\} filter/);
+    expect(out.result.streams[0].rows_loaded).toBe(0);
   });
 });
 

@@ -208,7 +208,10 @@ class StreamLoader {
     const edge = incremental ? plan.request : { ...plan.request, ...(this.watermark && plan.request.resume !== undefined ? { after: this.watermark } : {}) };
     this.floor = this.byCursor ? ReadFloor.of(edge, this.pkIndexes.length > 0) : undefined;
     const cursorColumn = this.cursorIndex >= 0 ? this.columns[this.cursorIndex] : undefined;
-    this.order = new ReadOrder(read.ordered !== false && read.claims === undefined, { pipeline: ctx.pipeline, stream: stream.name, cursor: cursorColumn?.name });
+    // A read in one query's ORDER BY promises its order; page and connector reads check theirs where they can (an HTTP
+    // stream's `ordered: true`) or are watched (a connector's claims).
+    const promised = read.ordered !== false && read.resumable !== true && read.claims === undefined;
+    this.order = new ReadOrder(promised, { pipeline: ctx.pipeline, stream: stream.name, cursor: cursorColumn?.name });
     this.proof = read.claims && this.byCursor ? new CheckpointProof(read.claims.bookmark, cursorColumn, this.watermark?.cursor) : undefined;
     // A resumed unordered read saw part of its window in an earlier run; its high point counts too.
     if ((this.declaredUnordered || read.claims) && plan.request.resume !== undefined) this.highest = state.streams[stream.name]?.resumeHigh;
@@ -226,7 +229,7 @@ class StreamLoader {
 
   /** Rows are not known to be in cursor order: the source says so, or a connector's read broke its order. */
   private get unordered(): boolean {
-    return this.declaredUnordered || !this.order.intact;
+    return this.declaredUnordered || (this.proof !== undefined && !this.order.intact);
   }
 
   /**
@@ -422,7 +425,7 @@ class StreamLoader {
     return rowToJson(this.identityColumns.map((i) => this.columns[i]!), this.identityColumns.map((i) => raw[i]));
   }
 
-  /** A record as an error names it: its key, or its cursor when it has none. */
+  /** A record as an error names it: by its key, where it has one. */
   private describe(raw: Row): string {
     const named = this.pkIndexes.map((i) => `${this.columns[i]!.name}=${String(raw[i])}`);
     return named.length > 0 ? `the record with ${named.join(', ')}` : 'a record';

@@ -8,7 +8,7 @@ import { SourceError } from '../../core/errors.js';
 import type { StreamSchema } from '../../core/types.js';
 import { parseExactJson, stringifyExactJson, type ExactJson } from '../../shared/exact-json.js';
 import { SpoolFiles } from '../../shared/spool-files.js';
-import { parseMessage, readLines, recordToRow, schemaFromSinger, type SingerMessage } from './singer-messages.js';
+import { parseMessage, readLines, recordToRow, schemaFromSinger, singerBookmark, type SingerMessage } from './singer-messages.js';
 
 export class SingerSpool implements Source {
   private readonly schemas = new Map<string, Extract<SingerMessage, { type: 'SCHEMA' }>>();
@@ -80,14 +80,16 @@ export class SingerSpool implements Source {
     const schema = await this.discover(stream);
     const key = stream.singer?.tapStream ?? stream.name;
     const declared = stream.singer?.columns;
-    return this.files.read(key, {
+    const read = this.files.read(key, {
       schema,
-      // Records stay in the tap's order, which for an incremental tap is the order of its replication key.
+      // Records stay in the tap's order, which for an incremental tap is usually the order of its replication key.
       ordered: schema.cursor !== undefined,
       batchRows: request.batchRows,
       toRow: (line) => recordToRow(parseExactJson(line) as ExactJson, schema, declared),
       ...(this.checkpoint !== undefined ? { resume: this.checkpoint } : {}),
     });
+    // "Usually": the engine watches the order rather than failing a tap that does not sort (see singer-source.ts).
+    return { ...read, claims: { bookmark: (token) => singerBookmark(token, key, schema.cursor) } };
   }
 
   async close(): Promise<void> {

@@ -51,7 +51,7 @@ export function evaluateSchema(input: SchemaInput): SchemaVerdict {
     const leftOut = new Set(chosen && policy.newColumns === 'ignore' ? changes.flatMap((c) => (c.kind === 'added' ? [c.column.name] : [])) : []);
     const precise = now.columns.filter((c) => !leftOut.has(c.name) && timePrecision(c.type) > DEFAULT_TIME_PRECISION);
     if (precise.length > 0) return { stop: `${precise.map((c) => `column ${c.name} is ${typeName(c.type)}`).join('; ')}, finer than the microseconds the destination keeps${waysOut(input, false)}`, changes };
-    return { step: { changes, widen: [], leftOut, committed: nextCommittedSchema(undefined, now, leftOut), notices: changes.filter(noticeable).map(describeChange) } };
+    return { step: { changes, widen: [], leftOut, committed: nextCommittedSchema(undefined, now, leftOut), notices: noticesOf(changes, leftOut) } };
   }
   const changes = diffSchemas(committed, now);
   if (changes.length === 0) return { step: { changes, widen: [], leftOut: new Set(), committed: nextCommittedSchema(committed, now), notices: [] } };
@@ -75,11 +75,7 @@ export function evaluateSchema(input: SchemaInput): SchemaVerdict {
     }
   }
   if (blocking.length > 0) return refuse(input, changes, blocking, 'evolve');
-  const notices = changes.flatMap((c) => {
-    if (c.kind === 'added' && leftOut.has(c.column.name)) return [`${describeChange(c)} left out (schema_changes new_columns: ignore)`];
-    return noticeable(c) ? [describeChange(c)] : [];
-  });
-  return { step: { changes, widen, leftOut, committed: nextCommittedSchema(committed, now, leftOut), notices } };
+  return { step: { changes, widen, leftOut, committed: nextCommittedSchema(committed, now, leftOut), notices: noticesOf(changes, leftOut) } };
 }
 
 /** `evaluateSchema`, throwing the stop as a SourceError naming pipeline, stream and phase `schema`. */
@@ -89,9 +85,15 @@ export function checkSchema(input: SchemaInput): SchemaStep {
   return verdict.step;
 }
 
-/** Changes worth a warning: the ones that leave the destination unlike the source (a dropped column kept NULL) or change how rows are matched. */
-function noticeable(change: SchemaChange): boolean {
-  return change.kind === 'dropped' || change.kind === 'key' || change.kind === 'renamed';
+/**
+ * Changes worth a warning: the ones that leave the destination unlike the source (a dropped column kept NULL, a new
+ * one left out) or change how rows are matched.
+ */
+function noticesOf(changes: readonly SchemaChange[], leftOut: ReadonlySet<string>): string[] {
+  return changes.flatMap((c) => {
+    if (c.kind === 'added') return leftOut.has(c.column.name) ? [`${describeChange(c)} left out (schema_changes new_columns: ignore)`] : [];
+    return c.kind === 'dropped' || c.kind === 'key' || c.kind === 'renamed' ? [describeChange(c)] : [];
+  });
 }
 
 function refuse(input: SchemaInput, all: readonly SchemaChange[], blocking: readonly SchemaChange[], mode: 'evolve' | 'freeze'): SchemaVerdict {

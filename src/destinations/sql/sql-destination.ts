@@ -75,7 +75,10 @@ export abstract class SqlDestination implements Destination {
     return this.meta.fenceToken(lease);
   }
 
-  /** Every destination column holds microseconds: a finer timestamp never widens into one. */
+  /**
+   * What the dialect can convert in place (asked with stand-in names: the answer depends on the types only). Every
+   * destination column holds microseconds: a finer timestamp never widens into one.
+   */
   widens(from: ColumnType, to: ColumnType): boolean {
     return timePrecision(to) <= DEFAULT_TIME_PRECISION && this.dialect.alterColumnType?.('t', 'c', from, to) !== undefined;
   }

@@ -129,7 +129,7 @@ function tracker(pipeline: string): Tracker {
       const added = line === undefined;
       if (line === undefined) {
         endAll();
-        line = { stream, name: `${pipeline}.${stream}`, started: Date.now(), rows, detail, ended: undefined, outcome: undefined };
+        line = { stream, name: `${pipeline}.${stream}`, started: detail?.startedAt ?? Date.now(), rows, detail, ended: undefined, outcome: undefined };
         lines.set(stream, line);
       }
       line.rows = rows;

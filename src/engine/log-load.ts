@@ -230,7 +230,7 @@ class LogLoader {
       } finally {
         await chunk.release();
       }
-      this.ctx.onProgress?.(s.config.name, s.changesRead);
+      this.ctx.onProgress?.(s.config.name, s.changesRead, { startedAt: s.started });
     }
   }
 
@@ -261,7 +261,7 @@ class LogLoader {
         s.changesApplied += 1;
         if (rows.length >= s.config.checkpointRows) await flush();
       }
-      this.ctx.onProgress?.(s.config.name, s.changesRead);
+      this.ctx.onProgress?.(s.config.name, s.changesRead, { startedAt: s.started });
     }
     await flush();
   }

@@ -5,7 +5,7 @@
  */
 import { hostname } from 'node:os';
 import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, type Source } from '../core/connector.js';
-import { ConflictError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
+import { ConflictError, TidemarkError, errorFields, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { newRunId } from '../core/ids.js';
 import type { Logger } from '../core/logger.js';
@@ -199,7 +199,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
           ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
           onCommit: (result: StreamResult) => (durable = result),
           ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
-          onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`),
+          onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`, { pipeline: pipeline.name, stream: name, run_id: ctx.runId }),
         },
         stream,
         state,
@@ -216,7 +216,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
         await recordFailure(ctx, failedResult(stream.name, failure, started, durable), 'stopped', stopReason(ctx.options.signal));
         throw failure;
       }
-      ctx.logger.log('error', errorMessage(failure));
+      ctx.logger.log('error', errorMessage(failure), { ...errorFields(failure), run_id: ctx.runId });
       const failed = failedResult(stream.name, failure, started, durable);
       await recordFailure(ctx, failed);
       results.push(failed);
@@ -244,7 +244,7 @@ async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], 
         ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
         onCommit: (result: StreamResult) => (durable = result),
         ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
-        onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`),
+        onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`, { pipeline: pipeline.name, stream: name, run_id: ctx.runId }),
       },
       streams,
       state,
@@ -259,7 +259,7 @@ async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], 
     }
     // A config refusal (no change log, a destination that cannot apply it) stops the run like other config errors.
     if (failure.kind === 'config') throw failure;
-    ctx.logger.log('error', errorMessage(failure));
+    ctx.logger.log('error', errorMessage(failure), { ...errorFields(failure), run_id: ctx.runId });
     const failed = failedResult(streams[0]!.name, failure, started, durable);
     await recordFailure(ctx, failed);
     return { state: (await ctx.destination.state.load(pipeline.name)) ?? state, results: streams.map((s) => ({ ...failed, stream: s.name })) };
@@ -273,6 +273,7 @@ function warnOfRejects(ctx: RunContext, stream: StreamConfig, result: StreamResu
   ctx.logger.log(
     'warn',
     `pipeline ${ctx.pipeline.name}, stream ${stream.name}: ${result.rows_rejected} of ${result.rows_read} rows read were rejected and not loaded; see \`${where}\` (on_reject: fail stops the stream instead, continue keeps quiet)`,
+    { pipeline: ctx.pipeline.name, stream: stream.name, run_id: ctx.runId },
   );
 }
 

@@ -55,13 +55,13 @@ const ORDER: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 }
  */
 export function stderrLogger(
   min: LogLevel = (process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'warn',
-  options: { timestamps?: boolean; write?: (text: string) => void; fields?: LogFields } = {},
+  options: { timestamps?: boolean; write?: (text: string) => void } = {},
 ): Logger {
   const write = options.write ?? ((text: string) => writeOut(2, text));
   return {
     log(level, message, fields) {
       if (ORDER[level] < ORDER[min]) return;
-      write(formatLogLine(level, message, { ...options.fields, ...fields }, options));
+      write(formatLogLine(level, message, fields, options));
     },
   };
 }

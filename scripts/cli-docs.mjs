@@ -46,6 +46,8 @@ Environment variables:
 | \`TIDEMARK_CACHE_DIR\` | the directory validated pipeline files are cached in (default \`$XDG_CACHE_HOME/tidemark/config\` or \`~/.cache/tidemark/config\`) |
 | \`TIDEMARK_CONFIG_CACHE=off\` | parse and validate pipeline files on every run |
 | \`TIDEMARK_CODE_CACHE=off\` | start the CLI without V8's code cache (kept in \`$XDG_CACHE_HOME/tidemark/code\` or \`~/.cache/tidemark/code\`) |
+| \`TIDEMARK_LOG_FORMAT=json\` | log lines and errors on stderr as one JSON object a line, as \`--log-format json\` does: see [operations](operations.md#logs) |
+| \`TIDEMARK_LOG_LEVEL\` | the lowest level logged: \`debug\`, \`info\`, \`warn\` or \`error\` (default \`warn\`; \`info\` for \`schedule\` and \`worker\`) |
 | \`TIDEMARK_BULK=0\` | Postgres or MySQL/MariaDB → DuckDB, Postgres or SQLite on the row path instead of the bulk path |
 | \`TIDEMARK_FAILPOINTS\` | crash tests only: see [how it stays correct](how-it-stays-correct.md#failpoints) |
 `;

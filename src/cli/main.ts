@@ -4,7 +4,7 @@
 import { createRequire } from 'node:module';
 import { parseArgs } from 'node:util';
 import type { Command } from 'commander';
-import { UsageError, errorMessage } from '../core/errors.js';
+import { UsageError, errorFields, errorMessage } from '../core/errors.js';
 import type { EnqueueCommandOptions } from './commands/enqueue.js';
 import type { InitCommandOptions } from './commands/init.js';
 import type { JobsCommandOptions } from './commands/jobs.js';
@@ -77,6 +77,8 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
   const cli = new Command('tidemark')
     .description('Incremental extract-and-load: exactly once, crash-safe, inspectable.')
     .version(version, '-V, --version', 'print the version')
+    // Taken out of argv by main() before any command sees it; declared here for --help.
+    .option('--log-format <format>', 'text (default) or json: log lines and errors on stderr as one JSON object a line (also TIDEMARK_LOG_FORMAT=json)')
     .exitOverride()
     .showHelpAfterError();
   const act = <A extends unknown[]>(fn: (...args: A) => Promise<number>) => async (...args: A) => setCode(await fn(...args));
@@ -318,10 +320,30 @@ async function pipelineOption<O extends { config?: string; pipeline?: string; di
   return { ...options, config: await resolvePipeline(given, options.dir !== undefined ? { dir: options.dir } : {}) };
 }
 
-export async function main(argv: readonly string[]): Promise<number> {
+/**
+ * `--log-format <text|json>` (or `=`), anywhere in argv, becomes TIDEMARK_LOG_FORMAT, which every logger reads; the
+ * rest of argv goes on, so each command (and run's fast path) parses only its own options.
+ */
+function takeLogFormat(argv: readonly string[]): readonly string[] {
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i += 1) {
+    const arg = argv[i]!;
+    const value = arg === '--log-format' ? argv[++i] : arg.startsWith('--log-format=') ? arg.slice('--log-format='.length) : undefined;
+    if (value === undefined && arg !== '--log-format') {
+      rest.push(arg);
+      continue;
+    }
+    if (value !== 'text' && value !== 'json') throw new UsageError(`--log-format must be text or json, not ${value ?? 'nothing'}`);
+    process.env.TIDEMARK_LOG_FORMAT = value;
+  }
+  return rest;
+}
+
+export async function main(all: readonly string[]): Promise<number> {
   let code: number = EXIT.ok;
   let commander: typeof import('commander') | undefined;
   try {
+    const argv = takeLogFormat(all);
     const plain = plainRun(argv);
     if (plain !== undefined) return await (await commands.run()).runCommand(plain.files, plain.options);
     commander = await import('commander');
@@ -331,7 +353,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     if (commander !== undefined && error instanceof commander.CommanderError) {
       return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
     }
-    printError(`error: ${errorMessage(error)}`);
+    printError(`error: ${errorMessage(error)}`, errorFields(error));
     return exitCodeFor(error);
   }
 }

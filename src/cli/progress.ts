@@ -5,6 +5,7 @@
  */
 import { createRequire } from 'node:module';
 import type { PartitionProgress, ProgressDetail, ProgressListener } from '../engine/progress.js';
+import { formatLogLine, logFormat } from '../core/logger.js';
 import { writeOut } from '../core/stdio.js';
 import type { RunResult } from '../core/types.js';
 import { formatCount } from './output.js';
@@ -129,7 +130,7 @@ function tracker(pipeline: string): Tracker {
       const added = line === undefined;
       if (line === undefined) {
         endAll();
-        line = { stream, name: `${pipeline}.${stream}`, started: Date.now(), rows, detail, ended: undefined, outcome: undefined };
+        line = { stream, name: `${pipeline}.${stream}`, started: detail?.startedAt ?? Date.now(), rows, detail, ended: undefined, outcome: undefined };
         lines.set(stream, line);
       }
       line.rows = rows;
@@ -190,7 +191,9 @@ function plainDisplay(pipeline: string): ProgressDisplay {
       printed.set(line, now);
       const whole = extent(line);
       const done = fraction(line);
-      writeOut(2, `progress: ${line.name}: ${formatCount(rows)} rows read${whole ? ` (${whole}${done !== undefined ? `, ${Math.floor(done * 100)}%` : ''})` : ''}, ${rate(line, now)}, ${formatElapsed(now - line.started)} elapsed\n`);
+      const text = `${line.name}: ${formatCount(rows)} rows read${whole ? ` (${whole}${done !== undefined ? `, ${Math.floor(done * 100)}%` : ''})` : ''}, ${rate(line, now)}, ${formatElapsed(now - line.started)} elapsed`;
+      // Under --log-format json a log shipper reads stderr: progress is a line of it like any other.
+      writeOut(2, logFormat() === 'json' ? formatLogLine('info', `progress: ${text}`, { pipeline, stream }) : `progress: ${text}\n`);
     },
     finish(result) {
       streams.finish(result);

@@ -3,7 +3,7 @@
  * cause; the CLI maps `kind` to an exit code in one place.
  */
 
-import { redact } from './logger.js';
+import { redact, type LogFields } from './logger.js';
 
 export type ErrorKind = 'config' | 'source' | 'destination' | 'state' | 'conflict' | 'usage';
 
@@ -108,6 +108,13 @@ function stripUndefined(context: ErrorContext): ErrorContext {
 }
 
 /** The one-line message of any error, with every registered secret hidden (it may end up in run records). */
+/** A typed error's context and kind, as the fields of a log line. */
+export function errorFields(error: unknown): LogFields {
+  if (!(error instanceof TidemarkError)) return {};
+  const { pipeline, stream, phase } = error.context;
+  return { ...(pipeline !== undefined ? { pipeline } : {}), ...(stream !== undefined ? { stream } : {}), ...(phase !== undefined ? { phase } : {}), error_kind: error.kind };
+}
+
 export function errorMessage(error: unknown): string {
   if (error instanceof TidemarkError) return redact(error.describe());
   if (error instanceof Error) return redact(error.message);

@@ -240,7 +240,7 @@ class LogLoader {
       } finally {
         await chunk.release();
       }
-      this.ctx.onProgress?.(s.config.name, s.changesRead);
+      this.ctx.onProgress?.(s.config.name, s.changesRead, { startedAt: s.started });
     }
   }
 
@@ -271,7 +271,7 @@ class LogLoader {
         s.changesApplied += 1;
         if (rows.length >= s.config.checkpointRows) await flush();
       }
-      this.ctx.onProgress?.(s.config.name, s.changesRead);
+      this.ctx.onProgress?.(s.config.name, s.changesRead, { startedAt: s.started });
     }
     await flush();
   }

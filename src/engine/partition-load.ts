@@ -238,7 +238,7 @@ class PartitionLoader {
   }
 
   private progress(rowsRead: number): void {
-    this.ctx.onProgress?.(this.stream.name, rowsRead, this.current ? { partition: this.current } : undefined);
+    this.ctx.onProgress?.(this.stream.name, rowsRead, { startedAt: this.started, ...(this.current ? { partition: this.current } : {}) });
   }
 
   /**

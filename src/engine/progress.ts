@@ -15,6 +15,11 @@ export interface ProgressDetail {
   /** Rows the read is expected to return in all, where the source can tell (an estimate, e.g. Postgres statistics). */
   readonly rowsTotal?: number;
   readonly partition?: PartitionProgress;
+  /**
+   * When the stream began (ms since the epoch): a display counts rates and elapsed time from it, since the first
+   * report may come only after a whole chunk has been read.
+   */
+  readonly startedAt?: number;
 }
 
 export type ProgressListener = (stream: string, rowsRead: number, detail?: ProgressDetail) => void;

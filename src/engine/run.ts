@@ -5,7 +5,7 @@
  */
 import { hostname } from 'node:os';
 import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, type Source } from '../core/connector.js';
-import { ConfigError, ConflictError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
+import { ConfigError, ConflictError, TidemarkError, errorFields, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { newRunId } from '../core/ids.js';
 import { elapsedMs, finishedAt, monotonicMs, runStart } from '../core/run-clock.js';
@@ -215,7 +215,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
           ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
           onCommit: (result: StreamResult) => (durable = result),
           ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
-          onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`),
+          onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`, { pipeline: pipeline.name, stream: name, run_id: ctx.runId }),
         },
         stream,
         state,
@@ -261,7 +261,7 @@ async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], 
         ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
         onCommit: (result: StreamResult) => (durable = result),
         ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
-        onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`),
+        onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`, { pipeline: pipeline.name, stream: name, run_id: ctx.runId }),
       },
       streams,
       state,
@@ -293,6 +293,7 @@ function warnOfRejects(ctx: RunContext, stream: StreamConfig, result: StreamResu
   ctx.logger.log(
     'warn',
     `pipeline ${ctx.pipeline.name}, stream ${stream.name}: ${result.rows_rejected} of ${result.rows_read} rows read were rejected and not loaded; see \`${where}\` (on_reject: fail stops the stream instead, continue keeps quiet)`,
+    { pipeline: ctx.pipeline.name, stream: stream.name, run_id: ctx.runId },
   );
 }
 

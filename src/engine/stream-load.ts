@@ -251,7 +251,7 @@ class StreamLoader {
 
   /** Rows read so far, with the source's estimate of the whole read when it has one. */
   private progress(): void {
-    this.ctx.onProgress?.(this.stream.name, this.rowsRead, this.rowsTotal === undefined ? undefined : { rowsTotal: this.rowsTotal });
+    this.ctx.onProgress?.(this.stream.name, this.rowsRead, { startedAt: this.started, ...(this.rowsTotal === undefined ? {} : { rowsTotal: this.rowsTotal }) });
   }
 
   async load(read: OpenedRead): Promise<StreamOutcome> {

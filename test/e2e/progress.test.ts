@@ -152,6 +152,23 @@ describe('off a terminal', () => {
     expect(out.stdout).not.toContain('progress');
   });
 
+  it('counts rate and elapsed time from when the stream began, not from its first report', async () => {
+    const config = await pgPipeline('plain-late');
+    expect((await cli(['run', config])).code).toBe(0);
+    await db.query(`INSERT INTO events SELECT g, timestamptz '2025-01-01' + g * interval '1 second', 'm' || g FROM generate_series(${ROWS + 1}, ${ROWS + 5000}) g`);
+    try {
+      // A read from a watermark has no total, so the first report comes only after the first batch, which takes 0.8 s.
+      const out = await cli(['run', config, '--stream', 'events'], { env: { TIDEMARK_FAILPOINTS: 'extract.after_batch=1:sleep(800)' } });
+      expect(out.code, out.stderr).toBe(0);
+      const [, rows, perSecond, seconds] = /^progress: pg\.events: ([\d,]+) rows read, ([\d,]+) rows\/s, (\d+\.\d)s elapsed$/m.exec(out.stderr) ?? [];
+      expect(Number(rows?.replace(/,/g, '')), out.stderr).toBeGreaterThan(0);
+      expect(Number(seconds)).toBeGreaterThanOrEqual(0.8);
+      expect(Number(perSecond?.replace(/,/g, ''))).toBeGreaterThan(0);
+    } finally {
+      await db.query(`DELETE FROM events WHERE id > ${ROWS}`);
+    }
+  });
+
   it('takes the total of a MySQL table from its InnoDB row estimate', async () => {
     const my = await createMysqlDb('tm_progress');
     try {

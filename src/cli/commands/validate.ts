@@ -1,5 +1,5 @@
 import { resolvePipelines } from '../../config/pipeline-names.js';
-import { errorMessage } from '../../core/errors.js';
+import { errorFields, errorMessage } from '../../core/errors.js';
 import { ConfigError, catalogProblems, destinationProblems, loadPipeline, pipelineJsonSchema, type PipelineConfig, type StreamConfig } from '../../index.js';
 import { EXIT } from '../exit-codes.js';
 import { print, printError } from '../output.js';
@@ -13,7 +13,7 @@ export async function validateCommand(inputs: readonly string[], options: { dir?
       await validateFile(file, lakes);
     } catch (error) {
       if (!(error instanceof ConfigError)) throw error;
-      printError(`error: ${errorMessage(error)}`);
+      printError(`error: ${errorMessage(error)}`, errorFields(error));
       code = EXIT.usage;
     }
   }

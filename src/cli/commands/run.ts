@@ -130,9 +130,11 @@ async function runOne(file: string, options: RunCommandOptions, signal: AbortSig
   } finally {
     progress.finish(result);
   }
-  if (options.json) print(toJson(result));
-  // A failed stream's line is its error, printed once, on stderr.
-  else for (const s of result.streams) (s.outcome === 'failed' ? printError : print)(summary(pipeline.name, s));
+  // A failed stream's line is its error, printed once, on stderr (with --json too: stdout is the data, stderr the log).
+  if (options.json) {
+    print(toJson(result));
+    for (const s of result.streams) if (s.outcome === 'failed') printError(summary(pipeline.name, s));
+  } else for (const s of result.streams) (s.outcome === 'failed' ? printError : print)(summary(pipeline.name, s));
   return result.ok ? EXIT.ok : EXIT.failed;
 }
 

@@ -8,6 +8,7 @@ import type { PartitionProgress, ProgressDetail, ProgressListener } from '../eng
 import { formatLogLine, logFormat } from '../core/logger.js';
 import { writeOut } from '../core/stdio.js';
 import type { RunResult } from '../core/types.js';
+import { monotonicMs } from '../core/run-clock.js';
 import { formatCount } from './output.js';
 
 export interface ProgressDisplay {
@@ -121,7 +122,7 @@ interface Tracker {
 function tracker(pipeline: string): Tracker {
   const lines = new Map<string, StreamLine>();
   const endAll = () => {
-    const now = Date.now();
+    const now = monotonicMs();
     for (const l of lines.values()) l.ended ??= now;
   };
   return {
@@ -130,7 +131,7 @@ function tracker(pipeline: string): Tracker {
       const added = line === undefined;
       if (line === undefined) {
         endAll();
-        line = { stream, name: `${pipeline}.${stream}`, started: detail?.startedAt ?? Date.now(), rows, detail, ended: undefined, outcome: undefined };
+        line = { stream, name: `${pipeline}.${stream}`, started: detail?.startedAt ?? monotonicMs(), rows, detail, ended: undefined, outcome: undefined };
         lines.set(stream, line);
       }
       line.rows = rows;
@@ -154,7 +155,7 @@ function barDisplay(pipeline: string): ProgressDisplay {
     clearOnComplete: false,
     // The run's own SIGINT/SIGTERM handling stops it and then calls finish().
     gracefulExit: false,
-    format: (_options, _params, payload) => renderLine(payload.line as StreamLine, Date.now()),
+    format: (_options, _params, payload) => renderLine(payload.line as StreamLine, monotonicMs()),
   });
   // Each bar renders its line object, which the tracker updates in place; cli-progress redraws on its timer.
   let bars = 0;
@@ -185,7 +186,7 @@ function plainDisplay(pipeline: string): ProgressDisplay {
   return {
     onProgress(stream, rows, detail) {
       const { line } = streams.update(stream, rows, detail);
-      const now = Date.now();
+      const now = monotonicMs();
       const last = printed.get(line);
       if (last !== undefined && now - last < PLAIN_INTERVAL_MS) return;
       printed.set(line, now);

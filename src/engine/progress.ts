@@ -16,8 +16,8 @@ export interface ProgressDetail {
   readonly rowsTotal?: number;
   readonly partition?: PartitionProgress;
   /**
-   * When the stream began (ms since the epoch): a display counts rates and elapsed time from it, since the first
-   * report may come only after a whole chunk has been read.
+   * When the stream began, as a `monotonicMs()` reading (the clock of run durations): a display counts rates and
+   * elapsed time from it, since the first report may come only after a whole chunk has been read.
    */
   readonly startedAt?: number;
 }

@@ -86,11 +86,15 @@ destination:
     expect(resumed).toMatchObject({ outcome: 'committed', rows_read: FEB, rows_loaded: FEB, partitions_loaded: ['2024-02'], partitions_skipped: 1 });
     expect(await byMonth()).toEqual({ '2024-01': JAN, '2024-02': FEB });
 
-    // A no-op re-run reads nothing and writes nothing.
-    const state = (await cli(['state', 'show', '--json', '--config', config])).stdout;
+    // A no-op re-run reads nothing and loads nothing: its state moves only by the run's own marks.
+    const position = async () => {
+      const { version: _version, streams } = JSON.parse((await cli(['state', 'show', '--json', '--config', config])).stdout) as { version: number; streams: Record<string, Record<string, unknown>> };
+      return Object.fromEntries(Object.entries(streams).map(([name, { run_count: _n, last_run_at: _at, last_run_id: _id, updated_at: _u, ...rest }]) => [name, rest]));
+    };
+    const state = await position();
     const noop = await runJson();
     expect(noop).toMatchObject({ rows_read: 0, rows_loaded: 0, commits: 0, partitions_loaded: [], partitions_skipped: 2 });
-    expect((await cli(['state', 'show', '--json', '--config', config])).stdout).toBe(state);
+    expect(await position()).toEqual(state);
     expect(await byMonth()).toEqual({ '2024-01': JAN, '2024-02': FEB });
 
     // Mixed-case taxi column names survive unchanged, and the partition column is added.

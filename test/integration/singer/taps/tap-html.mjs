@@ -21,5 +21,6 @@ for (let id = 1; id <= config.count; id += 1) {
     break;
   }
   out(JSON.stringify({ type: 'RECORD', stream: 'numbers', record: { id } }));
-  if (id % 10 === 0) out(JSON.stringify({ type: 'STATE', value: { bookmarks: { numbers: id } } }));
+  if (id % 10 === 0) // The SDK's bookmark form, which tidemark can check against the records before it: a commit point.
+  out(JSON.stringify({ type: 'STATE', value: { bookmarks: { numbers: { replication_key: 'id', replication_key_value: id } } } }));
 }

@@ -1,5 +1,5 @@
 /** Output helpers: JSON that keeps bigints exact, and human lines that never show a secret. */
-import { formatLogLine, logFormat, redact, type LogFields } from '../core/logger.js';
+import { formatLogLine, logFormat, redact, type LogFields, type LogLevel } from '../core/logger.js';
 import { writeOut } from '../core/stdio.js';
 
 /**
@@ -39,10 +39,10 @@ export function print(line: string): void {
  * A line for stderr. Under `--log-format json` it is one object whose level its prefix tells (`error:`,
  * `interrupted:` and `usage:` are errors, `warn:` and `warning:` warnings, anything else info).
  */
-export function printError(line: string, fields?: LogFields): void {
+export function printError(line: string, fields?: LogFields, level?: LogLevel): void {
   if (logFormat() === 'text') return writeOut(2, `${redact(line)}\n`);
   const prefix = /^(\w+): /.exec(line)?.[1];
-  const level = prefix === 'error' || prefix === 'interrupted' || prefix === 'usage' ? 'error' : prefix === 'warn' || prefix === 'warning' ? 'warn' : 'info';
+  level ??= prefix === 'error' || prefix === 'interrupted' || prefix === 'usage' ? 'error' : prefix === 'warn' || prefix === 'warning' ? 'warn' : 'info';
   writeOut(2, formatLogLine(level, prefix === 'error' || prefix === 'warn' ? line.slice(prefix.length + 2) : line, fields));
 }
 

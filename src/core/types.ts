@@ -201,6 +201,9 @@ export interface StreamResult {
    */
   readonly rows_duplicate?: number;
   readonly error?: string;
+  /** A failed stream: the kind of its error (config, source, destination, state, conflict) and the phase it failed in. */
+  readonly error_kind?: string;
+  readonly error_phase?: string;
   /** Partitioned streams: the partitions this run loaded (new, changed or reloaded on request), in order. */
   readonly partitions_loaded?: readonly string[];
   /** Partitioned streams: partitions skipped because the ledger shows them loaded and unchanged. */

@@ -342,6 +342,8 @@ function failedResult(stream: string, error: TidemarkError, started: number, dur
     outcome: 'failed',
     duration_ms: elapsedMs(started),
     error: errorMessage(error),
+    error_kind: error.kind,
+    ...(error.context.phase !== undefined ? { error_phase: error.context.phase } : {}),
   };
 }
 

@@ -4,7 +4,7 @@ import { writeOut } from '../../core/stdio.js';
 import { loadPipeline } from '../../config/load.js';
 import { run } from '../../engine/run.js';
 import type { RunResult, StreamResult, Watermark } from '../../core/types.js';
-import { stderrLogger } from '../../core/logger.js';
+import { stderrLogger, type LogFields } from '../../core/logger.js';
 import { resolvePipelines } from '../../config/pipeline-names.js';
 import { EXIT, exitCodeFor } from '../exit-codes.js';
 import { errorMessage } from '../../core/errors.js';
@@ -30,6 +30,11 @@ export interface RunCommandOptions {
 export function describeWatermark(w: Watermark | null | undefined): string {
   if (!w) return 'none';
   return [w.cursor.value, ...w.pk.map((p) => p.value)].join(' / ');
+}
+
+/** The fields of a failed stream's log line (`--log-format json`). */
+function failureFields(pipeline: string, runId: string, s: StreamResult): LogFields {
+  return { pipeline, stream: s.stream, run_id: runId, ...(s.error_phase !== undefined ? { phase: s.error_phase } : {}), ...(s.error_kind !== undefined ? { error_kind: s.error_kind } : {}) };
 }
 
 export function summary(pipeline: string, s: StreamResult): string {
@@ -131,10 +136,11 @@ async function runOne(file: string, options: RunCommandOptions, signal: AbortSig
     progress.finish(result);
   }
   // A failed stream's line is its error, printed once, on stderr (with --json too: stdout is the data, stderr the log).
-  if (options.json) {
-    print(toJson(result));
-    for (const s of result.streams) if (s.outcome === 'failed') printError(summary(pipeline.name, s));
-  } else for (const s of result.streams) (s.outcome === 'failed' ? printError : print)(summary(pipeline.name, s));
+  if (options.json) print(toJson(result));
+  for (const s of result.streams) {
+    if (s.outcome === 'failed') printError(summary(pipeline.name, s), failureFields(pipeline.name, result.run_id, s), 'error');
+    else if (!options.json) print(summary(pipeline.name, s));
+  }
   return result.ok ? EXIT.ok : EXIT.failed;
 }
 

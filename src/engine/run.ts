@@ -22,6 +22,7 @@ import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 import { loadLogStreams } from './log-load.js';
 import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
+import { openRunJournal } from './run-journal.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */
@@ -55,11 +56,22 @@ export function emptyState(pipeline: string): PipelineState {
   return { pipeline, version: 0, streams: {} };
 }
 
-export async function run(pipeline: PipelineConfig, options: RunOptions = {}): Promise<RunResult> {
-  const logger = options.logger ?? silentLogger;
+export async function run(pipeline: PipelineConfig, given: RunOptions = {}): Promise<RunResult> {
   const runId = newRunId();
   const startedAt = runStart();
-  const streams = selectStreams(pipeline, options.streams);
+  const streams = selectStreams(pipeline, given.streams);
+  const journal = openRunJournal(pipeline.name, runId, given.logger ?? silentLogger, given.onProgress);
+  const options: RunOptions = { ...given, logger: journal.logger, onProgress: journal.onProgress };
+  const logger = journal.logger;
+  const result = await runLeased(pipeline, runId, startedAt, streams, options, logger).catch((error: unknown) => {
+    journal.finish([{ stream: '', error: errorMessage(error) }]);
+    throw error;
+  });
+  journal.finish(result.streams.flatMap((s) => (s.error !== undefined ? [{ stream: s.stream, error: s.error }] : [])));
+  return result;
+}
+
+async function runLeased(pipeline: PipelineConfig, runId: string, startedAt: string, streams: readonly StreamConfig[], options: RunOptions, logger: Logger): Promise<RunResult> {
   // Leases first, before any destination connection or file is opened: a run that has to wait holds nothing.
   const provider = leaseProviderFor(pipeline.destination, pipeline.state);
   const leases = await acquireLeases(provider, pipeline, streams, { ...options, logger });

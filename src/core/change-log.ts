@@ -34,6 +34,11 @@ export interface ChangeLogSetup {
   readonly warnings: readonly string[];
   /** The slot (or binlog reader) exists and has a position: a first run must take a snapshot when false. */
   readonly exists: boolean;
+  /**
+   * Why an existing slot had to be dropped (the server invalidated it, its publication was dropped): the changes since
+   * the last run cannot be read, so every log stream is copied again from a new snapshot.
+   */
+  readonly gone?: string;
 }
 
 /**

@@ -165,7 +165,8 @@ class LogLoader {
     for (const w of setup.warnings) this.ctx.onWarning?.(this.streams[0]!.config.name, w);
     this.slotExists = setup.exists;
     if (!setup.exists && this.streams.some((s) => s.log !== undefined)) {
-      this.ctx.onWarning?.(this.streams[0]!.config.name, 'the replication slot is gone (dropped?): the changes since the last run cannot be read, so every log stream is copied again from a new snapshot');
+      const why = setup.gone ?? 'the replication slot is gone (dropped?)';
+      this.ctx.onWarning?.(this.streams[0]!.config.name, `${why}: the changes since the last run cannot be read, so every log stream is copied again from a new snapshot`);
       for (const s of this.streams) s.log = undefined;
     }
   }

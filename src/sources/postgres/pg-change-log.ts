@@ -178,7 +178,13 @@ export class PostgresChangeLog implements ChangeLogSource {
         if (!options.dryRun) await this.query(`ALTER PUBLICATION ${quoteIdent(slot)} SET TABLE ${tableList}`);
       }
     }
-    const slots = await this.slotRow(slot);
+    let slots = await this.slotRow(slot);
+    const gone = slots === undefined ? undefined : unusableSlot(slot, slots.walStatus, publication.length === 0);
+    if (gone !== undefined) {
+      actions.push(`drop replication slot ${slot}: ${gone}`);
+      if (!options.dryRun) await this.dropSlot(slot);
+      slots = undefined;
+    }
     if (slots === undefined) actions.push(`create logical replication slot ${slot} (pgoutput) with an exported snapshot for the initial copy`);
     else if (slots.database !== (await this.query<{ db: string }>(`SELECT current_database() AS db`))[0]!.db) {
       throw new ConfigError(`replication slot ${slot} belongs to database ${slots.database}, not this source's; drop it there (tidemark cdc drop) or rename the pipeline`);
@@ -187,12 +193,18 @@ export class PostgresChangeLog implements ChangeLogSource {
     if (retained !== undefined && options.maxRetainedBytes !== undefined && retained > options.maxRetainedBytes) {
       warnings.push(retainedLogWarning(slot, retained, options.maxRetainedBytes));
     }
-    return { actions, warnings, exists: slots !== undefined };
+    return { actions, warnings, exists: slots !== undefined, ...(gone !== undefined ? { gone } : {}) };
   }
 
-  private async slotRow(slot: string): Promise<{ database: string; plugin: string; active: boolean | string; confirmed: string | null; retained: string | null; lag: string | null; current: string } | undefined> {
-    const rows = await this.query<{ database: string; plugin: string; active: boolean | string; confirmed: string | null; retained: string | null; lag: string | null; current: string }>(
-      `SELECT database, plugin, active, confirmed_flush_lsn::text AS confirmed,
+  /** Drops the pipeline's slot, ending a walsender that still holds it. */
+  private async dropSlot(slot: string): Promise<void> {
+    await this.claimSlot(slot);
+    await this.query(`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, [slot]);
+  }
+
+  private async slotRow(slot: string): Promise<SlotRow | undefined> {
+    const rows = await this.query<SlotRow>(
+      `SELECT database, plugin, active, confirmed_flush_lsn::text AS confirmed, wal_status AS "walStatus",
               pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text AS retained,
               pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text AS lag,
               pg_current_wal_lsn()::text AS current
@@ -320,6 +332,7 @@ export class PostgresChangeLog implements ChangeLogSource {
     const byName = new Map(request.tables.map((t) => [normaliseTable(t.table), t.table]));
     const notNull = await this.notNullColumns(request);
     await this.claimSlot(slot);
+    let slotUnusable = false;
     const client = await this.connect(true);
     const stream = client.query(
       copyBoth(`START_REPLICATION SLOT ${quoteIdent(slot)} LOGICAL 0/0 (proto_version '1', publication_names ${quoteLiteral(quoteIdent(slot))}, messages 'true')`, {
@@ -422,6 +435,7 @@ export class PostgresChangeLog implements ChangeLogSource {
       throw new SourceError('the replication stream ended unexpectedly', { retryable: true });
     } catch (error) {
       if (read.signal?.aborted) return;
+      slotUnusable = publicationGone(error);
       throw droppedTableError(error) ?? error;
     } finally {
       clearInterval(poke);
@@ -429,6 +443,8 @@ export class PostgresChangeLog implements ChangeLogSource {
       read.signal?.removeEventListener('abort', abort);
       this.stream = undefined;
       await this.finishStream(client, stream);
+      // Even with its publication created again it would fail here on every run: the next run starts anew.
+      if (slotUnusable) await this.dropSlot(slot).catch(() => undefined);
     }
   }
 
@@ -602,8 +618,41 @@ function decodeTuple(info: TableInfo, tuple: readonly TupleValue[], old: readonl
   return { row, unchanged };
 }
 
+interface SlotRow {
+  readonly database: string;
+  readonly plugin: string;
+  readonly active: boolean | string;
+  readonly confirmed: string | null;
+  /** `reserved`, `extended`, `unreserved` or `lost` (the server removed WAL the slot still needed). */
+  readonly walStatus: string | null;
+  readonly retained: string | null;
+  readonly lag: string | null;
+  readonly current: string;
+}
+
+/**
+ * Why an existing slot can never be read past its position, or undefined. An invalidated slot's WAL is gone; a slot
+ * whose publication was dropped cannot decode the changes made while the publication was missing (pgoutput looks the
+ * publication up as of each change), even once it is created again.
+ */
+function unusableSlot(slot: string, walStatus: string | null, publicationMissing: boolean): string | undefined {
+  if (walStatus === 'lost') return `replication slot ${slot} was invalidated by the server (wal_status lost: WAL it still needed was removed, as max_slot_wal_keep_size allows)`;
+  if (publicationMissing) return `publication ${slot} was dropped while its replication slot remained (the changes made without it cannot be decoded)`;
+  return undefined;
+}
+
+function publicationGone(error: unknown): boolean {
+  return /publication .* does not exist/i.test((error as Error)?.message ?? '');
+}
+
 function droppedTableError(error: unknown): Error | undefined {
   const message = (error as Error)?.message ?? '';
+  if (publicationGone(error)) {
+    return new SourceError(
+      `the publication of this pipeline was dropped while its tables changed (${message}): the changes made without it cannot be decoded, so its replication slot was dropped too; the next run creates both again and copies every log stream from a new snapshot`,
+      { cause: error },
+    );
+  }
   if (/publication .* does not exist|relation .* does not exist|could not find relation|cache lookup failed for relation/i.test(message)) {
     return new SourceError(`a table of the publication is gone (dropped or renamed in the source): ${message}; remove its stream, then tidemark cdc drop and run again`, { cause: error });
   }

@@ -108,7 +108,14 @@ export class PipelineWorker {
           streams: result.streams.map((s) => ({ stream: s.stream, rowsLoaded: s.rowsLoaded, ...(s.partitionsLoaded ? { partitions: s.partitionsLoaded } : {}) })),
         };
       } catch (error) {
-        if (error instanceof ConflictError && error.context.phase === 'lock' && !controller.signal.aborted && token !== undefined) {
+        // Stopped by this worker's shutdown, past its grace: the job did nothing wrong. It goes back to the queue for
+        // another worker without using up one of its attempts (its uncommitted part rolled back).
+        if (controller.signal.aborted && token !== undefined) {
+          logger.log('info', `${label}: ${what}: put back, the worker is shutting down (what it had not committed was rolled back)`);
+          await job.moveToDelayed(Date.now(), token);
+          throw new DelayedError();
+        }
+        if (error instanceof ConflictError && error.context.phase === 'lock' && token !== undefined) {
           if (!waiting.has(label)) {
             waiting.add(label);
             logger.log('info', `${label}: ${what}: put back, the pipeline is busy (${errorMessage(error)}); it starts once the lease is free`);

@@ -286,7 +286,7 @@ async function openInstance(path: string, timeoutMs: number): Promise<DuckDBInst
       const message = (error as Error).message;
       if (!/lock/i.test(message)) throw new DestinationError(`cannot open DuckDB file ${path}: ${message}`, { cause: error });
       if (Date.now() + delay > deadline) {
-        throw new ConflictError(`DuckDB file ${path} is in use by another process`, { cause: error });
+        throw new ConflictError(`DuckDB file ${path} is in use by another process`, { cause: error, context: { phase: 'lock' } });
       }
       await new Promise((resolve) => setTimeout(resolve, delay));
     }

@@ -53,8 +53,8 @@ export function queueArgs(queueName: string): string[] {
 }
 
 /** A worker process with short lock and stall intervals, so a dead or paused worker loses its job within seconds. */
-export function startWorker(queueName: string, name: string, env: Record<string, string> = {}) {
-  const started = startCli(['worker', ...queueArgs(queueName), '--name', name, '--lock-duration', '2s', '--stalled-interval', '1s', '--grace', '5s'], {
+export function startWorker(queueName: string, name: string, env: Record<string, string> = {}, grace = '5s') {
+  const started = startCli(['worker', ...queueArgs(queueName), '--name', name, '--lock-duration', '2s', '--stalled-interval', '1s', '--grace', grace], {
     TIDEMARK_LOG_LEVEL: 'info',
     ...env,
   });

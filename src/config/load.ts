@@ -20,6 +20,7 @@ import { isPipelineModule } from './module-files.js';
 import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
+import { usesWindow, windowProblem } from '../shared/query-window.js';
 
 export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
@@ -333,6 +334,13 @@ function logStreamConfig(s: StreamDocument, at: (field: string) => string): LogS
   return { deletes: s.deletes ?? 'hard', commitIntervalMs, maxRetainedBytes };
 }
 
+/** `{{since}}` / `{{until}}` in a query are the cursor's window: known names, unquoted, and a cursor to type them. */
+function checkQueryWindow(query: string, cursor: string | undefined, at: (field: string) => string): void {
+  const problem = windowProblem(query);
+  if (problem !== undefined) throw new ConfigError(`${at('query')}: ${problem}`);
+  if (usesWindow(query) && cursor === undefined) throw new ConfigError(`${at('query')}: {{since}} and {{until}} are values of the cursor column; set cursor:`);
+}
+
 export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, sourceFile?: string): PipelineConfig {
   const names = new Set<string>();
   const streams = doc.streams.map((s, i): StreamConfig => {
@@ -349,6 +357,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       if (!isApiSource(doc.source.type) && !codeSource && (s.table === undefined) === (s.query === undefined)) throw new ConfigError(`${at('table')}: give exactly one of table or query`);
     }
     checkStreamFields(doc.source.type, s, at);
+    if (s.query !== undefined) checkQueryWindow(s.query, s.cursor, at);
     const streamName = s.name ?? (s.table !== undefined ? lastPart(s.table) : apiStreamName(doc.source.type, s));
     if (streamName === undefined) throw new ConfigError(`${at('name')}: a stream defined by a ${filesSource ? 'pattern' : 'query'} needs a name`);
     if (!/^[A-Za-z0-9_][A-Za-z0-9_.-]*$/.test(streamName) || streamName.includes('..')) {

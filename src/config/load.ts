@@ -83,6 +83,11 @@ export interface PipelineConfig {
   readonly destination: DestinationConfig;
   /** `'destination'`, or a separate store that is reconciled with the destination at every run. */
   readonly state: StateConfig;
+  /**
+   * `state: none`: no run starts from a stored position; each reads every stream from its start. The destination
+   * still records runs, schemas and run marks (the state document keeps them, without positions).
+   */
+  readonly stateless?: true;
   readonly streams: readonly StreamConfig[];
   readonly lockTtlMs: number;
   readonly schedule?: string;
@@ -334,6 +339,22 @@ function logStreamConfig(s: StreamDocument, at: (field: string) => string): LogS
   return { deletes: s.deletes ?? 'hard', commitIntervalMs, maxRetainedBytes };
 }
 
+/**
+ * `state: none` re-reads every stream from its start on every run: only a stream whose load replaces (full) or
+ * upserts by key (merge) lands each row once that way. An append stream would add its rows again, and partitioned and
+ * log streams keep their positions in a ledger and a log slot that a re-read cannot stand in for.
+ */
+function checkStateless(streams: readonly StreamConfig[], file: string): readonly StreamConfig[] {
+  streams.forEach((s, i) => {
+    const at = `${file}: streams[${i}]`;
+    if (s.strategy === 'partitioned' || s.strategy === 'log') throw new ConfigError(`${at}.strategy: state: none re-reads every stream from its start; a ${s.strategy} stream needs its stored position`);
+    if (s.write === 'append') {
+      throw new ConfigError(`${at}.write: state: none re-reads every stream from its start, so an append stream would load its rows again on every run; use write: merge (with a primary_key) or strategy: full`);
+    }
+  });
+  return streams;
+}
+
 /** `{{since}}` / `{{until}}` in a query are the cursor's window: known names, unquoted, and a cursor to type them. */
 function checkQueryWindow(query: string, cursor: string | undefined, at: (field: string) => string): void {
   const problem = windowProblem(query);
@@ -459,8 +480,8 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     ...(sourceFile !== undefined ? { file: resolve(sourceFile) } : {}),
     source: doc.source.type === 'files' ? resolveLocation(doc.source, baseDir, `${file}: source.location`) : resolveApiSource(resolvePath(doc.source, baseDir), file, baseDir),
     destination: resolveDestination(doc.destination, file, baseDir),
-    state: doc.state === 'destination' ? doc.state : resolveStateStore(doc.state, baseDir),
-    streams,
+    state: doc.state === 'destination' || doc.state === 'none' ? 'destination' : resolveStateStore(doc.state, baseDir),
+    ...(doc.state === 'none' ? { stateless: true as const, streams: checkStateless(streams, file) } : { streams }),
     lockTtlMs,
     ...(doc.schedule !== undefined ? { schedule: checkSchedule(doc.schedule, doc.timezone, file) } : {}),
     ...(doc.timezone !== undefined ? { timezone: doc.timezone } : {}),

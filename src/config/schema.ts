@@ -391,7 +391,12 @@ export const pipelineSchema = z
     source: sourceSchema,
     streams: z.array(streamSchema).min(1).describe('What to copy: one entry per table, query, endpoint, file set or tap stream.'),
     destination: destinationSchema.default({ type: 'duckdb', path: './tidemark.duckdb' }),
-    state: stateSchema.default('destination'),
+    state: z
+      .union([z.literal('destination'), z.literal('none'), stateStoreSchema])
+      .default('destination')
+      .describe(
+        'Where state lives: `destination` (the default, committed with the data), a separate store reconciled with the destination at every run, or `none`: every run reads each stream from its start (merge and full streams only).',
+      ),
     lock_ttl: z.string().optional().describe('The lease of a run, renewed while it runs; a dead run frees it after this long (default 2m).'),
     schedule: z.string().optional().describe('A cron pattern for `tidemark schedule` (`*/15 * * * *`).'),
     timezone: z.string().min(1).optional().describe("The IANA time zone the schedule is read in (default: the scheduler's local zone)."),

@@ -1,4 +1,5 @@
 /** `tidemark plan`: what the next run would read per stream, with the exact predicate and bound values. */
+import { withoutPosition } from './stateless.js';
 import type { PartitionFailure, StreamSchema, StreamState, TypedValue, Watermark } from '../core/types.js';
 import type { Destination, Source } from '../core/connector.js';
 import { errorMessage, withContext } from '../core/errors.js';
@@ -99,7 +100,7 @@ async function planStreams(
   try {
     // With a separate state store, the state the run would reconcile to (the store may be ahead of the destination).
     const planned = await plannedState(pipeline, destination.state);
-    states = planned.state.streams;
+    states = pipeline.stateless ? streams.reduce((state, s) => withoutPosition(state, s.name), planned.state).streams : planned.state.streams;
     differs = new Map((planned.differences ?? []).map((d) => [d.stream, `the store holds ${d.store}, the destination ${d.destination}`]));
     // Partitions are planned against the ledger, which lives in the destination: only then is the source opened first.
     for (const stream of streams.filter((s) => s.strategy === 'partitioned')) {

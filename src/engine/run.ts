@@ -3,6 +3,7 @@
  * lease → open destination and source → load state → for each stream: plan, read, write, commit → release.
  * Every commit carries data and state together; a failure leaves state and data as after the last commit.
  */
+import { withoutPosition } from './stateless.js';
 import { hostname } from 'node:os';
 import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, type Source } from '../core/connector.js';
 import { ConfigError, ConflictError, TidemarkError, errorFields, errorMessage, withContext } from '../core/errors.js';
@@ -218,7 +219,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
           onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`, { pipeline: pipeline.name, stream: name, run_id: ctx.runId }),
         },
         stream,
-        state,
+        pipeline.stateless ? withoutPosition(state, stream.name) : state,
       );
       // A partition job writes no pipeline state (see Fence); its ledger rows are its record.
       state = ctx.partitionLeases === undefined ? await recordQuietRuns(quietContext(ctx), outcome.state, [outcome.result]) : outcome.state;

@@ -21,6 +21,7 @@ import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging,
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
 import { usesWindow, windowProblem } from '../shared/query-window.js';
+import type { RetryPolicy } from '../scheduler/retry-policy.js';
 
 export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
@@ -97,6 +98,8 @@ export interface PipelineConfig {
   readonly overlap: 'skip' | 'queue';
   /** Ticks missed while no scheduler ran: dropped, or caught up by one run. */
   readonly catchUp: 'none' | 'latest';
+  /** A tick whose run failed: run again this many times, after a doubling wait. */
+  readonly retry?: RetryPolicy;
 }
 
 export const DEFAULT_CHECKPOINT_ROWS = 100_000;
@@ -339,6 +342,15 @@ function logStreamConfig(s: StreamDocument, at: (field: string) => string): LogS
   return { deletes: s.deletes ?? 'hard', commitIntervalMs, maxRetainedBytes };
 }
 
+const DEFAULT_RETRY_BACKOFF_MS = 60_000;
+
+function retryPolicy(retry: NonNullable<PipelineDocument['retry']>, file: string): RetryPolicy {
+  if (retry.backoff === undefined) return { count: retry.count, backoffMs: DEFAULT_RETRY_BACKOFF_MS };
+  const backoffMs = parseDuration(retry.backoff);
+  if (backoffMs === undefined) throw new ConfigError(`${file}: retry.backoff: expected ${DURATION_HINT}, got ${JSON.stringify(retry.backoff)}`);
+  return { count: retry.count, backoffMs };
+}
+
 /**
  * `state: none` re-reads every stream from its start on every run: only a stream whose load replaces (full) or
  * upserts by key (merge) lands each row once that way. An append stream would add its rows again, and partitioned and
@@ -487,6 +499,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     ...(doc.timezone !== undefined ? { timezone: doc.timezone } : {}),
     overlap: doc.overlap ?? 'skip',
     catchUp: doc.catch_up ?? 'latest',
+    ...(doc.retry !== undefined ? { retry: retryPolicy(doc.retry, file) } : {}),
   };
 }
 

@@ -401,6 +401,14 @@ export const pipelineSchema = z
     schedule: z.string().optional().describe('A cron pattern for `tidemark schedule` (`*/15 * * * *`).'),
     timezone: z.string().min(1).optional().describe("The IANA time zone the schedule is read in (default: the scheduler's local zone)."),
     overlap: z.enum(['skip', 'queue']).optional().describe("A tick that comes while the pipeline's previous run is still going: skip it (logged) or run once after (default skip)."),
+    retry: z
+      .object({
+        count: z.number().int().min(0).describe('How many times a failed tick runs again (0: never).'),
+        backoff: z.string().optional().describe('The wait before the first retry, doubling with each further one (default 1m).'),
+      })
+      .strict()
+      .optional()
+      .describe('A scheduled tick whose run failed runs again, in `schedule` and in the next `schedule --once`.'),
     catch_up: z.enum(['none', 'latest']).optional().describe('Ticks missed while the scheduler was down: ignore them, or run once for the latest (default latest).'),
   })
   .strict()

@@ -9,6 +9,7 @@ import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
 import { parseColumnType } from '../shared/exact-json.js';
 import type { SourceConfig, StreamDocument } from './schema.js';
+import type { FieldSelection } from './load.js';
 
 type At = (field: string) => string;
 
@@ -29,7 +30,7 @@ export function checkStreamFields(type: SourceConfig['type'], s: StreamDocument,
     for (const field of HTTP_FIELDS) if (s[field] !== undefined) throw new ConfigError(`${at(field)}: only streams of an http source take ${field}`);
   }
   if (type !== 'singer' && s.tap_stream !== undefined) throw new ConfigError(`${at('tap_stream')}: only streams of a singer source take tap_stream`);
-  if (type !== 'files' && s.exclude !== undefined) throw new ConfigError(`${at('exclude')}: only streams of a files source exclude columns`);
+  if (!FIELD_PICKERS.has(type) && s.exclude !== undefined) throw new ConfigError(`${at('exclude')}: only streams of a files, singer or airbyte source exclude columns`);
   if (!isApiSource(type)) {
     if (s.columns !== undefined && !(type === 'files' && Array.isArray(s.columns))) {
       throw new ConfigError(
@@ -41,15 +42,33 @@ export function checkStreamFields(type: SourceConfig['type'], s: StreamDocument,
     return;
   }
   if (type === 'airbyte') {
-    if (s.columns !== undefined) throw new ConfigError(`${at('columns')}: an airbyte stream's columns come from the connector's catalog (discover)`);
+    if (s.columns !== undefined && !Array.isArray(s.columns)) {
+      throw new ConfigError(`${at('columns')}: an airbyte stream's types come from the connector's catalog; select its fields as a list (columns: [id, name])`);
+    }
     if (s.name === undefined) throw new ConfigError(`${at('name')}: a stream of an airbyte source needs the name of a stream the connector discovers`);
   }
-  if (Array.isArray(s.columns)) throw new ConfigError(`${at('columns')}: declare the columns of an ${type} stream with their types (columns: {id: int64, name: text})`);
+  if (type === 'http' && Array.isArray(s.columns)) throw new ConfigError(`${at('columns')}: declare the columns of an http stream with their types (columns: {id: int64, name: text})`);
+  if (Array.isArray(s.columns) && s.exclude !== undefined) throw new ConfigError(`${at('exclude')}: select fields with columns: or drop them with exclude:, not both`);
   if (s.table !== undefined || s.query !== undefined) {
     throw new ConfigError(`${at(s.table !== undefined ? 'table' : 'query')}: a stream of an ${type} source is defined by ${type === 'http' ? 'path' : type === 'airbyte' ? 'name' : 'name or tap_stream'}, not table or query`);
   }
   if (type === 'http' && s.path === undefined) throw new ConfigError(`${at('path')}: a stream of an http source needs a path (e.g. /v1/orders)`);
   if (type === 'singer' && s.name === undefined && s.tap_stream === undefined) throw new ConfigError(`${at('name')}: a stream of a singer source needs a name or tap_stream`);
+}
+
+/** Sources whose streams pick fields with `columns: [a, b]` / `exclude: [c]`. */
+const FIELD_PICKERS: ReadonlySet<string> = new Set(['files', 'singer', 'airbyte']);
+
+/** A Singer or Airbyte stream's field selection: `columns:` as a list keeps those, `exclude:` drops those. */
+export function connectorFields(type: SourceConfig['type'], s: StreamDocument, at: At): { fields?: FieldSelection } {
+  if (type !== 'singer' && type !== 'airbyte') return {};
+  if (s.exclude !== undefined) return { fields: { except: s.exclude } };
+  if (!Array.isArray(s.columns)) return {};
+  const names = s.columns.map((c) => {
+    if (typeof c !== 'string' && c.as !== undefined && c.as !== c.name) throw new ConfigError(`${at('columns')}: a ${type} stream keeps its fields' names (no as:)`);
+    return typeof c === 'string' ? c : c.name;
+  });
+  return { fields: { only: names } };
 }
 
 /** The default stream name: the last usable segment of an HTTP path, or the tap's stream id. */

@@ -17,11 +17,13 @@ import { DEFAULT_SCHEMA_POLICY, type SchemaPolicy } from '../core/schema-diff.js
 import type { NullCursorPolicy, OnChange, OnMissing, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
 import { codePartitionSpec } from './code-streams.js';
 import { isPipelineModule } from './module-files.js';
-import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
+import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, connectorFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
 import { usesWindow, windowProblem } from '../shared/query-window.js';
 import type { RetryPolicy } from '../scheduler/retry-policy.js';
+
+export type FieldSelection = { readonly only: readonly string[] } | { readonly except: readonly string[] };
 
 export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
@@ -52,6 +54,11 @@ export interface StreamConfig extends StreamSpec {
   readonly sourceStrategy?: true;
   /** `checkpoint: end`: the read commits once, when it has ended successfully (absent: at checkpoints shown safe). */
   readonly checkpoint?: 'end';
+  /**
+   * Singer and Airbyte streams: the fields kept (`columns: [a, b]`) or dropped (`exclude: [c]`); a connector sends
+   * whole records, so the others are left out before the rows reach the destination.
+   */
+  readonly fields?: FieldSelection;
   /** Keyless streams: columns left out of a row's content identity (values that change on every read). */
   readonly volatileColumns?: readonly string[];
   /** `strategy: log`: what deletes do, how often `--follow` commits, and the retained-log warning threshold. */
@@ -459,6 +466,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       ...(filesSource ? { files: filesSpec(s, at) } : {}),
       ...(codeSource && strategy === 'partitioned' ? { files: codePartitionSpec(doc.source as SourceConfig, streamName) } : {}),
       ...apiStreamSpec(doc.source.type, s, streamName, at),
+      ...connectorFields(doc.source.type, s, at),
       primaryKey,
       ...(s.cursor !== undefined ? { cursor: s.cursor } : {}),
       strategy,

@@ -377,8 +377,8 @@ export const streamSchema = z
     columns: z
       .union([z.record(z.string(), columnDeclaration), z.array(selectedColumn).min(1)])
       .optional()
-      .describe('HTTP / Singer: a map of column → type (or {type, path}); files: the columns to read, each a name or {name, as}.'),
-    exclude: z.array(columnName).min(1).optional().describe('Files: read every column but these.'),
+      .describe('HTTP / Singer: a map of column → type (or {type, path}); files: the columns to read, each a name or {name, as}; Singer / Airbyte: a list of the fields to keep.'),
+    exclude: z.array(columnName).min(1).optional().describe('Files, Singer, Airbyte: read every column but these.'),
     rename: z.record(columnName, columnName).optional().describe("Files: a column's name in some files → the name the table keeps (`{airport_fee: Airport_fee}`), for files that renamed it."),
     tap_stream: z.string().min(1).optional().describe("Singer: the tap's stream id (default: the stream name)."),
   })

@@ -176,7 +176,14 @@ export const airbyteSourceSchema = z
     type: z.literal('airbyte').describe('An Airbyte source connector.'),
     command: z
       .union([z.string().min(1), z.array(z.string().min(1)).min(1)])
+      .optional()
       .describe('The connector executable and its arguments (`[source-faker]`, `[npx, source-x]`); tidemark adds `spec`, `check`, `discover` or `read`.'),
+    executable: z.string().min(1).optional().describe('Instead of command: the name of an installed connector executable, looked up on PATH (`source-faker`).'),
+    package: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("Instead of command: an npm package installed beside the pipeline (its node_modules or a parent's), run by its `bin` with this Node."),
     config: z.record(z.string(), z.unknown()).optional().describe("The connector's config, checked against its spec and passed in a private temp file removed afterwards."),
     config_file: z.string().min(1).optional().describe("A JSON file with the connector's config instead; refreshed credentials the connector sends (CONTROL) are written back to it."),
     env: z.record(z.string(), z.string()).optional().describe('Environment variables for the connector.'),

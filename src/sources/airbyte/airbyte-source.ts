@@ -45,8 +45,10 @@ export class AirbyteSource implements Source {
     this.idleMs = parseDuration(settings.idle_timeout ?? DEFAULT_IDLE) ?? 600_000;
   }
 
+  /** Resolved from `executable` or `package` when the pipeline was loaded (src/config/api-streams.ts). */
   private get command(): readonly string[] {
     const c = this.settings.command;
+    if (c === undefined) throw new ConfigError('source: an airbyte source needs command, executable or package', { context: { phase: 'connect' } });
     return typeof c === 'string' ? c.split(/\s+/).filter(Boolean) : c;
   }
 

@@ -1,5 +1,4 @@
 /** `tidemark plan`: what the next run would read per stream, with the exact predicate and bound values. */
-import { withoutPosition } from './stateless.js';
 import type { PartitionFailure, StreamSchema, StreamState, TypedValue, Watermark } from '../core/types.js';
 import type { Destination, Source } from '../core/connector.js';
 import { errorMessage, withContext } from '../core/errors.js';
@@ -11,6 +10,7 @@ import { evaluateSchema, schemaInput } from './schema-check.js';
 import { describeChange, typeName } from '../core/schema-diff.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
+import { withoutPosition } from './stateless.js';
 
 /** A partition of a partitioned stream, as the next run would treat it. */
 export interface PartitionPlanReport {

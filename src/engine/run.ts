@@ -3,7 +3,6 @@
  * lease → open destination and source → load state → for each stream: plan, read, write, commit → release.
  * Every commit carries data and state together; a failure leaves state and data as after the last commit.
  */
-import { withoutPosition } from './stateless.js';
 import { hostname } from 'node:os';
 import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, type Source } from '../core/connector.js';
 import { ConfigError, ConflictError, TidemarkError, errorFields, errorMessage, withContext } from '../core/errors.js';
@@ -23,6 +22,7 @@ import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 import { loadLogStreams } from './log-load.js';
 import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
+import { withoutPosition } from './stateless.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */

@@ -577,11 +577,11 @@ function canonical(type: ColumnType, raw: unknown): string {
   return encodeValue(type.kind, coerceValue(type, raw));
 }
 
-/** The read predicate with `?` placeholders, each cast to its column's type (see castFor). */
 function windowVariable(name: WindowName): string {
   return `@tidemark_${name}`;
 }
 
+/** The read predicate with `?` placeholders, each cast to its column's type (see castFor). */
 function predicate(schema: StreamSchema, request: ReadRequest, cursor: Column | undefined, until: TypedValue | null): Bound {
   const ref = (name: string) => `${ALIAS}.${q(name)}`;
   const typeOf = (name: string) => schema.columns.find((c) => c.name === name)!.type;

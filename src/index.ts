@@ -9,6 +9,8 @@ export type { TargetOptions, TargetResult } from './engine/singer-target.js';
 export { run, emptyState } from './engine/run.js';
 export type { RunOptions } from './engine/run.js';
 export { catalogProblems, planPipeline } from './engine/plan-report.js';
+export type { OfferedStream } from './core/connector.js';
+export { discoverStreams, type DiscoveredStream } from './engine/discover.js';
 export { checkSource } from './engine/source-check.js';
 export type { SourceCheck } from './engine/source-check.js';
 export type { SchemaPlanReport, StreamPlanReport } from './engine/plan-report.js';

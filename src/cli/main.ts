@@ -24,6 +24,7 @@ const collect = (value: string, previous: string[] = []): string[] => [...previo
 const commands = {
   run: () => import('./commands/run.js'),
   plan: () => import('./commands/plan.js'),
+  discover: () => import('./commands/discover.js'),
   check: () => import('./commands/check.js'),
   state: () => import('./commands/state.js'),
   ledger: () => import('./commands/ledger.js'),
@@ -106,6 +107,14 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--json', 'print JSON')
     .option('--dir <dir>', DIR_HELP)
     .action(act(async (files: string[], o: { full?: boolean; stream?: string[]; json?: boolean; dir?: string }) => (await commands.plan()).planCommand(files, o)));
+
+  cli
+    .command('discover')
+    .description('list every stream the source offers (tables, catalogs, configured endpoints and files): fields, modes, key and cursor candidates')
+    .argument('<pipeline>', 'pipeline name or file')
+    .option('--json', 'print JSON')
+    .option('--dir <dir>', DIR_HELP)
+    .action(act(async (file: string, o: { json?: boolean; dir?: string }) => (await commands.discover()).discoverCommand(file, o)));
 
   cli
     .command('check')

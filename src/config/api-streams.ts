@@ -2,13 +2,16 @@
  * Config rules for the streams of HTTP and Singer sources, kept beside load.ts so the table/query rules of the
  * database sources stay as they were. Errors carry the same `file: streams[i].field` dot-paths.
  */
-import { isAbsolute, resolve } from 'node:path';
+import { accessSync, constants, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path';
 import type { DeclaredColumn, HttpPagination, HttpStreamSpec, SingerStreamSpec } from '../core/connector.js';
 import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
 import { registerSecret } from '../core/logger.js';
 import { parseColumnType } from '../shared/exact-json.js';
 import type { SourceConfig, StreamDocument } from './schema.js';
+import type { FieldSelection } from './load.js';
 
 type At = (field: string) => string;
 
@@ -29,7 +32,7 @@ export function checkStreamFields(type: SourceConfig['type'], s: StreamDocument,
     for (const field of HTTP_FIELDS) if (s[field] !== undefined) throw new ConfigError(`${at(field)}: only streams of an http source take ${field}`);
   }
   if (type !== 'singer' && s.tap_stream !== undefined) throw new ConfigError(`${at('tap_stream')}: only streams of a singer source take tap_stream`);
-  if (type !== 'files' && s.exclude !== undefined) throw new ConfigError(`${at('exclude')}: only streams of a files source exclude columns`);
+  if (!FIELD_PICKERS.has(type) && s.exclude !== undefined) throw new ConfigError(`${at('exclude')}: only streams of a files, singer or airbyte source exclude columns`);
   if (!isApiSource(type)) {
     if (s.columns !== undefined && !(type === 'files' && Array.isArray(s.columns))) {
       throw new ConfigError(
@@ -41,15 +44,33 @@ export function checkStreamFields(type: SourceConfig['type'], s: StreamDocument,
     return;
   }
   if (type === 'airbyte') {
-    if (s.columns !== undefined) throw new ConfigError(`${at('columns')}: an airbyte stream's columns come from the connector's catalog (discover)`);
+    if (s.columns !== undefined && !Array.isArray(s.columns)) {
+      throw new ConfigError(`${at('columns')}: an airbyte stream's types come from the connector's catalog; select its fields as a list (columns: [id, name])`);
+    }
     if (s.name === undefined) throw new ConfigError(`${at('name')}: a stream of an airbyte source needs the name of a stream the connector discovers`);
   }
-  if (Array.isArray(s.columns)) throw new ConfigError(`${at('columns')}: declare the columns of an ${type} stream with their types (columns: {id: int64, name: text})`);
+  if (type === 'http' && Array.isArray(s.columns)) throw new ConfigError(`${at('columns')}: declare the columns of an http stream with their types (columns: {id: int64, name: text})`);
+  if (Array.isArray(s.columns) && s.exclude !== undefined) throw new ConfigError(`${at('exclude')}: select fields with columns: or drop them with exclude:, not both`);
   if (s.table !== undefined || s.query !== undefined) {
     throw new ConfigError(`${at(s.table !== undefined ? 'table' : 'query')}: a stream of an ${type} source is defined by ${type === 'http' ? 'path' : type === 'airbyte' ? 'name' : 'name or tap_stream'}, not table or query`);
   }
   if (type === 'http' && s.path === undefined) throw new ConfigError(`${at('path')}: a stream of an http source needs a path (e.g. /v1/orders)`);
   if (type === 'singer' && s.name === undefined && s.tap_stream === undefined) throw new ConfigError(`${at('name')}: a stream of a singer source needs a name or tap_stream`);
+}
+
+/** Sources whose streams pick fields with `columns: [a, b]` / `exclude: [c]`. */
+const FIELD_PICKERS: ReadonlySet<string> = new Set(['files', 'singer', 'airbyte']);
+
+/** A Singer or Airbyte stream's field selection: `columns:` as a list keeps those, `exclude:` drops those. */
+export function connectorFields(type: SourceConfig['type'], s: StreamDocument, at: At): { fields?: FieldSelection } {
+  if (type !== 'singer' && type !== 'airbyte') return {};
+  if (s.exclude !== undefined) return { fields: { except: s.exclude } };
+  if (!Array.isArray(s.columns)) return {};
+  const names = s.columns.map((c) => {
+    if (typeof c !== 'string' && c.as !== undefined && c.as !== c.name) throw new ConfigError(`${at('columns')}: a ${type} stream keeps its fields' names (no as:)`);
+    return typeof c === 'string' ? c : c.name;
+  });
+  return { fields: { only: names } };
 }
 
 /** The default stream name: the last usable segment of an HTTP path, or the tap's stream id. */
@@ -144,12 +165,50 @@ export function resolveApiSource<T extends SourceConfig>(source: T, file: string
   if (source.type === 'airbyte') {
     const local = (p: string): string => (isAbsolute(p) ? p : resolve(baseDir, p));
     if (source.config !== undefined && source.config_file !== undefined) throw new ConfigError(`${file}: source.config_file: give either config or config_file, not both`);
-    const command = typeof source.command === 'string' ? source.command.split(/\s+/).filter(Boolean) : source.command;
+    const command = connectorCommand(source, baseDir, file);
     const program = /^\.\.?\//.test(command[0]!) ? local(command[0]!) : command[0]!;
     if (source.idle_timeout !== undefined && parseDuration(source.idle_timeout) === undefined) throw new ConfigError(`${file}: source.idle_timeout: expected ${DURATION_HINT}`);
-    return { ...source, command: [program, ...command.slice(1)], ...(source.config_file !== undefined ? { config_file: local(source.config_file) } : {}) };
+    const { executable: _e, package: _p, ...rest } = source;
+    return { ...rest, command: [program, ...command.slice(1)], ...(source.config_file !== undefined ? { config_file: local(source.config_file) } : {}) } as typeof source;
   }
   return source;
+}
+
+/** The command that runs an Airbyte connector: as written, an installed executable's path, or an npm package's bin. */
+function connectorCommand(source: Extract<SourceConfig, { type: 'airbyte' }>, baseDir: string, file: string): string[] {
+  const given = [source.command, source.executable, source.package].filter((v) => v !== undefined);
+  if (given.length !== 1) throw new ConfigError(`${file}: source: name the connector with exactly one of command, executable or package`);
+  if (source.executable !== undefined) return [onPath(source.executable, file)];
+  if (source.package !== undefined) return [process.execPath, packageBin(source.package, baseDir, file)];
+  return typeof source.command === 'string' ? source.command.split(/\s+/).filter(Boolean) : [...source.command!];
+}
+
+function onPath(name: string, file: string): string {
+  if (name.includes('/')) throw new ConfigError(`${file}: source.executable: a name looked up on PATH, not a path (${name}); use command: for a path`);
+  for (const dir of (process.env.PATH ?? '').split(delimiter).filter(Boolean)) {
+    const candidate = join(dir, name);
+    try {
+      accessSync(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // not in this directory
+    }
+  }
+  throw new ConfigError(`${file}: source.executable: ${name} is not an executable on PATH (install the connector, or give its path in command:)`);
+}
+
+/** The `bin` of an installed npm package, found as Node finds packages from the pipeline's directory. */
+function packageBin(name: string, baseDir: string, file: string): string {
+  let manifestPath: string;
+  try {
+    manifestPath = createRequire(join(baseDir, 'pipeline.js')).resolve(`${name}/package.json`);
+  } catch (cause) {
+    throw new ConfigError(`${file}: source.package: ${name} is not installed beside the pipeline (npm install ${name}): ${(cause as Error).message.split('\n')[0]}`, { cause });
+  }
+  const manifest = JSON.parse(readFileSync(manifestPath, 'utf8')) as { bin?: string | Record<string, string> };
+  const bins = typeof manifest.bin === 'string' ? [manifest.bin] : Object.values(manifest.bin ?? {});
+  if (bins.length !== 1) throw new ConfigError(`${file}: source.package: ${name} declares ${bins.length} executables in its bin; name one with command:`);
+  return resolve(dirname(manifestPath), bins[0]!);
 }
 
 /**

@@ -17,9 +17,13 @@ import { DEFAULT_SCHEMA_POLICY, type SchemaPolicy } from '../core/schema-diff.js
 import type { NullCursorPolicy, OnChange, OnMissing, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
 import { codePartitionSpec } from './code-streams.js';
 import { isPipelineModule } from './module-files.js';
-import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, isApiSource, resolveApiSource } from './api-streams.js';
+import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, connectorFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
+import { usesWindow, windowProblem } from '../shared/query-window.js';
+import type { RetryPolicy } from '../scheduler/retry-policy.js';
+
+export type FieldSelection = { readonly only: readonly string[] } | { readonly except: readonly string[] };
 
 export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
@@ -50,6 +54,11 @@ export interface StreamConfig extends StreamSpec {
   readonly sourceStrategy?: true;
   /** `checkpoint: end`: the read commits once, when it has ended successfully (absent: at checkpoints shown safe). */
   readonly checkpoint?: 'end';
+  /**
+   * Singer and Airbyte streams: the fields kept (`columns: [a, b]`) or dropped (`exclude: [c]`); a connector sends
+   * whole records, so the others are left out before the rows reach the destination.
+   */
+  readonly fields?: FieldSelection;
   /** Keyless streams: columns left out of a row's content identity (values that change on every read). */
   readonly volatileColumns?: readonly string[];
   /** `strategy: log`: what deletes do, how often `--follow` commits, and the retained-log warning threshold. */
@@ -82,6 +91,11 @@ export interface PipelineConfig {
   readonly destination: DestinationConfig;
   /** `'destination'`, or a separate store that is reconciled with the destination at every run. */
   readonly state: StateConfig;
+  /**
+   * `state: none`: no run starts from a stored position; each reads every stream from its start. The destination
+   * still records runs, schemas and run marks (the state document keeps them, without positions).
+   */
+  readonly stateless?: true;
   readonly streams: readonly StreamConfig[];
   readonly lockTtlMs: number;
   readonly schedule?: string;
@@ -91,6 +105,8 @@ export interface PipelineConfig {
   readonly overlap: 'skip' | 'queue';
   /** Ticks missed while no scheduler ran: dropped, or caught up by one run. */
   readonly catchUp: 'none' | 'latest';
+  /** A tick whose run failed: run again this many times, after a doubling wait. */
+  readonly retry?: RetryPolicy;
 }
 
 export const DEFAULT_CHECKPOINT_ROWS = 100_000;
@@ -333,6 +349,38 @@ function logStreamConfig(s: StreamDocument, at: (field: string) => string): LogS
   return { deletes: s.deletes ?? 'hard', commitIntervalMs, maxRetainedBytes };
 }
 
+const DEFAULT_RETRY_BACKOFF_MS = 60_000;
+
+function retryPolicy(retry: NonNullable<PipelineDocument['retry']>, file: string): RetryPolicy {
+  if (retry.backoff === undefined) return { count: retry.count, backoffMs: DEFAULT_RETRY_BACKOFF_MS };
+  const backoffMs = parseDuration(retry.backoff);
+  if (backoffMs === undefined) throw new ConfigError(`${file}: retry.backoff: expected ${DURATION_HINT}, got ${JSON.stringify(retry.backoff)}`);
+  return { count: retry.count, backoffMs };
+}
+
+/**
+ * `state: none` re-reads every stream from its start on every run: only a stream whose load replaces (full) or
+ * upserts by key (merge) lands each row once that way. An append stream would add its rows again, and partitioned and
+ * log streams keep their positions in a ledger and a log slot that a re-read cannot stand in for.
+ */
+function checkStateless(streams: readonly StreamConfig[], file: string): readonly StreamConfig[] {
+  streams.forEach((s, i) => {
+    const at = `${file}: streams[${i}]`;
+    if (s.strategy === 'partitioned' || s.strategy === 'log') throw new ConfigError(`${at}.strategy: state: none re-reads every stream from its start; a ${s.strategy} stream needs its stored position`);
+    if (s.write === 'append') {
+      throw new ConfigError(`${at}.write: state: none re-reads every stream from its start, so an append stream would load its rows again on every run; use write: merge (with a primary_key) or strategy: full`);
+    }
+  });
+  return streams;
+}
+
+/** `{{since}}` / `{{until}}` in a query are the cursor's window: known names, unquoted, and a cursor to type them. */
+function checkQueryWindow(query: string, cursor: string | undefined, at: (field: string) => string): void {
+  const problem = windowProblem(query);
+  if (problem !== undefined) throw new ConfigError(`${at('query')}: ${problem}`);
+  if (usesWindow(query) && cursor === undefined) throw new ConfigError(`${at('query')}: {{since}} and {{until}} are values of the cursor column; set cursor:`);
+}
+
 export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: string, sourceFile?: string): PipelineConfig {
   const names = new Set<string>();
   const streams = doc.streams.map((s, i): StreamConfig => {
@@ -349,6 +397,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       if (!isApiSource(doc.source.type) && !codeSource && (s.table === undefined) === (s.query === undefined)) throw new ConfigError(`${at('table')}: give exactly one of table or query`);
     }
     checkStreamFields(doc.source.type, s, at);
+    if (s.query !== undefined) checkQueryWindow(s.query, s.cursor, at);
     const streamName = s.name ?? (s.table !== undefined ? lastPart(s.table) : apiStreamName(doc.source.type, s));
     if (streamName === undefined) throw new ConfigError(`${at('name')}: a stream defined by a ${filesSource ? 'pattern' : 'query'} needs a name`);
     if (!/^[A-Za-z0-9_][A-Za-z0-9_.-]*$/.test(streamName) || streamName.includes('..')) {
@@ -417,6 +466,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       ...(filesSource ? { files: filesSpec(s, at) } : {}),
       ...(codeSource && strategy === 'partitioned' ? { files: codePartitionSpec(doc.source as SourceConfig, streamName) } : {}),
       ...apiStreamSpec(doc.source.type, s, streamName, at),
+      ...connectorFields(doc.source.type, s, at),
       primaryKey,
       ...(s.cursor !== undefined ? { cursor: s.cursor } : {}),
       strategy,
@@ -450,13 +500,14 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     ...(sourceFile !== undefined ? { file: resolve(sourceFile) } : {}),
     source: doc.source.type === 'files' ? resolveLocation(doc.source, baseDir, `${file}: source.location`) : resolveApiSource(resolvePath(doc.source, baseDir), file, baseDir),
     destination: resolveDestination(doc.destination, file, baseDir),
-    state: doc.state === 'destination' ? doc.state : resolveStateStore(doc.state, baseDir),
-    streams,
+    state: doc.state === 'destination' || doc.state === 'none' ? 'destination' : resolveStateStore(doc.state, baseDir),
+    ...(doc.state === 'none' ? { stateless: true as const, streams: checkStateless(streams, file) } : { streams }),
     lockTtlMs,
     ...(doc.schedule !== undefined ? { schedule: checkSchedule(doc.schedule, doc.timezone, file) } : {}),
     ...(doc.timezone !== undefined ? { timezone: doc.timezone } : {}),
     overlap: doc.overlap ?? 'skip',
     catchUp: doc.catch_up ?? 'latest',
+    ...(doc.retry !== undefined ? { retry: retryPolicy(doc.retry, file) } : {}),
   };
 }
 

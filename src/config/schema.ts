@@ -176,7 +176,14 @@ export const airbyteSourceSchema = z
     type: z.literal('airbyte').describe('An Airbyte source connector.'),
     command: z
       .union([z.string().min(1), z.array(z.string().min(1)).min(1)])
+      .optional()
       .describe('The connector executable and its arguments (`[source-faker]`, `[npx, source-x]`); tidemark adds `spec`, `check`, `discover` or `read`.'),
+    executable: z.string().min(1).optional().describe('Instead of command: the name of an installed connector executable, looked up on PATH (`source-faker`).'),
+    package: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("Instead of command: an npm package installed beside the pipeline (its node_modules or a parent's), run by its `bin` with this Node."),
     config: z.record(z.string(), z.unknown()).optional().describe("The connector's config, checked against its spec and passed in a private temp file removed afterwards."),
     config_file: z.string().min(1).optional().describe("A JSON file with the connector's config instead; refreshed credentials the connector sends (CONTROL) are written back to it."),
     env: z.record(z.string(), z.string()).optional().describe('Environment variables for the connector.'),
@@ -377,8 +384,8 @@ export const streamSchema = z
     columns: z
       .union([z.record(z.string(), columnDeclaration), z.array(selectedColumn).min(1)])
       .optional()
-      .describe('HTTP / Singer: a map of column → type (or {type, path}); files: the columns to read, each a name or {name, as}.'),
-    exclude: z.array(columnName).min(1).optional().describe('Files: read every column but these.'),
+      .describe('HTTP / Singer: a map of column → type (or {type, path}); files: the columns to read, each a name or {name, as}; Singer / Airbyte: a list of the fields to keep.'),
+    exclude: z.array(columnName).min(1).optional().describe('Files, Singer, Airbyte: read every column but these.'),
     rename: z.record(columnName, columnName).optional().describe("Files: a column's name in some files → the name the table keeps (`{airport_fee: Airport_fee}`), for files that renamed it."),
     tap_stream: z.string().min(1).optional().describe("Singer: the tap's stream id (default: the stream name)."),
   })
@@ -391,11 +398,24 @@ export const pipelineSchema = z
     source: sourceSchema,
     streams: z.array(streamSchema).min(1).describe('What to copy: one entry per table, query, endpoint, file set or tap stream.'),
     destination: destinationSchema.default({ type: 'duckdb', path: './tidemark.duckdb' }),
-    state: stateSchema.default('destination'),
+    state: z
+      .union([z.literal('destination'), z.literal('none'), stateStoreSchema])
+      .default('destination')
+      .describe(
+        'Where state lives: `destination` (the default, committed with the data), a separate store reconciled with the destination at every run, or `none`: every run reads each stream from its start (merge and full streams only).',
+      ),
     lock_ttl: z.string().optional().describe('The lease of a run, renewed while it runs; a dead run frees it after this long (default 2m).'),
     schedule: z.string().optional().describe('A cron pattern for `tidemark schedule` (`*/15 * * * *`).'),
     timezone: z.string().min(1).optional().describe("The IANA time zone the schedule is read in (default: the scheduler's local zone)."),
     overlap: z.enum(['skip', 'queue']).optional().describe("A tick that comes while the pipeline's previous run is still going: skip it (logged) or run once after (default skip)."),
+    retry: z
+      .object({
+        count: z.number().int().min(0).describe('How many times a failed tick runs again (0: never).'),
+        backoff: z.string().optional().describe('The wait before the first retry, doubling with each further one (default 1m).'),
+      })
+      .strict()
+      .optional()
+      .describe('A scheduled tick whose run failed runs again, in `schedule` and in the next `schedule --once`.'),
     catch_up: z.enum(['none', 'latest']).optional().describe('Ticks missed while the scheduler was down: ignore them, or run once for the latest (default latest).'),
   })
   .strict()

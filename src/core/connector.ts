@@ -298,8 +298,24 @@ export interface PartitionedSource {
   open(stream: StreamSpec, partition: PartitionListing, options: { readonly batchRows: number; readonly signal?: AbortSignal }): Promise<OpenedPartition>;
 }
 
+/** A stream a source offers whether or not a pipeline names it (`tidemark discover`). */
+export interface OfferedStream {
+  /** As a pipeline names it: `table:`, `tap_stream:`, or a connector's stream `name:`. */
+  readonly name: string;
+  /** Each field with its type: tidemark's column kind, or the database's declared type for a table. */
+  readonly fields: readonly { readonly name: string; readonly type: string }[];
+  /** Strategies it can be loaded with (`incremental`, `full`, `log`, `partitioned`). */
+  readonly modes: readonly string[];
+  /** Keys the source declares (each a list of columns). */
+  readonly keyCandidates: readonly (readonly string[])[];
+  /** Columns the source names as its cursor, or that could serve as one. */
+  readonly cursorCandidates: readonly string[];
+}
+
 export interface Source {
   discover(stream: StreamSpec): Promise<StreamSchema>;
+  /** Every stream of the source's own catalog (a Singer tap's, an Airbyte connector's), where it has one. */
+  offeredStreams?(): Promise<readonly OfferedStream[]>;
   open(request: ReadRequest): Promise<OpenedRead>;
   /** Present on sources whose streams are sets of partitions (`strategy: partitioned`). */
   readonly partitions?: PartitionedSource;

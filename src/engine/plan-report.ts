@@ -10,6 +10,7 @@ import { evaluateSchema, schemaInput } from './schema-check.js';
 import { describeChange, typeName } from '../core/schema-diff.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
+import { withoutPosition } from './stateless.js';
 
 /** A partition of a partitioned stream, as the next run would treat it. */
 export interface PartitionPlanReport {
@@ -99,7 +100,7 @@ async function planStreams(
   try {
     // With a separate state store, the state the run would reconcile to (the store may be ahead of the destination).
     const planned = await plannedState(pipeline, destination.state);
-    states = planned.state.streams;
+    states = pipeline.stateless ? streams.reduce((state, s) => withoutPosition(state, s.name), planned.state).streams : planned.state.streams;
     differs = new Map((planned.differences ?? []).map((d) => [d.stream, `the store holds ${d.store}, the destination ${d.destination}`]));
     // Partitions are planned against the ledger, which lives in the destination: only then is the source opened first.
     for (const stream of streams.filter((s) => s.strategy === 'partitioned')) {

@@ -23,6 +23,7 @@ import { loadStream } from './stream-load.js';
 import { loadLogStreams } from './log-load.js';
 import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
 import { openRunJournal } from './run-journal.js';
+import { withoutPosition } from './stateless.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */
@@ -230,7 +231,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
           onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`, { pipeline: pipeline.name, stream: name, run_id: ctx.runId }),
         },
         stream,
-        state,
+        pipeline.stateless ? withoutPosition(state, stream.name) : state,
       );
       // A partition job writes no pipeline state (see Fence); its ledger rows are its record.
       state = ctx.partitionLeases === undefined ? await recordQuietRuns(quietContext(ctx), outcome.state, [outcome.result]) : outcome.state;

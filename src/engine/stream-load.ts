@@ -107,16 +107,35 @@ async function loadStreamOnce(ctx: StreamContext, configured: StreamConfig, stat
   }
   for (const warning of read.warnings ?? []) ctx.onWarning?.(stream.name, warning);
   try {
-    const settled = settleKey(stream, read.schema.primaryKey);
-    checkLookback(settled, read.schema);
-    checkNullCursors(ctx, settled, read);
-    const schema = streamSchemaStep(ctx, settled, plan, prior, read.schema);
-    const opened = withoutColumns(read, schema.leftOut);
+    const picked = withoutColumns(read, unpickedFields(ctx, stream, read.schema));
+    const settled = settleKey(stream, picked.schema.primaryKey);
+    checkLookback(settled, picked.schema);
+    checkNullCursors(ctx, settled, picked);
+    const schema = streamSchemaStep(ctx, settled, plan, prior, picked.schema);
+    const opened = withoutColumns(picked, schema.leftOut);
     const loader = new StreamLoader(ctx, settled, plan, opened, state, started, schema);
     return await loader.load(opened);
   } finally {
     await read.close();
   }
+}
+
+/**
+ * The fields a Singer or Airbyte stream leaves out (`columns:` / `exclude:`). Naming a field the source does not
+ * send, or dropping the key or the cursor, is a config error: the stream could not be loaded exactly without them.
+ */
+function unpickedFields(ctx: StreamContext, stream: StreamConfig, schema: StreamSchema): Set<string> {
+  const selection = stream.fields;
+  if (selection === undefined) return new Set();
+  const names = schema.columns.map((c) => c.name);
+  const named = 'only' in selection ? selection.only : selection.except;
+  const fail = (message: string) => new ConfigError(message, { context: { pipeline: ctx.pipeline, stream: stream.name, phase: 'plan' } });
+  const unknown = named.filter((n) => !names.includes(n));
+  if (unknown.length) throw fail(`${'only' in selection ? 'columns' : 'exclude'}: ${unknown.join(', ')} not among the stream's fields (${names.join(', ')})`);
+  const dropped = new Set('only' in selection ? names.filter((n) => !selection.only.includes(n)) : selection.except);
+  const needed = [...schema.primaryKey, ...(schema.cursor !== undefined ? [schema.cursor] : [])].filter((n) => dropped.has(n));
+  if (needed.length) throw fail(`${'only' in selection ? 'columns' : 'exclude'}: ${needed.join(', ')} is the stream's key or cursor and must be kept`);
+  return dropped;
 }
 
 function checkNullCursors(ctx: StreamContext, stream: StreamConfig, read: OpenedRead): void {

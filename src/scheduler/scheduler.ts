@@ -11,7 +11,8 @@ import { Cron } from 'croner';
 import type { Logger } from '../core/logger.js';
 import type { PipelineConfig } from '../config/load.js';
 import type { DispatchOutcome, Dispatcher } from './dispatch.js';
-import type { TickStore } from './tick-store.js';
+import type { PendingRetry, TickStore } from './tick-store.js';
+import { nextRetry } from './retry-policy.js';
 
 /** `catch_up: none` with `--once`: a tick counts as "now" when it is at most this old. */
 const ONCE_WINDOW_MS = 60_000;
@@ -38,6 +39,8 @@ export interface OnceResult {
   readonly pipeline: string;
   readonly tick: string;
   readonly outcome: DispatchOutcome;
+  /** Set when this run was a retry of its tick: which one. */
+  readonly retry?: number;
 }
 
 export class Scheduler {
@@ -97,26 +100,68 @@ export class Scheduler {
   /** Dispatches every pipeline that is due now and waits for them (`--once`, for system cron and CI). */
   async once(): Promise<OnceResult[]> {
     const now = this.now();
-    const due: [Entry, Date][] = [];
+    const due: [Entry, Date, number][] = [];
     for (const entry of this.entries) {
       const last = this.options.ticks.lastTick(entry.pipeline.name);
       const tick = latestTick(entry.cron, now);
-      if (tick === undefined || (last !== undefined && tick <= last)) continue;
+      if (tick === undefined || (last !== undefined && tick <= last)) {
+        const retry = this.dueRetry(entry, now);
+        if (retry !== undefined) due.push([entry, retry.tick, retry.failures]);
+        continue;
+      }
       if (last !== undefined && entry.pipeline.catchUp === 'none' && now.getTime() - tick.getTime() > ONCE_WINDOW_MS) {
         this.options.logger.log('info', `${entry.pipeline.name}: tick ${tick.toISOString()} is past (catch_up: none); not run`);
         await this.options.ticks.record(entry.pipeline.name, tick);
         continue;
       }
-      due.push([entry, tick]);
+      due.push([entry, tick, 0]);
     }
     if (due.length === 0) this.options.logger.log('info', 'nothing is due');
     return Promise.all(
-      due.map(async ([entry, tick]) => {
-        await this.options.ticks.record(entry.pipeline.name, tick);
-        const outcome = await this.options.dispatcher.dispatch(entry.pipeline, tick, this.controller.signal);
-        return { pipeline: entry.pipeline.name, tick: tick.toISOString(), outcome };
+      due.map(async ([entry, tick, failures]) => {
+        if (failures === 0) await this.options.ticks.record(entry.pipeline.name, tick);
+        const outcome = await this.attempt(entry, tick, failures);
+        return { pipeline: entry.pipeline.name, tick: tick.toISOString(), outcome, ...(failures > 0 ? { retry: failures } : {}) };
       }),
     );
+  }
+
+  /** The pipeline's pending retry when it is due at `now`; one still waiting is logged with its time. */
+  private dueRetry(entry: Entry, now: Date): PendingRetry | undefined {
+    const retry = this.options.ticks.pendingRetry(entry.pipeline.name);
+    if (retry === undefined) return undefined;
+    if (retry.due <= now) return retry;
+    this.options.logger.log('info', `${entry.pipeline.name}: ${this.retryName(entry, retry)} of tick ${retry.tick.toISOString()} waits until ${retry.due.toISOString()}`);
+    return undefined;
+  }
+
+  private retryName(entry: Entry, retry: PendingRetry): string {
+    return `retry ${retry.failures}/${entry.pipeline.retry?.count ?? 0}`;
+  }
+
+  /**
+   * Runs one try of a tick (`failures` earlier tries failed) and settles its retry: a failure plans the next try per
+   * `retry:` (or says none is left); anything else clears it. A new tick's run drops an older tick's pending retry:
+   * it reads everything that one would have.
+   */
+  private async attempt(entry: Entry, tick: Date, failures: number): Promise<DispatchOutcome> {
+    const name = entry.pipeline.name;
+    const pending = this.options.ticks.pendingRetry(name);
+    if (failures > 0) this.options.logger.log('info', `${name}: tick ${tick.toISOString()}: ${this.retryName(entry, { tick, failures, due: tick })}`);
+    else if (pending !== undefined) this.options.logger.log('info', `${name}: ${this.retryName(entry, pending)} of tick ${pending.tick.toISOString()} dropped: tick ${tick.toISOString()} runs now`);
+    const outcome = await this.options.dispatcher.dispatch(entry.pipeline, tick, this.controller.signal).catch((): DispatchOutcome => 'failed');
+    const next = outcome === 'failed' && !this.stopped ? nextRetry(entry.pipeline.retry, tick, failures + 1, this.now()) : undefined;
+    if (next !== undefined) {
+      this.options.logger.log('warn', `${name}: tick ${tick.toISOString()} failed; ${this.retryName(entry, next)} at ${next.due.toISOString()}`);
+    } else if (outcome === 'failed' && entry.pipeline.retry !== undefined) {
+      this.options.logger.log('error', `${name}: tick ${tick.toISOString()} failed ${failures + 1} time(s); no retry left (retry: count ${entry.pipeline.retry.count})`);
+    } else if (failures > 0 && outcome !== 'failed') {
+      this.options.logger.log('info', `${name}: tick ${tick.toISOString()}: ${outcome} on retry ${failures}`);
+    }
+    if (next !== undefined || pending !== undefined) {
+      await this.options.ticks.setRetry(name, next).catch((e: unknown) => this.options.logger.log('warn', `cannot record the retry of ${name}: ${(e as Error).message}`));
+    }
+    return outcome;
   }
 
   /**
@@ -146,7 +191,8 @@ export class Scheduler {
   private arm(): void {
     if (this.stopped) return;
     const now = this.now().getTime();
-    const next = Math.min(...this.entries.map((e) => e.next?.getTime() ?? Infinity));
+    const retryAt = (e: Entry) => this.options.ticks.pendingRetry(e.pipeline.name)?.due.getTime() ?? Infinity;
+    const next = Math.min(...this.entries.map((e) => Math.min(e.next?.getTime() ?? Infinity, retryAt(e))));
     if (next === Infinity) return;
     this.timer = setTimeout(() => void this.wake(), Math.max(0, Math.min(next - now, MAX_SLEEP_MS)));
   }
@@ -155,6 +201,8 @@ export class Scheduler {
     if (this.stopped) return;
     const now = this.now();
     for (const entry of this.entries) {
+      const retry = this.options.ticks.pendingRetry(entry.pipeline.name);
+      if (retry !== undefined && retry.due <= now && !entry.running && (entry.next === null || entry.next > now)) this.launch(entry, retry.tick, retry.failures);
       if (entry.next === null || entry.next > now) continue;
       // Several ticks passed at once (the process slept): they count as one, the latest.
       const tick = latestTick(entry.cron, now) ?? entry.next;
@@ -179,15 +227,20 @@ export class Scheduler {
     this.launch(entry, tick);
   }
 
-  private launch(entry: Entry, tick: Date): void {
-    this.options.logger.log('info', `${entry.pipeline.name}: tick ${tick.toISOString()}: starting`);
-    const running = this.options.dispatcher.dispatch(entry.pipeline, tick, this.controller.signal).catch((): DispatchOutcome => 'failed');
+  private launch(entry: Entry, tick: Date, failures = 0): void {
+    if (failures === 0) this.options.logger.log('info', `${entry.pipeline.name}: tick ${tick.toISOString()}: starting`);
+    const running = this.attempt(entry, tick, failures);
     entry.running = running;
     void running.finally(() => {
       entry.running = undefined;
       const queued = entry.queued;
       entry.queued = undefined;
       if (queued !== undefined && !this.stopped) this.launch(entry, queued);
+      // A retry planned by this run is due later: wake for it.
+      else if (!this.stopped) {
+        clearTimeout(this.timer);
+        this.arm();
+      }
     });
   }
 }

@@ -21,11 +21,14 @@ describe('config errors', () => {
     ['an unknown state store, with the allowed types', pipeline('state: {type: sqlit, path: s.db}\nstreams: [{table: t}]'), 'p.yaml: state.type: unknown type "sqlit"; expected one of file, sqlite, postgres, bucket; did you mean sqlite?'],
     ['a primary key of the wrong type', pipeline('streams:\n  - table: t\n    primary_key: 5'), 'p.yaml: streams[0].primary_key: expected a string or a list of strings, got 5'],
     ['an enum value, with the allowed values', pipeline('streams:\n  - table: t\n    strategy: incremntal'), 'p.yaml: streams[0].strategy: "incremntal" is not allowed; expected one of incremental, full, partitioned, log; did you mean incremental?'],
-    ['a state that is neither destination nor a store', pipeline('state: destinaton\nstreams: [{table: t}]'), 'p.yaml: state: expected "destination" or a map with type: file | sqlite | postgres | bucket, got "destinaton"; did you mean destination?'],
+    ['a state that is neither destination nor a store', pipeline('state: destinaton\nstreams: [{table: t}]'), 'p.yaml: state: expected "destination" or "none" or a map with type: file | sqlite | postgres | bucket, got "destinaton"; did you mean destination?'],
     ['a source type', 'name: s\nsource: {type: postgre, url: "postgres://h/d"}\nstreams: [{table: t}]', 'p.yaml: source.type: unknown type "postgre"; expected one of sqlite, postgres, mysql, mariadb, files, http, singer, airbyte, code; did you mean postgres?'],
     ['a key of the postgres branch checked against postgres, not sqlite', 'name: s\nsource: {type: postgres, url: "postgres://h/d", path: x.db}\nstreams: [{table: t}]', 'p.yaml: source.path: unknown key (allowed keys: type, url, host, port, user, password, database, max_skew)'],
     ['an empty list', pipeline('streams: []'), 'p.yaml: streams: needs at least 1 entry'],
     ['a number out of range', pipeline('streams:\n  - table: t\n    checkpoint_rows: -5'), 'p.yaml: streams[0].checkpoint_rows: expected a number > 0, got -5'],
+    ['an unknown query placeholder', pipeline('streams:\n  - name: q\n    query: "SELECT * FROM t WHERE c > {{start}}"\n    cursor: c'), 'p.yaml: streams[0].query: {{start}} is not a query placeholder (use {{since}} or {{until}})'],
+    ['a quoted query placeholder', pipeline("streams:\n  - name: q\n    query: \"SELECT * FROM t WHERE c > '{{since}}'\"\n    cursor: c"), 'p.yaml: streams[0].query: {{since}} is bound as a value: write it without quotes'],
+    ['a query window without a cursor', pipeline('streams:\n  - name: q\n    query: "SELECT * FROM t WHERE c > {{since}}"'), 'p.yaml: streams[0].query: {{since}} and {{until}} are values of the cursor column; set cursor:'],
     ['a nested union member', pipeline('streams:\n  - table: t\n    pagination: {type: page, sise: 3}'), 'p.yaml: streams[0].pagination.sise: unknown key; did you mean size?'],
   ])('%s', (_what, text, expected) => {
     const message = messageOf(text);

@@ -75,3 +75,63 @@ describe('scheduler tick arithmetic (fake clock)', () => {
     expect(ticks.lastTick('p')?.toISOString()).toBe('2026-01-01T10:00:00.000Z');
   });
 });
+
+/** Fails its first `failures` dispatches, then commits. */
+class FlakyDispatcher implements Dispatcher {
+  readonly ticks: string[] = [];
+  constructor(private failures: number) {}
+  dispatch(_pipeline: PipelineConfig, tick: Date): Promise<DispatchOutcome> {
+    this.ticks.push(tick.toISOString());
+    return Promise.resolve(this.failures-- > 0 ? 'failed' : 'committed');
+  }
+}
+
+describe('retry: of a failed tick (fake clock)', () => {
+  const retrying = (count: number) =>
+    parsePipeline(`name: p\nsource: {type: sqlite, path: ./s.db}\nschedule: "0 * * * *"\ntimezone: UTC\nretry: {count: ${count}, backoff: 30s}\nstreams:\n  - table: t\n`, {
+      file: join(root, 'p.yaml'),
+    });
+
+  it('--once retries the failed tick on later calls, after a doubling backoff, until it commits or none is left', async () => {
+    const file = join(root, `ticks-${(n += 1)}.json`);
+    const dispatcher = new FlakyDispatcher(2);
+    let now = new Date('2026-01-01T10:00:05.000Z');
+    const once = async () => {
+      // Each call is a new process: the pending retry comes from the tick file.
+      const ticks = await TickStore.open(file);
+      return new Scheduler([retrying(3)], { dispatcher, ticks, logger: silentLogger, now: () => now }).once();
+    };
+    expect((await once()).map((r) => r.outcome)).toEqual(['failed']);
+    now = new Date('2026-01-01T10:00:20.000Z');
+    expect(await once()).toEqual([]); // the first retry waits 30 s after the failure
+    now = new Date('2026-01-01T10:00:35.000Z');
+    expect(await once()).toEqual([{ pipeline: 'p', tick: '2026-01-01T10:00:00.000Z', outcome: 'failed', retry: 1 }]);
+    now = new Date('2026-01-01T10:01:30.000Z');
+    expect(await once()).toEqual([]); // the second waits 60 s
+    now = new Date('2026-01-01T10:01:36.000Z');
+    expect(await once()).toEqual([{ pipeline: 'p', tick: '2026-01-01T10:00:00.000Z', outcome: 'committed', retry: 2 }]);
+    now = new Date('2026-01-01T10:30:00.000Z');
+    expect(await once()).toEqual([]);
+    expect(dispatcher.ticks).toEqual(Array(3).fill('2026-01-01T10:00:00.000Z'));
+    expect((await TickStore.open(file)).pendingRetry('p')).toBeUndefined();
+  });
+
+  it('stops after count retries, and a new tick drops the pending retry of an older one', async () => {
+    const file = join(root, `ticks-${(n += 1)}.json`);
+    const dispatcher = new FlakyDispatcher(10);
+    let now = new Date('2026-01-01T10:00:05.000Z');
+    const once = async () => new Scheduler([retrying(1)], { dispatcher, ticks: await TickStore.open(file), logger: silentLogger, now: () => now }).once();
+    await once();
+    now = new Date('2026-01-01T10:00:40.000Z');
+    expect((await once())[0]).toMatchObject({ outcome: 'failed', retry: 1 });
+    expect((await TickStore.open(file)).pendingRetry('p')).toBeUndefined();
+    now = new Date('2026-01-01T10:30:00.000Z');
+    expect(await once()).toEqual([]);
+    now = new Date('2026-01-01T11:00:01.000Z');
+    expect((await once())[0]).toMatchObject({ tick: '2026-01-01T11:00:00.000Z', outcome: 'failed' });
+    now = new Date('2026-01-01T12:00:01.000Z');
+    // The 11:00 retry was due at 11:00:31, but the 12:00 tick runs instead and takes its place.
+    expect(await once()).toEqual([{ pipeline: 'p', tick: '2026-01-01T12:00:00.000Z', outcome: 'failed' }]);
+    expect((await TickStore.open(file)).pendingRetry('p')).toMatchObject({ tick: new Date('2026-01-01T12:00:00.000Z'), failures: 1 });
+  });
+});

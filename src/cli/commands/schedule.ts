@@ -48,7 +48,7 @@ export async function scheduleCommand(inputs: readonly string[], options: Schedu
     if (options.once) {
       const results = await scheduler.once();
       if (options.json) print(toJson(results));
-      else for (const r of results) print(`${r.pipeline}: tick ${r.tick}: ${r.outcome}`);
+      else for (const r of results) print(`${r.pipeline}: tick ${r.tick}: ${r.outcome}${r.retry !== undefined ? ` (retry ${r.retry})` : ''}`);
       return results.some((r) => r.outcome === 'failed') ? EXIT.failed : EXIT.ok;
     }
     // Handlers first: a catch-up run may start at once, and a signal during it must still stop cleanly.

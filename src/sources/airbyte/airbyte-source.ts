@@ -7,7 +7,8 @@
  */
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
-import type { Batch, JsonValue, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, JsonValue, OfferedStream, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import { cursorLike, fieldsOf } from '../../core/cursor-candidates.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import { redact, registerSecret, silentLogger, type Logger, type LogLevel } from '../../core/logger.js';
 import type { Row, StreamSchema } from '../../core/types.js';
@@ -44,8 +45,10 @@ export class AirbyteSource implements Source {
     this.idleMs = parseDuration(settings.idle_timeout ?? DEFAULT_IDLE) ?? 600_000;
   }
 
+  /** Resolved from `executable` or `package` when the pipeline was loaded (src/config/api-streams.ts). */
   private get command(): readonly string[] {
     const c = this.settings.command;
+    if (c === undefined) throw new ConfigError('source: an airbyte source needs command, executable or package', { context: { phase: 'connect' } });
     return typeof c === 'string' ? c.split(/\s+/).filter(Boolean) : c;
   }
 
@@ -109,6 +112,20 @@ export class AirbyteSource implements Source {
       if (!catalog) throw new SourceError(`the connector ${this.program} discover sent no CATALOG message`, { context: { phase: 'discover' } });
       return catalogStreams(catalog.catalog);
     })());
+  }
+
+  async offeredStreams(): Promise<OfferedStream[]> {
+    return (await this.streams()).map((entry) => {
+      const { columns } = schemaFromCatalog(entry.name, entry, [], undefined);
+      const cursor = entry.defaultCursor.length === 1 ? [entry.defaultCursor[0]!] : [];
+      return {
+        name: entry.name,
+        fields: fieldsOf(columns),
+        modes: entry.syncModes.map((mode) => (mode === 'full_refresh' ? 'full' : mode)),
+        keyCandidates: entry.sourceDefinedPrimaryKey.map((path) => [path.join('.')]),
+        cursorCandidates: entry.sourceDefinedCursor ? cursor : [...new Set([...cursor, ...cursorLike(columns)])],
+      };
+    });
   }
 
   private async entry(stream: StreamSpec): Promise<AirbyteCatalogStream> {

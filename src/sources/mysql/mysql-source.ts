@@ -16,6 +16,7 @@ import { exactTextSettings } from './mysql-settings.js';
 import { bulkLine, chunkKeys, mysqlChunks } from './mysql-bulk.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 import { capAtCallerBound } from '../../core/caller-bound.js';
+import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
 
 const ALIAS = '`t`';
 const q = (name: string) => quoteIdent(name, 'backtick');
@@ -170,7 +171,8 @@ export class MysqlSource implements Source {
 
   private async describe(stream: StreamSpec): Promise<MysqlStream> {
     const context = { stream: stream.name, phase: 'discover' };
-    const relation = stream.table !== undefined ? quoteQualified(stream.table, 'backtick') : `(${stream.query!.replace(/;\s*$/, '')})`;
+    const relation =
+      stream.table !== undefined ? quoteQualified(stream.table, 'backtick') : `(${renderWindow(stream.query!.replace(/;\s*$/, ''), windowVariable)})`;
     try {
       const indexes = stream.table !== undefined ? await this.tableIndexes(stream.table, context) : new Map<string, string[]>();
       const tablePk = indexes.get('PRIMARY') ?? [];
@@ -217,6 +219,7 @@ export class MysqlSource implements Source {
     const { schema, relation } = described;
     const cursor = schema.cursor !== undefined ? schema.columns.find((c) => c.name === schema.cursor)! : undefined;
     const incremental = request.incremental && cursor !== undefined;
+    if (usesWindow(request.stream.query)) await this.bindWindow(queryWindow(request, cursor?.type.kind), cursor);
     const horizon = incremental ? await this.horizon(relation, cursor) : undefined;
     const conn = await this.connection();
     if (!this.heldSnapshot) await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
@@ -243,6 +246,14 @@ export class MysqlSource implements Source {
         context: { stream: request.stream.name, phase: 'plan' },
       });
     }
+  }
+
+  /** The query's `{{since}}` / `{{until}}` as session variables of the cursor's type, bound as parameters of a SET. */
+  private async bindWindow(window: QueryWindow, cursor: Column | undefined): Promise<void> {
+    const cast = cursor !== undefined ? castFor(cursor.type) : undefined;
+    const mark = cast !== undefined ? `CAST(? AS ${cast})` : '?';
+    const param = (value: TypedValue | null) => (value === null ? null : paramValue(value));
+    await this.rows(`SET ${windowVariable('since')} = ${mark}, ${windowVariable('until')} = ${mark}`, [param(window.since), param(window.until)]);
   }
 
   /** InnoDB's row estimate of a table (`information_schema.tables.table_rows`): free to ask, close enough for a progress bar. */
@@ -564,6 +575,10 @@ function orderIndex(indexes: ReadonlyMap<string, readonly string[]>, order: read
 }
 function canonical(type: ColumnType, raw: unknown): string {
   return encodeValue(type.kind, coerceValue(type, raw));
+}
+
+function windowVariable(name: WindowName): string {
+  return `@tidemark_${name}`;
 }
 
 /** The read predicate with `?` placeholders, each cast to its column's type (see castFor). */

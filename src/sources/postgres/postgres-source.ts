@@ -23,6 +23,7 @@ import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, ty
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { PostgresChangeLog } from './pg-change-log.js';
 import { capAtCallerBound } from '../../core/caller-bound.js';
+import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
 
 const ALIAS = 't';
 const UTC_TEXT = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`;
@@ -126,23 +127,28 @@ export class PostgresSource implements Source {
 
   private async describe(stream: StreamSpec): Promise<PgStream> {
     const context = { stream: stream.name, phase: 'discover' };
-    const relation = stream.table !== undefined ? quoteQualified(stream.table) : `(${stream.query!.replace(/;\s*$/, '')})`;
+    const relationWith = (marker: (name: WindowName) => string) =>
+      stream.table !== undefined ? quoteQualified(stream.table) : `(${renderWindow(stream.query!.replace(/;\s*$/, ''), marker)})`;
     try {
-      if (stream.table !== undefined) {
-        const found = await this.query<{ oid: string | null }>(`SELECT to_regclass($1)::oid::text AS oid`, [relation]);
+      const table = stream.table !== undefined ? quoteQualified(stream.table) : undefined;
+      if (table !== undefined) {
+        const found = await this.query<{ oid: string | null }>(`SELECT to_regclass($1)::oid::text AS oid`, [table]);
         if (found.rows[0]!.oid === null) throw new SourceError(`table ${stream.table} does not exist`, { context });
       }
-      const probe = await this.query(`SELECT * FROM ${relation} AS ${ALIAS} LIMIT 0`);
-      const columns = await this.columnsOf(probe.fields, stream.table !== undefined ? relation : undefined);
-      const primaryKey = stream.primaryKey.length ? stream.primaryKey : stream.table !== undefined ? await this.tablePrimaryKey(relation) : [];
+      // The window's type is the cursor's, known once the query is described: until then its bounds are untyped NULLs.
+      const probe = await this.query(`SELECT * FROM ${relationWith(() => 'NULL')} AS ${ALIAS} LIMIT 0`);
+      const columns = await this.columnsOf(probe.fields, table);
+      const primaryKey = stream.primaryKey.length ? stream.primaryKey : table !== undefined ? await this.tablePrimaryKey(table) : [];
       checkColumns(stream, columns, primaryKey, context);
+      const windowType = columns.find((c) => c.name === stream.cursor)?.sqlType ?? 'text';
+      const relation = relationWith((name) => `NULLIF(current_setting('${windowSetting(name)}', true), '')::${windowType}`);
       const schema: StreamSchema = {
         name: stream.name,
         columns: columns.map(({ name, type, nullable }) => ({ name, type, nullable })),
         primaryKey,
         ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}),
       };
-      return { schema, columns, relation: `${relation} AS ${ALIAS}`, ...(stream.table !== undefined ? { table: relation } : {}) };
+      return { schema, columns, relation: `${relation} AS ${ALIAS}`, ...(table !== undefined ? { table } : {}) };
     } catch (cause) {
       if (cause instanceof SourceError) throw cause;
       throw new SourceError(`cannot read the schema of ${stream.table ?? 'the query'}: ${(cause as Error).message}`, { cause, context });
@@ -187,6 +193,7 @@ export class PostgresSource implements Source {
     const { schema, columns, relation } = described;
     const cursor = schema.cursor !== undefined ? columns.find((c) => c.name === schema.cursor)! : undefined;
     const incremental = request.incremental && cursor !== undefined;
+    if (usesWindow(request.stream.query)) await this.bindWindow(queryWindow(request, cursor?.type.kind));
     const horizon = incremental ? await this.horizon(relation, cursor) : undefined;
     const client = await this.connection();
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
@@ -211,6 +218,18 @@ export class PostgresSource implements Source {
         context: { stream: request.stream.name, phase: 'plan' },
       });
     }
+  }
+
+  /**
+   * The query's `{{since}}` / `{{until}}` as session settings (the horizon reads the query before the read
+   * transaction begins); an empty setting is NULL.
+   */
+  private async bindWindow(window: QueryWindow): Promise<void> {
+    const text = (value: TypedValue | null) => (value === null ? '' : paramText(value));
+    await this.query(`SELECT set_config('${windowSetting('since')}', $1, false), set_config('${windowSetting('until')}', $2, false)`, [
+      text(window.since),
+      text(window.until),
+    ]);
   }
 
   /**
@@ -491,6 +510,10 @@ export class PostgresSource implements Source {
 }
 
 const CHUNK_DIR_PREFIX = 'tidemark-pg-';
+
+function windowSetting(name: WindowName): string {
+  return `tidemark.${name}`;
+}
 
 function readStart(request: ReadRequest): TypedValue | undefined {
   return request.from ?? request.after?.cursor;

@@ -7,7 +7,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Batch, JsonValue, OpenedRead, ReadRequest, SingerStreamSpec, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, JsonValue, OfferedStream, OpenedRead, ReadRequest, SingerStreamSpec, Source, StreamSpec } from '../../core/connector.js';
+import { cursorLike, fieldsOf } from '../../core/cursor-candidates.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
 import type { Row, StreamSchema } from '../../core/types.js';
@@ -177,7 +178,32 @@ export class SingerSource implements Source {
     return entryOf(await this.readCatalog(), tapStream);
   }
 
+  /** Every stream of the tap's catalog: the one in `source.catalog`, else the tap's `--discover`. */
+  async offeredStreams(): Promise<OfferedStream[]> {
+    const catalog = (await this.readCatalog()) ?? (await this.discoveredCatalog());
+    const ids = isJsonObject(catalog) && Array.isArray(catalog.streams) ? (catalog.streams as ExactJson[]).flatMap((e) => (isJsonObject(e) ? [e.tap_stream_id ?? e.stream] : [])) : [];
+    return ids.flatMap((id) => {
+      const entry = typeof id === 'string' ? entryOf(catalog, id) : undefined;
+      if (entry === undefined) return [];
+      const { columns } = schemaFromSinger(id as string, entry, undefined, [], undefined);
+      return [
+        {
+          name: id as string,
+          fields: fieldsOf(columns),
+          // A tap keeps its own bookmarks: tidemark loads every tap stream incrementally by them, or in full.
+          modes: ['incremental', 'full'],
+          keyCandidates: entry.keyProperties.length ? [entry.keyProperties] : [],
+          cursorCandidates: entry.bookmarkProperties.length ? [...entry.bookmarkProperties] : cursorLike(columns),
+        },
+      ];
+    });
+  }
+
   private async discoverEntry(tapStream: string): Promise<CatalogEntry | undefined> {
+    return entryOf(await this.discoveredCatalog(), tapStream);
+  }
+
+  private async discoveredCatalog(): Promise<ExactJson> {
     const dir = await mkdtemp(join(tmpdir(), 'tidemark-singer-'));
     try {
       const command = this.command();
@@ -190,7 +216,7 @@ export class SingerSource implements Source {
       for await (const chunk of child.stdout!) text += (chunk as Buffer).toString('utf8');
       const exit = await exited;
       if (exit.code !== 0) throw tapFailure(command[0]!, exit, stderr, '--discover');
-      return entryOf(parseExactJson(text), tapStream);
+      return parseExactJson(text);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

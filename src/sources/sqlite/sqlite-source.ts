@@ -10,6 +10,7 @@ import { decodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, safeMarkOf, timeUnitMicros } from '../server-source.js';
 import { capAtCallerBound } from '../../core/caller-bound.js';
+import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
 
 export interface SqliteSourceOptions {
   readonly path: string;
@@ -98,7 +99,14 @@ export class SqliteSource implements Source {
 
   private relation(stream: StreamSpec): string {
     if (stream.table !== undefined) return quoteQualified(stream.table);
-    return `(${stream.query!.replace(/;\s*$/, '')}) AS tidemark_query`;
+    return `(${renderWindow(stream.query!.replace(/;\s*$/, ''), (name) => `@${windowParameter(name)}`)}) AS tidemark_query`;
+  }
+
+  /** The named parameters a statement over the stream's relation takes: the query's window, when it has one. */
+  private windowBinding(stream: StreamSpec, window: QueryWindow = { since: null, until: null }): Record<string, unknown>[] {
+    if (!usesWindow(stream.query)) return [];
+    const value = (typed: TypedValue | null) => (typed === null ? null : toParam(typed));
+    return [{ [windowParameter('since')]: value(window.since), [windowParameter('until')]: value(window.until) }];
   }
 
   async discover(stream: StreamSpec): Promise<StreamSchema> {
@@ -126,7 +134,7 @@ export class SqliteSource implements Source {
         tablePk = info.filter((c) => c.pk > 0n).sort((a, b) => Number(a.pk - b.pk)).map((c) => c.name);
       } else {
         const stmt = this.db.prepare(`SELECT * FROM ${this.relation(stream)} LIMIT 1`);
-        const sample = stmt.raw(true).get() as unknown[] | undefined;
+        const sample = stmt.raw(true).get(...this.windowBinding(stream)) as unknown[] | undefined;
         columns = stmt.columns().map((c, i) => ({ name: c.name, type: sqliteDeclaredType(c.type) ?? inferType(sample?.[i]), nullable: true }));
       }
     } catch (cause) {
@@ -160,6 +168,7 @@ export class SqliteSource implements Source {
       : undefined;
 
     const safeMark = request.incremental && cursorColumn ? sqliteSafeMark(cursorColumn.type.kind) : null;
+    const windowed = this.windowBinding(request.stream, queryWindow(request, cursorColumn?.type.kind));
     db.exec('BEGIN');
     let until: TypedValue | null = null;
     let nullCursorRows = 0;
@@ -174,11 +183,11 @@ export class SqliteSource implements Source {
     let nullQuery: string | undefined;
     try {
       if (request.incremental && cursorExpr && cursorColumn) {
-        const max = db.prepare(`SELECT max(${cursorExpr}) AS m FROM ${relation}`).raw(true).get() as unknown[];
+        const max = db.prepare(`SELECT max(${cursorExpr}) AS m FROM ${relation}`).raw(true).get(...windowed) as unknown[];
         until = max[0] === null ? null : { type: cursorColumn.type.kind, value: String(max[0]) };
         if (request.upToSafeMark) until = capAtSafeMark(until, safeMark);
         until = capAtCallerBound(until, request);
-        const nulls = db.prepare(`SELECT count(*) FROM ${relation} WHERE ${cursorExpr} IS NULL`).raw(true).get() as bigint[];
+        const nulls = db.prepare(`SELECT count(*) FROM ${relation} WHERE ${cursorExpr} IS NULL`).raw(true).get(...windowed) as bigint[];
         nullCursorRows = Number(nulls[0]);
         if (request.from !== undefined) where.push(`${cursorExpr} >= ${bind(request.from)}`);
         else if (request.after !== undefined) {
@@ -220,7 +229,7 @@ export class SqliteSource implements Source {
       close,
       async *batches(): AsyncIterable<Batch> {
         try {
-          const queries: [string, unknown[]][] = [...(nullQuery ? [[nullQuery, []] as [string, unknown[]]] : []), [sql, params]];
+          const queries: [string, unknown[]][] = [...(nullQuery ? [[nullQuery, windowed] as [string, unknown[]]] : []), [sql, [...params, ...windowed]]];
           for (const [text, values] of queries) {
             let batch: Row[] = [];
             for (const row of db.prepare(text).raw(true).iterate(...values) as IterableIterator<Row>) {
@@ -243,4 +252,8 @@ export class SqliteSource implements Source {
   async close(): Promise<void> {
     if (this.db.open) this.db.close();
   }
+}
+
+function windowParameter(name: WindowName): string {
+  return `tidemark_${name}`;
 }

@@ -79,6 +79,36 @@ describe('tidemark schedule', () => {
     expect(JSON.parse(second.stdout)).toEqual([]);
   });
 
+  it('retry: a failed --once tick is retried by the next --once after its backoff, and lands every row once', async () => {
+    const { dir, target } = await pipeline('schedule: "*/5 * * * *"\nretry: {count: 2, backoff: 1s}\n');
+    const failed = await cli(['schedule', '--once', dir, '--json'], { env: { TIDEMARK_FAILPOINTS: 'extract.after_batch=2:throw', TIDEMARK_LOG_LEVEL: 'info' } });
+    expect(failed.code).toBe(1);
+    expect(JSON.parse(failed.stdout)).toMatchObject([{ pipeline: 'items', outcome: 'failed' }]);
+    expect(failed.stderr).toMatch(/items: tick \S+ failed; retry 1\/2 at /);
+    const ticks = JSON.parse(await readFile(join(dir, '.tidemark-schedule.json'), 'utf8'));
+    expect(ticks.pipelines.items.retry).toMatchObject({ failures: 1 });
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const retried = await cli(['schedule', '--once', dir, '--json'], { env: { TIDEMARK_LOG_LEVEL: 'info' } });
+    expect(retried.code, retried.stderr).toBe(0);
+    expect(JSON.parse(retried.stdout)).toMatchObject([{ pipeline: 'items', outcome: 'committed', retry: 1 }]);
+    expect(retried.stderr).toMatch(/committed on retry 1/);
+    expect(count(target)).toBe(60);
+    const after = await cli(['schedule', '--once', dir, '--json']);
+    expect(JSON.parse(after.stdout)).toEqual([]);
+  });
+
+  it('retry: the running scheduler retries a failed tick after its backoff', async () => {
+    const { dir, target } = await pipeline('schedule: "0 * * * *"\nretry: {count: 1, backoff: 1s}\n');
+    await writeFile(join(dir, '.tidemark-schedule.json'), JSON.stringify({ version: 1, pipelines: { items: { last_tick: new Date(Date.now() - 2 * 3600_000).toISOString() } } }));
+    // The catch-up run fails after its first commit; the retry (the failpoint fires once per process) completes it.
+    const s = schedule([dir], { TIDEMARK_FAILPOINTS: 'extract.after_batch=2:throw' });
+    await waitFor('the retry', () => /committed on retry 1/.test(s.stderr()), 30_000);
+    s.child.kill('SIGTERM');
+    expect((await s.done).code, s.stderr()).toBe(0);
+    expect(s.stderr()).toMatch(/failed; retry 1\/1 at /);
+    expect(count(target)).toBe(60);
+  });
+
   it('SIGTERM past --grace rolls back the running run and still exits 0; a later run completes exactly', async () => {
     const { dir, config, target } = await pipeline('schedule: "* * * * * *"\n', 200);
     // After its first commit the run stalls 4 s; the grace is 1 s, so shutdown aborts it at its next batch.

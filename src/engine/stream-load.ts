@@ -33,6 +33,7 @@ import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 import { streamSchemaStep, withoutColumns, type SchemaStep } from './schema-check.js';
 import { emptyResult, reopenedOnSchemaGrowth } from './schema-growth.js';
+import { loadRanges, readsAsRanges } from './range-load.js';
 
 export interface StreamContext {
   readonly pipeline: string;
@@ -112,11 +113,17 @@ async function loadStreamOnce(ctx: StreamContext, configured: StreamConfig, stat
     checkNullCursors(ctx, settled, read);
     const schema = streamSchemaStep(ctx, settled, plan, prior, read.schema);
     const opened = withoutColumns(read, schema.leftOut);
+    if (readsAsRanges(ctx, settled, plan, prior) && !rangesBlocked(settled, read)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
     const loader = new StreamLoader(ctx, settled, plan, opened, state, started, schema);
     return await loader.load(opened);
   } finally {
     await read.close();
   }
+}
+
+/** Rows with a NULL cursor are read by a query of their own, outside any range: such a read stays whole. */
+function rangesBlocked(stream: StreamConfig, read: OpenedRead): boolean {
+  return stream.strategy === 'incremental' && stream.onNullCursor === 'include' && read.nullCursorRows > 0;
 }
 
 function checkNullCursors(ctx: StreamContext, stream: StreamConfig, read: OpenedRead): void {

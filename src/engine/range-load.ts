@@ -7,7 +7,7 @@
  * for an incremental stream, the upper bound and safe mark fixed before the first range was read.
  */
 import { availableParallelism } from 'node:os';
-import type { BulkChunk, Destination, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, ReadRequest } from '../core/connector.js';
+import type { BulkChunk, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, ReadRequest, Source } from '../core/connector.js';
 import { SourceError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { monotonicMs, elapsedMs } from '../core/run-clock.js';
@@ -25,14 +25,27 @@ export const DEFAULT_RANGE_ROWS = 250_000;
 /** Chunk files a reader may have written ahead of the writer (per range in flight): disk, not memory. */
 const MAX_CHUNKS_AHEAD = 64;
 
+/** What the two ends and the run allow. `boundedRun`: `run --until`, or a read that is one checkpoint of a longer input. */
+export interface RangeAbilities {
+  readonly sourceSplits: boolean;
+  readonly destinationKeepsLedger: boolean;
+  readonly boundedRun: boolean;
+}
+
+/** The abilities of a run's two ends. */
+export function rangeAbilities(ctx: Pick<StreamContext, 'source' | 'destination' | 'until' | 'openEnded'>): RangeAbilities {
+  return { sourceSplits: ctx.source.ranges !== undefined, destinationKeepsLedger: ctx.destination.ledger !== undefined, boundedRun: ctx.until !== undefined || ctx.openEnded === true };
+}
+
 /**
  * Whether this stream's read is loaded as ranges: `parallel` is set, the source splits tables, the destination keeps a
  * ledger, and the read is a whole table (a build, or an incremental stream's first load, or one already under way).
  */
-export function readsAsRanges(ctx: StreamContext, stream: StreamConfig, plan: StreamPlan, prior: StreamState | undefined): boolean {
-  if (stream.parallel === undefined || ctx.source.ranges === undefined || ctx.destination.ledger === undefined) return false;
-  if (stream.table === undefined || stream.onReject === 'fail' || stream.checkpoint === 'end' || ctx.until !== undefined || ctx.openEnded) return false;
-  if (prior?.ranged !== undefined) return prior.ranged.load === (prior.build?.generation ?? prior.ranged.load);
+export function readsAsRanges(ends: RangeAbilities, stream: StreamConfig, plan: StreamPlan, prior: StreamState | undefined): boolean {
+  if (stream.parallel === undefined || !ends.sourceSplits || !ends.destinationKeepsLedger) return false;
+  if (stream.table === undefined || stream.onReject === 'fail' || stream.checkpoint === 'end' || ends.boundedRun) return false;
+  // A ranged build resumes with its ranges; a `--full` run that starts another generation plans new ones.
+  if (prior?.ranged !== undefined && (plan.generation === undefined || plan.generation === prior.ranged.load)) return true;
   const request = plan.request;
   const wholeTable = request.after === undefined && request.from === undefined && request.afterPk === undefined && request.resume === undefined;
   const firstLoad = stream.strategy === 'incremental' && plan.generation === undefined && prior?.watermark === undefined;
@@ -40,11 +53,45 @@ export function readsAsRanges(ctx: StreamContext, stream: StreamConfig, plan: St
 }
 
 /** Readers to run: the configured count, or for `auto` the machine's cores within the source's free connections. */
-async function readerCount(ctx: StreamContext, stream: StreamConfig): Promise<number> {
+export async function readerCount(source: Source, stream: StreamConfig): Promise<number> {
   if (stream.parallel !== 'auto') return stream.parallel ?? 1;
-  const free = await ctx.source.ranges?.freeConnections?.().catch(() => undefined);
+  const free = await source.ranges?.freeConnections?.().catch(() => undefined);
   const cores = availableParallelism();
   return Math.max(1, free === undefined ? cores : Math.min(cores, free - 1));
+}
+
+/** Ranges to plan: at least one per reader, and about `range_rows` rows each. */
+function rangeCount(stream: StreamConfig, readers: number, estimatedRows: number | undefined): number {
+  return Math.max(readers, Math.ceil((estimatedRows ?? 0) / (stream.rangeRows ?? DEFAULT_RANGE_ROWS)));
+}
+
+/** A range as `tidemark plan` shows it: its bounds, expected rows, and whether a commit of this load holds it. */
+export interface RangePlanReport {
+  readonly id: string;
+  readonly estimatedRows?: number;
+  readonly done: boolean;
+}
+
+/**
+ * The ranges the next run would load (or resume), for `tidemark plan`: those of a load under way, else ones planned
+ * now (their snapshot is let go at once). `loaded`: the stream's ledger row names.
+ */
+export async function plannedRanges(
+  source: Source,
+  stream: StreamConfig,
+  prior: StreamState | undefined,
+  estimatedRows: number | undefined,
+  loaded: ReadonlySet<string>,
+): Promise<{ readonly readers: number; readonly ranges: readonly RangePlanReport[] }> {
+  const readers = await readerCount(source, stream);
+  const report = (load: string, ranges: readonly TableRange[]) => ({
+    readers,
+    ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })),
+  });
+  if (prior?.ranged !== undefined) return report(prior.ranged.load, prior.ranged.ranges);
+  const planned = await source.ranges?.plan(stream, { count: rangeCount(stream, readers, estimatedRows) });
+  await planned?.close();
+  return report('', planned?.ranges ?? []);
 }
 
 /** The range loads of one stream; `probe` is the opened whole read (closed here) that fixed the bounds and schema. */
@@ -59,9 +106,8 @@ export async function loadRanges(
 ): Promise<StreamOutcome> {
   const prior = state.streams[stream.name];
   const context = { pipeline: ctx.pipeline, stream: stream.name };
-  const readers = await readerCount(ctx, stream);
-  const estimated = probe.estimatedRows ?? 0;
-  const count = Math.max(readers, Math.ceil(estimated / (stream.rangeRows ?? DEFAULT_RANGE_ROWS)));
+  const readers = await readerCount(ctx.source, stream);
+  const count = rangeCount(stream, readers, probe.estimatedRows);
   const shared = {
     until: prior?.ranged?.until !== undefined ? prior.ranged.until : probe.until,
     safeMark: prior?.ranged?.safeMark ?? probe.safeMark ?? undefined,

@@ -33,7 +33,7 @@ import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 import { streamSchemaStep, withoutColumns, type SchemaStep } from './schema-check.js';
 import { emptyResult, reopenedOnSchemaGrowth } from './schema-growth.js';
-import { loadRanges, readsAsRanges } from './range-load.js';
+import { loadRanges, rangeAbilities, readsAsRanges } from './range-load.js';
 
 export interface StreamContext {
   readonly pipeline: string;
@@ -113,7 +113,7 @@ async function loadStreamOnce(ctx: StreamContext, configured: StreamConfig, stat
     checkNullCursors(ctx, settled, read);
     const schema = streamSchemaStep(ctx, settled, plan, prior, read.schema);
     const opened = withoutColumns(read, schema.leftOut);
-    if (readsAsRanges(ctx, settled, plan, prior) && !rangesBlocked(settled, read)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
+    if (readsAsRanges(rangeAbilities(ctx), settled, plan, prior) && !rangesBlocked(settled, read)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
     const loader = new StreamLoader(ctx, settled, plan, opened, state, started, schema);
     return await loader.load(opened);
   } finally {

@@ -166,6 +166,11 @@ export interface RangedLoadState {
   readonly until?: TypedValue | null;
   /** Incremental first loads: the safe mark fixed before the first range. */
   readonly safeMark?: TypedValue;
+  /**
+   * The highest `(cursor, key)` committed so far. Not the watermark: ranges still to load hold rows below it, so it
+   * becomes the watermark only with the load's last commit.
+   */
+  readonly high?: Watermark;
 }
 
 /** Where a log stream stands. Positions are the source's opaque strings (`ChangeLogSource.compare` orders them). */

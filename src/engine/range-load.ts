@@ -8,7 +8,7 @@
  */
 import { availableParallelism } from 'node:os';
 import type { BulkChunk, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, ReadRequest, Source } from '../core/connector.js';
-import { SourceError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
+import { SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { monotonicMs, elapsedMs } from '../core/run-clock.js';
 import type { LedgerEntry, PipelineState, RangedLoadState, Reject, Row, StreamResult, StreamSchema, StreamState, TableRange, Watermark } from '../core/types.js';
@@ -186,7 +186,7 @@ class RangeLoader {
     this.freshBuild = plan.freshBuild;
     const prior = state.streams[stream.name];
     this.buildRows = prior?.build?.rows ?? 0;
-    this.high = prior?.build?.watermark ?? (prior?.ranged !== undefined ? prior.watermark : undefined);
+    this.high = prior?.ranged?.high;
   }
 
   async load(rangePlan: RangePlan, readers: number, probe: OpenedRead): Promise<StreamOutcome> {
@@ -217,7 +217,8 @@ class RangeLoader {
 
   /** The request of one range: the stream's whole read bounded to the range, below the shared upper bound. */
   private request(range: TableRange): ReadRequest {
-    const { upToSafeMark: _fixedAlready, ...request } = this.plan.request;
+    // A range is read whole: no lower edge of an earlier read applies to it.
+    const { upToSafeMark: _fixedAlready, after: _a, afterPk: _k, from: _f, resume: _r, ...request } = this.plan.request;
     const until = this.ranged.until;
     return { ...request, range, ...(until !== undefined && until !== null ? { untilAtMost: until.value } : {}) };
   }
@@ -235,10 +236,8 @@ class RangeLoader {
       await this.commitRange(current.range, txn, rows, rejects);
     } catch (error) {
       await txn.rollback().catch(() => undefined);
-      throw new SourceError(`range ${current.range.id}: ${errorMessage(error)}`, {
-        cause: error,
-        context: { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: error instanceof TidemarkError ? (error.context.phase ?? 'extract') : 'extract' },
-      });
+      // The error keeps its kind (a lost lease stays a conflict); `at` names the range.
+      throw withContext(error, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'extract', at: `range ${current.range.id}` }, 'source');
     }
   }
 
@@ -422,16 +421,20 @@ class RangeLoader {
         : {
             ...base,
             ...(prior?.watermark ? { watermark: prior.watermark } : {}),
-            build: { generation: this.plan.generation!, rows: this.buildRows, ...(this.high ? { watermark: this.high } : {}), schema: this.schemaStep.committed },
-            ranged: this.ranged,
+            build: { generation: this.plan.generation!, rows: this.buildRows, schema: this.schemaStep.committed },
+            ranged: this.rangedState(),
           };
     } else {
       // The watermark of a ranged first load means "every row up to here is in" only once every range is.
       stream = final
         ? { ...base, ...(this.high ? { watermark: this.high } : {}), ...(safeMark ? { safeMark } : {}) }
-        : { ...base, ranged: this.ranged, ...(this.high ? { watermark: this.high } : {}) };
+        : { ...base, ranged: this.rangedState() };
     }
     return { pipeline: this.ctx.pipeline, version: this.state.version + 1, streams: { ...this.state.streams, [this.stream.name]: stream } };
+  }
+
+  private rangedState(): RangedLoadState {
+    return { ...this.ranged, ...(this.high ? { high: this.high } : {}) };
   }
 
   private runRecord(outcome: 'running' | 'committed') {

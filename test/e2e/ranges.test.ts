@@ -168,13 +168,22 @@ describe('ranged loads of keys of every shape', () => {
 
 describe('ranged first load of an incremental stream', () => {
   it('killed between ranges resumes exactly; the watermark is the highest row committed, and later rows come with the next run', async () => {
-    await createItems('inc_items', ROWS);
+    // Cursors fall as the table's blocks go on: the first ranges committed hold the highest cursors, and the ranges
+    // still to load hold rows below them, which the resume must read all the same.
+    await db.sql(`CREATE TABLE inc_items (id text PRIMARY KEY, n bigint, v numeric(20,6), at timestamptz)`);
+    await db.sql(
+      `INSERT INTO inc_items SELECT 'k' || lpad(g::text, 6, '0'), g, g / 7.0, timestamptz '2024-01-01 00:00:00.000001+00' + (${ROWS} - g) * interval '1.000001 second'
+         FROM generate_series(1, ${ROWS}) g`,
+    );
+    await db.sql(`ANALYZE inc_items`);
     const dir = join(root, 'inc');
     const { config, target } = await pipeline(dir, 'duckdb', [{ table: 'public.inc_items', cursor: 'at', ...RANGED }]);
     const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'range.after_commit=3:kill' } });
     expect(killed.signal).toBe('SIGKILL');
     const mid = await stateOf(config);
     expect(mid.streams.inc_items!.ranged).toBeDefined();
+    // No watermark before the last range: the ranges still to load hold rows below the highest committed.
+    expect(mid.streams.inc_items!.watermark).toBeUndefined();
     // Rows added meanwhile lie above the bound fixed before the first range: the resume leaves them to the next run.
     await db.sql(`INSERT INTO inc_items VALUES ('late-1', 1, 1, '2030-01-01 00:00:00.000002+00'), ('k000001x', 2, 2, '2030-01-01 00:00:00.000001+00')`);
     const resumed = await runJson(config);
@@ -182,8 +191,8 @@ describe('ranged first load of an incremental stream', () => {
     expect(await targetRows('duckdb', target, 'inc_items', ITEM_COLUMNS)).toHaveLength(ROWS);
     const after = await stateOf(config);
     expect(after.streams.inc_items!.ranged).toBeUndefined();
-    const last = (await db.sql(`SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at FROM inc_items WHERE id = 'k020000'`))[0]!.at;
-    expect(after.streams.inc_items!.watermark).toMatchObject({ cursor: { value: last }, pk: [{ value: 'k020000' }] });
+    const last = (await db.sql(`SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at FROM inc_items WHERE id = 'k000001'`))[0]!.at;
+    expect(after.streams.inc_items!.watermark).toMatchObject({ cursor: { value: last }, pk: [{ value: 'k000001' }] });
     const next = await runJson(config);
     expect(next.result!.streams[0]).toMatchObject({ rows_read: 2 });
     expect(next.result!.streams[0]!.ranges).toBeUndefined();

@@ -520,6 +520,8 @@ class Opener {
     for (const p of open) {
       const r = await p.catch(() => undefined);
       if (r) {
+        // A chunk stream read ahead stops first: its extraction waits for room, and the read's transaction behind it.
+        await r.chunks?.[Symbol.asyncIterator]().return?.().catch(() => undefined);
         await r.read.close().catch(() => undefined);
         await r.reader.close().catch(() => undefined);
       }

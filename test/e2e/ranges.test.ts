@@ -10,6 +10,7 @@ import { cli } from '../helpers/cli.js';
 import { tempDir, writeYaml } from '../helpers/fs.js';
 import { destinationQuery } from '../helpers/warehouse.js';
 import { createPgDb, serverPipelineYaml, type PgTestDb } from '../integration/postgres/pg-db.js';
+import { createMysqlDb, type MysqlTestDb } from '../integration/mysql/mysql-db.js';
 
 const ROWS = 20_000;
 /** 20,000 rows in ranges of ~5,000 rows, each of three chunks of at most 2,048 rows. */
@@ -22,11 +23,11 @@ let cleanup: () => Promise<void>;
 beforeAll(async () => {
   db = await createPgDb('tm_ranges');
   ({ dir: root, cleanup } = await tempDir());
-});
+}, 120_000);
 afterAll(async () => {
   await db?.drop();
   await cleanup?.();
-});
+}, 120_000);
 
 /** A table of `rows` rows: a text key, an int8, a numeric and a timestamptz with microseconds; analysed, so ranges can be sized. */
 async function createItems(table: string, rows: number): Promise<void> {
@@ -132,6 +133,24 @@ describe.each(KINDS)('ranged full loads into %s', (kind) => {
   });
 });
 
+describe('a ranged load that fails', () => {
+  it('stops its readers ahead of the writer, exits with the failure, and the next run finishes the load', async () => {
+    await createItems('fails', ROWS);
+    const dir = join(root, 'fails');
+    const { config, target } = await pipeline(dir, 'duckdb', [{ table: 'public.fails', strategy: 'full', ...RANGED }]);
+    // The 5th chunk is in the second range, while the readers of the next ranges are writing theirs ahead.
+    const failed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'range.after_write=5:throw' } });
+    expect(failed.code).not.toBe(0);
+    expect(failed.signal).toBeNull();
+    expect(failed.stderr).toContain('range ctid');
+    const idle = await db.sql(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'tidemark'`);
+    expect(Number(idle[0]!.n)).toBe(0);
+    const resumed = await runJson(config);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(await targetRows('duckdb', target, 'fails', ITEM_COLUMNS)).toEqual(await sourceRows('fails', itemsSql));
+  });
+});
+
 describe('ranged loads of keys of every shape', () => {
   it('text, composite and no key, an empty and a one-row table: each as the source holds it', async () => {
     await createItems('shape_text', ROWS);
@@ -217,5 +236,45 @@ describe('ranged first load of an incremental stream', () => {
     const second = await runJson(config);
     expect(second.code, second.stderr).toBe(0);
     expect(await targetRows('duckdb', target, 'late_items', ITEM_COLUMNS)).toEqual(await sourceRows('late_items', itemsSql));
+  });
+});
+
+describe('ranged loads from MariaDB (primary-key ranges)', () => {
+  let my: MysqlTestDb;
+  beforeAll(async () => {
+    my = await createMysqlDb('tm_ranges');
+  }, 120_000);
+  afterAll(async () => {
+    await my?.drop();
+  }, 120_000);
+
+  it('text and composite keys split into key ranges; killed between ranges, the resume loads exactly the rest', async () => {
+    await my.sql(`CREATE TABLE by_text (id VARCHAR(16) PRIMARY KEY, n BIGINT, v DECIMAL(20,6))`);
+    await my.sql(`CREATE TABLE by_pair (a INT, b VARCHAR(16), n BIGINT, PRIMARY KEY (a, b))`);
+    await my.sql(
+      `INSERT INTO by_text SELECT CONCAT('k', LPAD(seq, 6, '0')), 9007199254740993 + seq, seq / 7 FROM seq_1_to_${ROWS}`,
+    );
+    await my.sql(`INSERT INTO by_pair SELECT seq % 97, CONCAT('b', seq), seq FROM seq_1_to_${ROWS}`);
+    await my.sql(`ANALYZE TABLE by_text, by_pair`);
+    const dir = join(root, 'mariadb');
+    await mkdir(dir, { recursive: true });
+    const target = join(dir, 'w.duckdb');
+    const streams = [
+      { table: 'by_text', strategy: 'full', ...RANGED },
+      { table: 'by_pair', strategy: 'full', ...RANGED },
+    ];
+    const config = await writeYaml(dir, 'p.yaml', serverPipelineYaml({ source: { type: 'mariadb', url: my.url }, streams, destination: { type: 'duckdb', path: target } }));
+    const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'range.after_commit=2:kill' } });
+    expect(killed.signal).toBe('SIGKILL');
+    const ledger = JSON.parse((await cli(['ledger', 'list', '--json', '--config', config])).stdout) as { partition: string; rows: number }[];
+    expect(ledger.map((e) => e.partition.replace(/^[^:]+:/, ''))).toEqual(['key 1/4', 'key 2/4']);
+    const resumed = await runJson(config);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const [text, pair] = resumed.result!.streams;
+    expect(text).toMatchObject({ rows_read: ROWS - ledger[0]!.rows - ledger[1]!.rows, ranges: { done: 4, total: 4 } });
+    expect(pair).toMatchObject({ rows_read: ROWS, ranges: { total: 4 } });
+    const source = async (sql: string) => (await my.sql(sql)).map((r) => String(r.r)).sort();
+    expect(await targetRows('duckdb', target, 'by_text', ITEM_COLUMNS)).toEqual(await source(`SELECT CONCAT_WS('|', id, n, v) AS r FROM by_text`));
+    expect(await targetRows('duckdb', target, 'by_pair', ['a', 'b', 'n'])).toEqual(await source(`SELECT CONCAT_WS('|', a, b, n) AS r FROM by_pair`));
   });
 });

@@ -160,12 +160,23 @@ export interface ReadRequest {
 /** The optional ability of a source to split a table's full read into ranges read side by side. */
 export interface RangedSource {
   /**
-   * About `count` ranges covering the whole table of `stream` (fewer for a small table, one for an empty one), and
-   * readers for them; undefined when the stream cannot be split (a query stream) and is read whole.
+   * Ranges covering the whole table of `stream` — at least `minRanges` and about `rowsPerRange` rows each, as far as
+   * the table's size allows (one for an empty table) — and readers for them; undefined when the stream cannot be
+   * split (a query stream) and is read whole.
    */
-  plan(stream: StreamSpec, options: { readonly count: number; readonly signal?: AbortSignal }): Promise<RangePlan | undefined>;
+  plan(stream: StreamSpec, options: RangeSizing): Promise<RangePlan | undefined>;
   /** Connections the source still accepts, where it can tell (bounds `parallel: auto`). */
   freeConnections?(): Promise<number | undefined>;
+}
+
+export interface RangeSizing {
+  readonly minRanges: number;
+  readonly rowsPerRange: number;
+}
+
+/** How many ranges a table of about `rows` rows is cut into. */
+export function rangeCount(rows: number, sizing: RangeSizing): number {
+  return Math.max(1, sizing.minRanges, Math.ceil(rows / sizing.rowsPerRange));
 }
 
 /** Planned ranges and their readers. Every reader of one plan reads one snapshot where the source can share it. */

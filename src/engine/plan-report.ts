@@ -151,7 +151,7 @@ async function planStreams(
         const schema = schemaPlan(pipeline.name, stream, plan, prior, read.schema, options.full === true, widens);
         const ends = { sourceSplits: source.ranges !== undefined, destinationKeepsLedger: keepsLedger, boundedRun: false };
         const ranges = readsAsRanges(ends, stream, plan, prior)
-          ? await plannedRanges(source, stream, prior, read.estimatedRows, rangeRows.get(stream.name) ?? new Set()).catch(inStreamContext)
+          ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set()).catch(inStreamContext)
           : undefined;
         reports.push({
           stream: stream.name,

@@ -7,7 +7,7 @@
  * for an incremental stream, the upper bound and safe mark fixed before the first range was read.
  */
 import { availableParallelism } from 'node:os';
-import type { BulkChunk, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, ReadRequest, Source } from '../core/connector.js';
+import type { BulkChunk, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, RangeSizing, ReadRequest, Source } from '../core/connector.js';
 import { SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { monotonicMs, elapsedMs } from '../core/run-clock.js';
@@ -61,8 +61,8 @@ export async function readerCount(source: Source, stream: StreamConfig): Promise
 }
 
 /** Ranges to plan: at least one per reader, and about `range_rows` rows each. */
-function rangeCount(stream: StreamConfig, readers: number, estimatedRows: number | undefined): number {
-  return Math.max(readers, Math.ceil((estimatedRows ?? 0) / (stream.rangeRows ?? DEFAULT_RANGE_ROWS)));
+function sizing(stream: StreamConfig, readers: number): RangeSizing {
+  return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS };
 }
 
 /** A range as `tidemark plan` shows it: its bounds, expected rows, and whether a commit of this load holds it. */
@@ -80,7 +80,6 @@ export async function plannedRanges(
   source: Source,
   stream: StreamConfig,
   prior: StreamState | undefined,
-  estimatedRows: number | undefined,
   loaded: ReadonlySet<string>,
 ): Promise<{ readonly readers: number; readonly ranges: readonly RangePlanReport[] }> {
   const readers = await readerCount(source, stream);
@@ -89,7 +88,7 @@ export async function plannedRanges(
     ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })),
   });
   if (prior?.ranged !== undefined) return report(prior.ranged.load, prior.ranged.ranges);
-  const planned = await source.ranges?.plan(stream, { count: rangeCount(stream, readers, estimatedRows) });
+  const planned = await source.ranges?.plan(stream, sizing(stream, readers));
   await planned?.close();
   return report('', planned?.ranges ?? []);
 }
@@ -107,13 +106,12 @@ export async function loadRanges(
   const prior = state.streams[stream.name];
   const context = { pipeline: ctx.pipeline, stream: stream.name };
   const readers = await readerCount(ctx.source, stream);
-  const count = rangeCount(stream, readers, probe.estimatedRows);
   const shared = {
     until: prior?.ranged?.until !== undefined ? prior.ranged.until : probe.until,
     safeMark: prior?.ranged?.safeMark ?? probe.safeMark ?? undefined,
   };
   await probe.close();
-  const rangePlan = await ctx.source.ranges!.plan(stream, { count, ...(ctx.signal ? { signal: ctx.signal } : {}) }).catch((e: unknown) => {
+  const rangePlan = await ctx.source.ranges!.plan(stream, sizing(stream, readers)).catch((e: unknown) => {
     throw withContext(e, { ...context, phase: 'plan' }, 'source');
   });
   if (rangePlan === undefined) throw new SourceError(`the source cannot split ${stream.table} into ranges; remove parallel`, { context: { ...context, phase: 'plan' } });

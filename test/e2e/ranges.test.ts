@@ -11,6 +11,7 @@ import { tempDir, writeYaml } from '../helpers/fs.js';
 import { destinationQuery } from '../helpers/warehouse.js';
 import { createPgDb, serverPipelineYaml, type PgTestDb } from '../integration/postgres/pg-db.js';
 import { createMysqlDb, type MysqlTestDb } from '../integration/mysql/mysql-db.js';
+import { createItems as createSqliteItems, itemRange, pipelineYaml } from '../helpers/shop.js';
 
 const ROWS = 20_000;
 /** 20,000 rows in ranges of ~5,000 rows, each of three chunks of at most 2,048 rows. */
@@ -276,5 +277,25 @@ describe('ranged loads from MariaDB (primary-key ranges)', () => {
     const source = async (sql: string) => (await my.sql(sql)).map((r) => String(r.r)).sort();
     expect(await targetRows('duckdb', target, 'by_text', ITEM_COLUMNS)).toEqual(await source(`SELECT CONCAT_WS('|', id, n, v) AS r FROM by_text`));
     expect(await targetRows('duckdb', target, 'by_pair', ['a', 'b', 'n'])).toEqual(await source(`SELECT CONCAT_WS('|', a, b, n) AS r FROM by_pair`));
+  });
+});
+
+describe('ranged loads from SQLite (rowid ranges)', () => {
+  it('a full stream in 4 rowid ranges, killed between them, resumes with exactly the rest', async () => {
+    const dir = join(root, 'sqlite-source');
+    await mkdir(dir, { recursive: true });
+    const source = join(dir, 'source.sqlite');
+    createSqliteItems(source, itemRange(1, ROWS, 3));
+    const target = join(dir, 'w.duckdb');
+    const config = await writeYaml(dir, 'p.yaml', pipelineYaml({ source, destination: { type: 'duckdb', path: target }, stream: { cursor: undefined, strategy: 'full', parallel: 2, range_rows: 5000, checkpoint_rows: 2048 } }));
+    const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'range.after_commit=1:kill' } });
+    expect(killed.signal).toBe('SIGKILL');
+    const ledger = JSON.parse((await cli(['ledger', 'list', '--json', '--config', config])).stdout) as { partition: string; rows: number }[];
+    expect(ledger.map((e) => e.partition.replace(/^[^:]+:/, ''))).toEqual(['rowid -5001']);
+    const resumed = await runJson(config);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.result!.streams[0]).toMatchObject({ rows_read: ROWS - 5000, ranges: { done: 4, total: 4 } });
+    const rows = await destinationQuery('duckdb', target, 'SELECT count(*) AS n, count(DISTINCT id) AS d, min(id) AS lo, max(id) AS hi FROM items');
+    expect(rows[0]).toMatchObject({ n: BigInt(ROWS), d: BigInt(ROWS), lo: 1n, hi: BigInt(ROWS) });
   });
 });

@@ -4,7 +4,7 @@
  * server-side prepared statement with every watermark value bound and cast to its column's type.
  */
 import mysql from 'mysql2/promise';
-import type { Batch, BulkChunk, BulkRead, OpenedRead, RangePlan, RangedSource, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import { rangeCount, type Batch, type BulkChunk, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
@@ -99,7 +99,7 @@ export class MysqlSource implements Source {
   private constructor(private readonly options: ServerSourceOptions) {}
 
   readonly ranges: RangedSource = {
-    plan: (stream, options) => this.planRanges(stream, options.count),
+    plan: (stream, sizing) => this.planRanges(stream, sizing),
     freeConnections: () => this.freeConnections(),
   };
 
@@ -109,10 +109,11 @@ export class MysqlSource implements Source {
    * connections: each range reads its own, and a row stays in its range whatever changes meanwhile, since its key
    * places it.
    */
-  private async planRanges(stream: StreamSpec, count: number): Promise<RangePlan | undefined> {
+  private async planRanges(stream: StreamSpec, sizing: RangeSizing): Promise<RangePlan | undefined> {
     if (stream.table === undefined) return undefined;
     const { schema, relation } = await this.describe(stream);
     const rows = (await this.tableRows(stream.table)) ?? 0;
+    const count = rangeCount(rows, sizing);
     const key = schema.primaryKey.map((name) => schema.columns.find((c) => c.name === name)!);
     const splits: TypedValue[][] = [];
     const step = Math.ceil(rows / Math.max(1, count));

@@ -11,7 +11,7 @@ import type pg from 'pg';
 import { loadPg } from '../../shared/pg-driver.js';
 import { copyFormatOption } from '../../shared/postgres-client.js';
 import { to as copyTo } from 'pg-copy-streams';
-import type { Batch, BulkChunk, BulkFormat, BulkRead, OpenedRead, RangePlan, RangedSource, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import { rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
@@ -54,7 +54,7 @@ interface Bound {
 export class PostgresSource implements Source {
   readonly changeLog: PostgresChangeLog;
   readonly ranges: RangedSource = {
-    plan: (stream, options) => this.planRanges(stream, options.count),
+    plan: (stream, sizing) => this.planRanges(stream, sizing),
     freeConnections: () => this.freeConnections(),
   };
   private client: pg.Client | undefined;
@@ -222,7 +222,7 @@ export class PostgresSource implements Source {
    * by a transaction held open here until the plan closes. The last range has no upper block: rows of blocks added
    * since the plan are in it.
    */
-  private async planRanges(stream: StreamSpec, count: number): Promise<RangePlan | undefined> {
+  private async planRanges(stream: StreamSpec, sizing: RangeSizing): Promise<RangePlan | undefined> {
     if (stream.table === undefined) return undefined;
     const size = await this.query<{ blocks: string; rows: string }>(
       `SELECT (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::text AS blocks, greatest(c.reltuples, 0)::bigint::text AS rows
@@ -231,7 +231,7 @@ export class PostgresSource implements Source {
     );
     const blocks = BigInt(size.rows[0]?.blocks ?? '0');
     const rows = Number(size.rows[0]?.rows ?? '0');
-    const ranges = blockRanges(blocks, count, rows);
+    const ranges = blockRanges(blocks, rangeCount(rows, sizing), rows);
     const holder = await PostgresSource.connect(this.options);
     const client = await holder.connection();
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');

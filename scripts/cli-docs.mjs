@@ -48,6 +48,7 @@ Environment variables:
 | \`TIDEMARK_CODE_CACHE=off\` | start the CLI without V8's code cache (kept in \`$XDG_CACHE_HOME/tidemark/code\` or \`~/.cache/tidemark/code\`) |
 | \`TIDEMARK_LOG_FORMAT=json\` | log lines and errors on stderr as one JSON object a line, as \`--log-format json\` does: see [operations](operations.md#logs) |
 | \`TIDEMARK_LOG_LEVEL\` | the lowest level logged: \`debug\`, \`info\`, \`warn\` or \`error\` (default \`warn\`; \`info\` for \`schedule\` and \`worker\`) |
+| \`TIDEMARK_JOURNAL_DIR\` | where each run keeps its live progress and log lines for the dashboard (default \`$XDG_STATE_HOME/tidemark\`, else \`~/.local/state/tidemark\`; \`none\`: no journal): see [dashboard](dashboard.md#what-goes-on-now) |
 | \`TIDEMARK_BULK=0\` | Postgres or MySQL/MariaDB → DuckDB, Postgres or SQLite on the row path instead of the bulk path |
 | \`TIDEMARK_FAILPOINTS\` | crash tests only: see [how it stays correct](how-it-stays-correct.md#failpoints) |
 `;

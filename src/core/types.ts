@@ -218,45 +218,45 @@ export type RejectPolicy = 'fail' | 'warn' | 'continue';
 export interface StreamResult {
   readonly stream: string;
   readonly outcome: RunOutcome;
-  readonly rows_read: number;
-  readonly rows_loaded: number;
-  readonly rows_rejected: number;
+  readonly rowsRead: number;
+  readonly rowsLoaded: number;
+  readonly rowsRejected: number;
   readonly commits: number;
-  readonly cursor_min: string | null;
-  readonly cursor_max: string | null;
+  readonly cursorMin: string | null;
+  readonly cursorMax: string | null;
   readonly watermark: Watermark | null;
-  readonly duration_ms: number;
+  readonly durationMs: number;
   readonly full: boolean;
   /** Rows the source sent again at or below the committed watermark, dropped by the engine (not counted as read). */
-  readonly rows_resent?: number;
+  readonly rowsResent?: number;
   /** How the source's schema differed from the committed one, one line per change (present only when it did). */
-  readonly schema_changes?: readonly string[];
+  readonly schemaChanges?: readonly string[];
   /** A read loaded as ranges (`parallel:`): ranges committed (in this run or before), of all the load's ranges. */
   readonly ranges?: { readonly done: number; readonly total: number };
   /**
    * Records of a key already received in this read (or, append, identical to a version already received): the one
    * kept counts as read and loaded, the others only here.
    */
-  readonly rows_duplicate?: number;
+  readonly rowsDuplicate?: number;
   readonly error?: string;
   /** A failed stream: the kind of its error (config, source, destination, state, conflict) and the phase it failed in. */
-  readonly error_kind?: string;
-  readonly error_phase?: string;
+  readonly errorKind?: string;
+  readonly errorPhase?: string;
   /** Partitioned streams: the partitions this run loaded (new, changed or reloaded on request), in order. */
-  readonly partitions_loaded?: readonly string[];
+  readonly partitionsLoaded?: readonly string[];
   /** Partitioned streams: partitions skipped because the ledger shows them loaded and unchanged. */
-  readonly partitions_skipped?: number;
+  readonly partitionsSkipped?: number;
   /** Partitioned streams: loaded partitions whose files are gone from the source (present only when there are some). */
-  readonly partitions_missing?: readonly string[];
+  readonly partitionsMissing?: readonly string[];
   /** Partitioned streams: of those, the ones whose rows this run deleted (`on_missing: delete`). */
-  readonly partitions_deleted?: readonly string[];
+  readonly partitionsDeleted?: readonly string[];
 }
 
 export interface RunResult {
   readonly pipeline: string;
-  readonly run_id: string;
-  readonly started_at: string;
-  readonly finished_at: string;
+  readonly runId: string;
+  readonly startedAt: string;
+  readonly finishedAt: string;
   readonly ok: boolean;
   readonly streams: readonly StreamResult[];
 }

@@ -549,7 +549,7 @@ class LogLoader {
     }
     const key = s.keyIndexes.map((i) => row[i]!);
     // A change the resumed copy already holds (its key was copied from a newer snapshot) is neither read nor loaded
-    // in the counts: they stay balanced, rows_read = rows_loaded + rows_rejected.
+    // in the counts: they stay balanced, rowsRead = rowsLoaded + rowsRejected.
     if (this.log.compare(txn.position, this.segmentPosition(s, key)) <= 0) return;
     s.changesRead += 1;
     s.changesApplied += 1;
@@ -735,14 +735,14 @@ class LogLoader {
     return {
       stream: s.config.name,
       outcome,
-      rows_read: s.changesRead,
-      rows_loaded: s.changesApplied,
-      rows_rejected: s.rowsRejected,
+      rowsRead: s.changesRead,
+      rowsLoaded: s.changesApplied,
+      rowsRejected: s.rowsRejected,
       commits: s.commits,
-      cursor_min: null,
-      cursor_max: s.log?.position ?? null,
+      cursorMin: null,
+      cursorMax: s.log?.position ?? null,
       watermark: null,
-      duration_ms: elapsedMs(s.started),
+      durationMs: elapsedMs(s.started),
       full: false,
     };
   }

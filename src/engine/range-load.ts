@@ -459,17 +459,17 @@ class RangeLoader {
     return {
       stream: this.stream.name,
       outcome: 'committed',
-      rows_read: this.rowsRead,
-      rows_loaded: this.rowsLoaded,
-      rows_rejected: this.rowsRejected,
+      rowsRead: this.rowsRead,
+      rowsLoaded: this.rowsLoaded,
+      rowsRejected: this.rowsRejected,
       commits: this.commits,
-      cursor_min: null,
-      cursor_max: this.high?.cursor.value ?? null,
+      cursorMin: null,
+      cursorMax: this.high?.cursor.value ?? null,
       watermark: this.state.streams[this.stream.name]?.watermark ?? null,
-      duration_ms: elapsedMs(this.started),
+      durationMs: elapsedMs(this.started),
       full: this.building,
       ranges: { done: this.rangesDone, total: this.ranged.ranges.length },
-      ...(this.schemaStep.changes.length > 0 ? { schema_changes: this.schemaStep.changes.map(describeChange) } : {}),
+      ...(this.schemaStep.changes.length > 0 ? { schemaChanges: this.schemaStep.changes.map(describeChange) } : {}),
     };
   }
 }

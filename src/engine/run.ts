@@ -22,6 +22,7 @@ import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 import { loadLogStreams } from './log-load.js';
 import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
+import { openRunJournal } from './run-journal.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */
@@ -55,11 +56,22 @@ export function emptyState(pipeline: string): PipelineState {
   return { pipeline, version: 0, streams: {} };
 }
 
-export async function run(pipeline: PipelineConfig, options: RunOptions = {}): Promise<RunResult> {
-  const logger = options.logger ?? silentLogger;
+export async function run(pipeline: PipelineConfig, given: RunOptions = {}): Promise<RunResult> {
   const runId = newRunId();
   const startedAt = runStart();
-  const streams = selectStreams(pipeline, options.streams);
+  const streams = selectStreams(pipeline, given.streams);
+  const journal = openRunJournal(pipeline.name, runId, given.logger ?? silentLogger, given.onProgress);
+  const options: RunOptions = { ...given, logger: journal.logger, onProgress: journal.onProgress };
+  const logger = journal.logger;
+  const result = await runLeased(pipeline, runId, startedAt, streams, options, logger).catch((error: unknown) => {
+    journal.finish([{ stream: '', error: errorMessage(error) }]);
+    throw error;
+  });
+  journal.finish(result.streams.flatMap((s) => (s.error !== undefined ? [{ stream: s.stream, error: s.error }] : [])));
+  return result;
+}
+
+async function runLeased(pipeline: PipelineConfig, runId: string, startedAt: string, streams: readonly StreamConfig[], options: RunOptions, logger: Logger): Promise<RunResult> {
   // Leases first, before any destination connection or file is opened: a run that has to wait holds nothing.
   const provider = leaseProviderFor(pipeline.destination, pipeline.state);
   const leases = await acquireLeases(provider, pipeline, streams, { ...options, logger });
@@ -72,7 +84,7 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
       if (leases.partitions === undefined) leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
       else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
       const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger });
-      return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: finishedAt(startedAt), ok: results.every((r) => r.outcome === 'committed'), streams: results };
+      return { pipeline: pipeline.name, runId: runId, startedAt: startedAt, finishedAt: finishedAt(startedAt), ok: results.every((r) => r.outcome === 'committed'), streams: results };
     } finally {
       try {
         await source.close();
@@ -288,11 +300,11 @@ function quietContext(ctx: RunContext): QuietRunContext {
 
 /** `on_reject: warn`: a run that rejected rows says so, with where to find them. */
 function warnOfRejects(ctx: RunContext, stream: StreamConfig, result: StreamResult): void {
-  if (stream.onReject !== 'warn' || result.rows_rejected === 0) return;
+  if (stream.onReject !== 'warn' || result.rowsRejected === 0) return;
   const where = `tidemark rejects ${ctx.pipeline.file ?? ctx.pipeline.name} --stream ${stream.name}`;
   ctx.logger.log(
     'warn',
-    `pipeline ${ctx.pipeline.name}, stream ${stream.name}: ${result.rows_rejected} of ${result.rows_read} rows read were rejected and not loaded; see \`${where}\` (on_reject: fail stops the stream instead, continue keeps quiet)`,
+    `pipeline ${ctx.pipeline.name}, stream ${stream.name}: ${result.rowsRejected} of ${result.rowsRead} rows read were rejected and not loaded; see \`${where}\` (on_reject: fail stops the stream instead, continue keeps quiet)`,
     { pipeline: ctx.pipeline.name, stream: stream.name, run_id: ctx.runId },
   );
 }
@@ -307,12 +319,12 @@ async function recordFailure(ctx: RunContext, failed: StreamResult, outcome: 'fa
       startedAt: ctx.startedAt,
       finishedAt: finishedAt(ctx.startedAt),
       outcome,
-      rowsRead: failed.rows_read,
-      rowsLoaded: failed.rows_loaded,
-      rowsRejected: failed.rows_rejected,
+      rowsRead: failed.rowsRead,
+      rowsLoaded: failed.rowsLoaded,
+      rowsRejected: failed.rowsRejected,
       commits: failed.commits,
-      cursorMin: failed.cursor_min,
-      cursorMax: failed.cursor_max,
+      cursorMin: failed.cursorMin,
+      cursorMax: failed.cursorMax,
       full: failed.full,
       worker: ctx.options.worker ?? `${hostname()}:${process.pid}`,
       error,
@@ -330,20 +342,20 @@ function stopReason(signal: AbortSignal): string {
 function failedResult(stream: string, error: TidemarkError, started: number, durable: StreamResult | undefined): StreamResult {
   return {
     stream,
-    rows_read: 0,
-    rows_loaded: 0,
-    rows_rejected: 0,
+    rowsRead: 0,
+    rowsLoaded: 0,
+    rowsRejected: 0,
     commits: 0,
-    cursor_min: null,
-    cursor_max: null,
+    cursorMin: null,
+    cursorMax: null,
     watermark: null,
     full: false,
     ...durable,
     outcome: 'failed',
-    duration_ms: elapsedMs(started),
+    durationMs: elapsedMs(started),
     error: errorMessage(error),
-    error_kind: error.kind,
-    ...(error.context.phase !== undefined ? { error_phase: error.context.phase } : {}),
+    errorKind: error.kind,
+    ...(error.context.phase !== undefined ? { errorPhase: error.context.phase } : {}),
   };
 }
 

@@ -35,7 +35,7 @@ export async function reopenedOnSchemaGrowth(
 
 /** The counts of a read that committed nothing: its other fields as `result` says. */
 export function emptyResult(result: StreamResult): StreamResult {
-  return { ...result, rows_read: 0, rows_loaded: 0, rows_rejected: 0, commits: 0, cursor_min: null, cursor_max: null, rows_resent: 0 };
+  return { ...result, rowsRead: 0, rowsLoaded: 0, rowsRejected: 0, commits: 0, cursorMin: null, cursorMax: null, rowsResent: 0 };
 }
 
 /** Two reads of one stream in one run, as one result. */
@@ -43,13 +43,13 @@ function combined(before: StreamResult | undefined, after: StreamResult): Stream
   if (before === undefined) return after;
   return {
     ...after,
-    rows_read: before.rows_read + after.rows_read,
-    rows_loaded: before.rows_loaded + after.rows_loaded,
-    rows_rejected: before.rows_rejected + after.rows_rejected,
+    rowsRead: before.rowsRead + after.rowsRead,
+    rowsLoaded: before.rowsLoaded + after.rowsLoaded,
+    rowsRejected: before.rowsRejected + after.rowsRejected,
     commits: before.commits + after.commits,
-    cursor_min: before.cursor_min ?? after.cursor_min,
-    cursor_max: after.cursor_max ?? before.cursor_max,
-    duration_ms: before.duration_ms + after.duration_ms,
-    ...(before.rows_resent !== undefined || after.rows_resent !== undefined ? { rows_resent: (before.rows_resent ?? 0) + (after.rows_resent ?? 0) } : {}),
+    cursorMin: before.cursorMin ?? after.cursorMin,
+    cursorMax: after.cursorMax ?? before.cursorMax,
+    durationMs: before.durationMs + after.durationMs,
+    ...(before.rowsResent !== undefined || after.rowsResent !== undefined ? { rowsResent: (before.rowsResent ?? 0) + (after.rowsResent ?? 0) } : {}),
   };
 }

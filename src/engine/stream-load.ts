@@ -669,18 +669,18 @@ class StreamLoader {
     return {
       stream: this.stream.name,
       outcome,
-      rows_read: this.rowsRead,
-      rows_loaded: this.rowsLoaded,
-      rows_rejected: this.rowsRejected,
+      rowsRead: this.rowsRead,
+      rowsLoaded: this.rowsLoaded,
+      rowsRejected: this.rowsRejected,
       commits: this.commits,
-      cursor_min: this.cursors.min,
-      cursor_max: this.cursors.max,
+      cursorMin: this.cursors.min,
+      cursorMax: this.cursors.max,
       watermark: this.state.streams[this.stream.name]?.watermark ?? null,
-      duration_ms: elapsedMs(this.started),
+      durationMs: elapsedMs(this.started),
       full: this.building,
-      ...(this.rowsResent > 0 ? { rows_resent: this.rowsResent } : {}),
-      ...(this.schemaStep.changes.length > 0 ? { schema_changes: this.schemaStep.changes.map(describeChange) } : {}),
-      ...((this.dedupe?.duplicates ?? 0) > 0 ? { rows_duplicate: this.dedupe!.duplicates } : {}),
+      ...(this.rowsResent > 0 ? { rowsResent: this.rowsResent } : {}),
+      ...(this.schemaStep.changes.length > 0 ? { schemaChanges: this.schemaStep.changes.map(describeChange) } : {}),
+      ...((this.dedupe?.duplicates ?? 0) > 0 ? { rowsDuplicate: this.dedupe!.duplicates } : {}),
     };
   }
 }

@@ -38,9 +38,9 @@ export class TargetTotals {
   add(stream: string, result: StreamResult): void {
     const total = this.byStream.get(stream) ?? { read: 0, loaded: 0, rejected: 0, commits: 0 };
     this.byStream.set(stream, {
-      read: total.read + result.rows_read,
-      loaded: total.loaded + result.rows_loaded,
-      rejected: total.rejected + result.rows_rejected,
+      read: total.read + result.rowsRead,
+      loaded: total.loaded + result.rowsLoaded,
+      rejected: total.rejected + result.rowsRejected,
       commits: total.commits + result.commits,
     });
   }
@@ -49,7 +49,7 @@ export class TargetTotals {
     return [...this.byStream.entries()].map(([stream, t]) => {
       const { watermark, full } = of(stream);
       const elapsed = Date.now() - Date.parse(this.startedAt);
-      return { stream, outcome: 'committed', rows_read: t.read, rows_loaded: t.loaded, rows_rejected: t.rejected, commits: t.commits, cursor_min: null, cursor_max: null, watermark, duration_ms: elapsed, full };
+      return { stream, outcome: 'committed', rowsRead: t.read, rowsLoaded: t.loaded, rowsRejected: t.rejected, commits: t.commits, cursorMin: null, cursorMax: null, watermark, durationMs: elapsed, full };
     });
   }
 }

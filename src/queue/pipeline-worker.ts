@@ -100,12 +100,12 @@ export class PipelineWorker {
         });
         const failed = result.streams.filter((s) => s.outcome !== 'committed');
         if (failed.length > 0) throw new Error(`${what}: ${failed.map((s) => `${s.stream}: ${s.error ?? s.outcome}`).join('; ')}`);
-        const loaded = result.streams.reduce((n, s) => n + s.rows_loaded, 0);
-        logger.log('info', `${label}: ${what}: committed, ${loaded} rows loaded (run ${result.run_id})`);
+        const loaded = result.streams.reduce((n, s) => n + s.rowsLoaded, 0);
+        logger.log('info', `${label}: ${what}: committed, ${loaded} rows loaded (run ${result.runId})`);
         return {
-          runId: result.run_id,
+          runId: result.runId,
           worker: label,
-          streams: result.streams.map((s) => ({ stream: s.stream, rowsLoaded: s.rows_loaded, ...(s.partitions_loaded ? { partitions: s.partitions_loaded } : {}) })),
+          streams: result.streams.map((s) => ({ stream: s.stream, rowsLoaded: s.rowsLoaded, ...(s.partitionsLoaded ? { partitions: s.partitionsLoaded } : {}) })),
         };
       } catch (error) {
         if (error instanceof ConflictError && error.context.phase === 'lock' && !controller.signal.aborted && token !== undefined) {

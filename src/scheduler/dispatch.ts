@@ -33,14 +33,14 @@ export class InProcessDispatcher implements Dispatcher {
     const started = Date.now();
     try {
       const result = await run(pipeline, { logger: this.logger, signal, worker: `scheduler ${process.pid}` });
-      const loaded = result.streams.reduce((n, s) => n + s.rows_loaded, 0);
+      const loaded = result.streams.reduce((n, s) => n + s.rowsLoaded, 0);
       const failed = result.streams.filter((s) => s.outcome !== 'committed');
       const took = ((Date.now() - started) / 1000).toFixed(2);
       if (failed.length === 0) {
-        this.logger.log('info', `${pipeline.name}: tick ${tick.toISOString()}: committed, ${loaded} rows loaded in ${result.streams.length} stream(s) (${took}s, run ${result.run_id})`);
+        this.logger.log('info', `${pipeline.name}: tick ${tick.toISOString()}: committed, ${loaded} rows loaded in ${result.streams.length} stream(s) (${took}s, run ${result.runId})`);
         return 'committed';
       }
-      this.logger.log('error', `${pipeline.name}: tick ${tick.toISOString()}: ${failed.length} stream(s) failed (${took}s, run ${result.run_id}): ${failed.map((s) => `${s.stream}: ${s.error}`).join('; ')}`);
+      this.logger.log('error', `${pipeline.name}: tick ${tick.toISOString()}: ${failed.length} stream(s) failed (${took}s, run ${result.runId}): ${failed.map((s) => `${s.stream}: ${s.error}`).join('; ')}`);
       return 'failed';
     } catch (error) {
       if (error instanceof ConflictError && error.context.phase === 'lock') {

@@ -24,6 +24,8 @@ import {
 import { retainedLogWarning } from '../core/change-log.js';
 import type { LedgerPartition, LedgerView } from './ledger-view.js';
 import { readLockHolder, type LockHolder } from './lock-holder.js';
+import { readLiveProgress, type LiveProgress } from '../engine/run-journal.js';
+import { Cron } from 'croner';
 
 export interface RejectRecord {
   readonly runId: string;
@@ -63,6 +65,8 @@ export interface PipelineView {
   readonly error: string | null;
   /** Problems the pipeline's source reports, one line each: a replication slot over `max_retained_wal`. */
   readonly warnings: readonly string[];
+  /** A run of this pipeline going on now on this machine: its figures per stream (see src/engine/run-journal.ts). */
+  readonly live: LiveProgress | null;
 }
 
 export const RUNS_PER_STREAM = 100;
@@ -166,11 +170,11 @@ export class DashboardReader {
       try {
         config = await loadPipeline(file);
       } catch (error) {
-        views.push({ name: shown, file: shown, config: null, snapshot: null, stale: null, lock: null, error: errorMessage(error), warnings: [] });
+        views.push({ name: shown, file: shown, config: null, snapshot: null, stale: null, lock: null, error: errorMessage(error), warnings: [], live: null });
         continue;
       }
       if (seen.has(config.name)) {
-        views.push({ name: `${config.name} (${shown})`, file: shown, config: null, snapshot: null, stale: null, lock: null, error: `pipeline name ${config.name} is used by an earlier file too`, warnings: [] });
+        views.push({ name: `${config.name} (${shown})`, file: shown, config: null, snapshot: null, stale: null, lock: null, error: `pipeline name ${config.name} is used by an earlier file too`, warnings: [], live: null });
         continue;
       }
       seen.add(config.name);
@@ -192,7 +196,7 @@ export class DashboardReader {
   private async view(config: PipelineConfig, file: string): Promise<PipelineView> {
     const lock = await readLockHolder(config);
     const cached = this.cache.get(config.name);
-    const base = { name: config.name, file, config, lock, warnings: await this.sourceWarnings(config) };
+    const base = { name: config.name, file, config, lock, warnings: await this.sourceWarnings(config), live: readLiveProgress(config.name) };
     if (cached && Date.now() - cached.at < this.options.maxAgeMs) return { ...base, snapshot: cached.snapshot, stale: null, error: null };
     const stale = (reason: string): PipelineView => ({
       ...base,
@@ -283,4 +287,11 @@ export function lagMs(watermark: Watermark | undefined | null, now = Date.now())
 export function runDurationMs(run: RunRecord): number | null {
   const d = Date.parse(run.finishedAt) - Date.parse(run.startedAt);
   return Number.isNaN(d) ? null : d;
+}
+
+/** When `tidemark schedule` next runs a pipeline with a `schedule:`, read in its time zone; null without one. */
+export function nextScheduledRun(config: PipelineConfig, now = new Date()): string | null {
+  if (config.schedule === undefined) return null;
+  const cron = new Cron(config.schedule, { paused: true, ...(config.timezone !== undefined ? { timezone: config.timezone } : {}) });
+  return cron.nextRun(now)?.toISOString() ?? null;
 }

@@ -15,7 +15,9 @@ import type { AddressInfo } from 'node:net';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { TidemarkError, errorMessage, planPipeline, redact, type RunRecord, type StreamConfig } from '../index.js';
-import { DashboardReader, DestinationGate, RUNS_PER_STREAM, destinationKey, lagMs, runDurationMs, type PipelineView } from './dashboard-data.js';
+import { DashboardReader, DestinationGate, RUNS_PER_STREAM, destinationKey, lagMs, nextScheduledRun, runDurationMs, type PipelineView } from './dashboard-data.js';
+import { readRunLogs } from '../engine/run-journal.js';
+import { schemaVersions } from '../core/schema-diff.js';
 import { PARTITION_STATUSES, libraryLedgerView, type LedgerPartition, type LedgerView } from './ledger-view.js';
 import { ledgerActions, performAction, type ActionName } from './ui-actions.js';
 
@@ -107,6 +109,11 @@ function streamSummary(view: PipelineView, stream: StreamConfig) {
     watermark: s?.watermark ?? null,
     safeMark: s?.safeMark ?? null,
     lagMs: lagMs(s?.watermark),
+    // Freshness in two honest figures: when a run last asked the source (a run that found nothing new counts), and
+    // how old the newest loaded row is (an up-to-date table whose newest row is old is not late).
+    checkedAt: s?.lastRunAt ?? null,
+    live: view.live?.streams[stream.name] ?? null,
+    schema: s?.schema ?? null,
     generation: s?.generation ?? null,
     building: s?.build ? { generation: s.build.generation, rows: s.build.rows } : null,
     updatedAt: s?.updatedAt ?? null,
@@ -141,6 +148,8 @@ function pipelineSummary(view: PipelineView) {
     lock: view.lock,
     readAt: view.snapshot?.readAt ?? null,
     stateVersion: view.snapshot?.state.version ?? null,
+    live: view.live,
+    nextRun: view.config ? nextScheduledRun(view.config) : null,
     streams: view.config ? view.config.streams.map((s) => streamSummary(view, s)) : [],
   };
 }
@@ -215,6 +224,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         state: snap?.state ?? null,
         history: snap?.history ?? [],
         runs: snap?.runs.map(runView) ?? [],
+        runLogs: readRunLogs(config.name, snap?.runs.map((r) => r.runId) ?? []),
+        schemaVersions: schemaVersions(snap?.history ?? []),
         rejects: snap?.rejects ?? [],
         ledger: snap?.ledger ?? [],
       };

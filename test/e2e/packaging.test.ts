@@ -97,7 +97,7 @@ const result: RunResult = await run(pipeline);
 const again: RunResult = await run(pipeline);
 let sum = 0n;
 for await (const row of readTable(pipeline, 'orders', { orderBy: ['id'] })) if (typeof row.id === 'bigint') sum += row.id;
-console.log(JSON.stringify({ ok: result.ok, read: result.streams[0]?.rows_read, commits: result.streams[0]?.commits, again: again.streams[0]?.rows_read, sum: String(sum) }));
+console.log(JSON.stringify({ ok: result.ok, read: result.streams[0]?.rowsRead, commits: result.streams[0]?.commits, again: again.streams[0]?.rowsRead, sum: String(sum) }));
 `,
   );
   const tsc = join(ROOT, 'node_modules', '.bin', 'tsc');

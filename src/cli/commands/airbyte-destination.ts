@@ -49,7 +49,7 @@ export async function airbyteDestinationCommand(action: string, options: Airbyte
         const catalog = await readCatalog(options.catalog);
         const result = await runAirbyteWrite(config, catalog, { input: process.stdin, emit, logger });
         for (const s of result.streams) {
-          logger.log('info', `${config.pipeline.name}.${s.stream}: ${s.rows_read} read, ${s.rows_loaded} loaded, ${s.rows_rejected} rejected in ${s.commits} commit${s.commits === 1 ? '' : 's'}`);
+          logger.log('info', `${config.pipeline.name}.${s.stream}: ${s.rowsRead} read, ${s.rowsLoaded} loaded, ${s.rowsRejected} rejected in ${s.commits} commit${s.commits === 1 ? '' : 's'}`);
         }
         if (result.records_resent > 0) logger.log('info', `${result.records_resent} records sent again after a restart were already committed and not loaded twice`);
         return EXIT.ok;

@@ -99,13 +99,13 @@ export async function demoCommand(dir: string): Promise<number> {
   print(`demo: created ${join(dir, 'shop.sqlite')} (10,000 orders, 500 customers) and ${join(dir, 'pipeline.yaml')}`);
 
   const first = await run(pipeline);
-  for (const s of first.streams) print(`run 1: ${s.stream}: ${formatCount(s.rows_loaded)} rows moved (${s.outcome})`);
+  for (const s of first.streams) print(`run 1: ${s.stream}: ${formatCount(s.rowsLoaded)} rows moved (${s.outcome})`);
   changeShop(join(root, 'shop.sqlite'));
   print('demo: updated 25 orders, added 12 orders sharing one timestamp, moved 3 customers');
   const second = await run(pipeline);
-  for (const s of second.streams) print(`run 2: ${s.stream}: ${formatCount(s.rows_loaded)} rows moved (${s.outcome})`);
+  for (const s of second.streams) print(`run 2: ${s.stream}: ${formatCount(s.rowsLoaded)} rows moved (${s.outcome})`);
   const third = await run(pipeline);
-  for (const s of third.streams) print(`run 3: ${s.stream}: ${formatCount(s.rows_loaded)} rows moved (nothing changed)`);
+  for (const s of third.streams) print(`run 3: ${s.stream}: ${formatCount(s.rowsLoaded)} rows moved (nothing changed)`);
 
   const state = await stateCommands(pipeline).show();
   print(`state (version ${state.version}):`);

@@ -34,22 +34,22 @@ export function describeWatermark(w: Watermark | null | undefined): string {
 
 /** The fields of a failed stream's log line (`--log-format json`). */
 function failureFields(pipeline: string, runId: string, s: StreamResult): LogFields {
-  return { pipeline, stream: s.stream, run_id: runId, ...(s.error_phase !== undefined ? { phase: s.error_phase } : {}), ...(s.error_kind !== undefined ? { error_kind: s.error_kind } : {}) };
+  return { pipeline, stream: s.stream, run_id: runId, ...(s.errorPhase !== undefined ? { phase: s.errorPhase } : {}), ...(s.errorKind !== undefined ? { error_kind: s.errorKind } : {}) };
 }
 
 export function summary(pipeline: string, s: StreamResult): string {
   // Partitioned streams have a ledger instead of a watermark.
   const position =
-    s.partitions_loaded !== undefined
-      ? `partitions loaded: ${s.partitions_loaded.length ? s.partitions_loaded.join(', ') : 'none'}, ${s.partitions_skipped ?? 0} unchanged`
-      : s.watermark === null && s.cursor_min === null && s.cursor_max !== null
-        ? `log position ${s.cursor_max}` // strategy: log reports its position there, with no cursor range
+    s.partitionsLoaded !== undefined
+      ? `partitions loaded: ${s.partitionsLoaded.length ? s.partitionsLoaded.join(', ') : 'none'}, ${s.partitionsSkipped ?? 0} unchanged`
+      : s.watermark === null && s.cursorMin === null && s.cursorMax !== null
+        ? `log position ${s.cursorMax}` // strategy: log reports its position there, with no cursor range
         : `watermark ${describeWatermark(s.watermark)}`;
   const what =
     s.outcome === 'failed'
       ? `FAILED: ${s.error}`
-      : `${formatCount(s.rows_read)} read, ${formatCount(s.rows_loaded)} loaded, ${formatCount(s.rows_rejected)} rejected` +
-        ` in ${s.commits} commit${s.commits === 1 ? '' : 's'} (${(s.duration_ms / 1000).toFixed(2)}s)` +
+      : `${formatCount(s.rowsRead)} read, ${formatCount(s.rowsLoaded)} loaded, ${formatCount(s.rowsRejected)} rejected` +
+        ` in ${s.commits} commit${s.commits === 1 ? '' : 's'} (${(s.durationMs / 1000).toFixed(2)}s)` +
         `${s.full ? ', new generation' : ''}; ${position}`;
   return `${pipeline}.${s.stream}: ${what}`;
 }
@@ -138,7 +138,7 @@ async function runOne(file: string, options: RunCommandOptions, signal: AbortSig
   // A failed stream's line is its error, printed once, on stderr (with --json too: stdout is the data, stderr the log).
   if (options.json) print(toJson(result));
   for (const s of result.streams) {
-    if (s.outcome === 'failed') printError(summary(pipeline.name, s), failureFields(pipeline.name, result.run_id, s), 'error');
+    if (s.outcome === 'failed') printError(summary(pipeline.name, s), failureFields(pipeline.name, result.runId, s), 'error');
     else if (!options.json) print(summary(pipeline.name, s));
   }
   return result.ok ? EXIT.ok : EXIT.failed;

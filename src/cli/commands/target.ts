@@ -26,7 +26,7 @@ export async function targetCommand(options: TargetCommandOptions): Promise<numb
     logger: stderrLogger(),
   });
   for (const s of result.streams) {
-    printError(`${pipeline.name}.${s.stream}: ${formatCount(s.rows_read)} read, ${formatCount(s.rows_loaded)} loaded, ${formatCount(s.rows_rejected)} rejected in ${s.commits} commit${s.commits === 1 ? '' : 's'}`);
+    printError(`${pipeline.name}.${s.stream}: ${formatCount(s.rowsRead)} read, ${formatCount(s.rowsLoaded)} loaded, ${formatCount(s.rowsRejected)} rejected in ${s.commits} commit${s.commits === 1 ? '' : 's'}`);
   }
   return result.ok ? EXIT.ok : EXIT.failed;
 }

@@ -34,7 +34,7 @@ export interface AirbyteWriteOptions {
 
 export interface AirbyteWriteResult {
   readonly pipeline: string;
-  readonly run_id: string;
+  readonly runId: string;
   readonly streams: readonly StreamResult[];
   /** STATE messages committed and echoed. */
   readonly states_emitted: number;
@@ -149,7 +149,7 @@ class AirbyteWrite {
     }
     return {
       pipeline: this.pipelineName,
-      run_id: this.runId,
+      runId: this.runId,
       streams: this.totals.results((stream) => ({ watermark: null, full: this.configs.get(stream)?.strategy === 'full' })),
       states_emitted: this.statesEmitted,
       records_resent: this.resent,
@@ -279,8 +279,8 @@ class AirbyteWrite {
       );
       this.state = outcome.state;
       this.totals.add(table, outcome.result);
-      if (outcome.result.rows_rejected > 0) {
-        this.logger.log('warn', `stream ${table}: ${outcome.result.rows_rejected} record(s) the destination cannot hold exactly were kept as rejects (tidemark rejects)`);
+      if (outcome.result.rowsRejected > 0) {
+        this.logger.log('warn', `stream ${table}: ${outcome.result.rowsRejected} record(s) the destination cannot hold exactly were kept as rejects (tidemark rejects)`);
       }
     } catch (error) {
       if (error instanceof TidemarkError) throw withContext(error, { pipeline: this.pipelineName, stream: table }, 'destination');

@@ -193,6 +193,7 @@
             h('span', { class: 'spacer' }),
             lockText(p.lock) ? h('span', { class: 'badge running', dataset: { role: 'lock' } }, lockText(p.lock)) : null,
             p.lock && !p.lock.live ? h('span', { class: 'muted', dataset: { role: 'checked' }, title: 'the newest run, also one that found nothing to load' }, `last checked ${ago(p.lock.acquiredAt)}`) : null,
+            nextRunText(p) ? h('span', { class: 'muted', dataset: { role: 'next-run' }, title: 'from the schedule: key, as tidemark schedule reads it' }, nextRunText(p)) : null,
           ),
           staleNote(p),
           p.streams.length ? streamsTable(p) : null,
@@ -220,11 +221,36 @@
     return s.lagMs === null ? '—' : duration(s.lagMs);
   }
 
+  /**
+   * Freshness as two figures that cannot mislead: when a run last asked the source (one that found nothing counts),
+   * and how old the newest loaded row is. A table fully up to date whose newest row is old reads "checked just now".
+   */
+  function freshness(s) {
+    if (s.partitioned) return lagText(s);
+    return [
+      h('span', { dataset: { role: 'checked-at' }, title: 'the newest run of this stream, also one that found nothing new' }, s.checkedAt ? `checked ${ago(s.checkedAt)}` : 'never checked'),
+      s.lagMs === null ? null : h('span', { class: 'muted', dataset: { role: 'newest-row' }, title: 'now minus the newest cursor value loaded' }, ` · newest row ${duration(s.lagMs)} old`),
+    ];
+  }
+
+  /** A running stream's figures, from the run's journal on this machine. */
+  function liveText(live) {
+    const parts = [`${count(live.rowsRead)}${live.rowsTotal ? ` of ~${count(live.rowsTotal)}` : ''} rows read`, `${count(live.rowsPerSecond)} rows/s`];
+    if (live.partitionsTotal) parts.push(`${count(live.partitionsDone)} of ${count(live.partitionsTotal)} partitions done`);
+    return `running: ${parts.join(' · ')}`;
+  }
+
+  function nextRunText(p) {
+    if (!p.nextRun) return null;
+    const ms = Date.parse(p.nextRun) - Date.now();
+    return `next run ${ms < 5000 ? 'now' : `in ${duration(ms)}`} (${p.nextRun.replace('T', ' ').replace(/\.\d+Z$/, ' UTC')})`;
+  }
+
   function streamsTable(p) {
     const unknown = unknownState(p);
     return h('table', { class: 'grid' },
       h('thead', {}, h('tr', {},
-        ['Stream', 'Strategy', 'Write', 'Watermark (high)', 'Safe mark', 'Lag', 'Last run', 'Rows', 'Duration', 'When'].map((t) => h('th', {}, t)),
+        ['Stream', 'Strategy', 'Write', 'Watermark (high)', 'Safe mark', 'Freshness', 'Last run', 'Rows', 'Duration', 'When'].map((t) => h('th', {}, t)),
       )),
       h('tbody', {}, p.streams.map((s) => {
         const r = s.lastRun;
@@ -234,8 +260,8 @@
           h('td', { class: 'write' }, s.write),
           h('td', { class: 'watermark mono', title: s.cursor ? `(${[s.cursor, ...s.primaryKey].join(', ')})` : '' }, unknown ? UNKNOWN() : positionText(s)),
           h('td', { class: 'safemark mono' }, unknown ? UNKNOWN() : s.safeMark ? s.safeMark.value : '—'),
-          h('td', { class: 'lag' }, unknown ? UNKNOWN() : lagText(s)),
-          h('td', { class: 'outcome' }, unknown ? UNKNOWN() : r ? outcomeBadge(r.outcome) : h('span', { class: 'muted' }, 'never')),
+          h('td', { class: 'lag' }, unknown ? UNKNOWN() : freshness(s)),
+          h('td', { class: 'outcome' }, s.live ? h('span', { class: 'badge running', dataset: { role: 'live' } }, liveText(s.live)) : unknown ? UNKNOWN() : r ? outcomeBadge(r.outcome) : h('span', { class: 'muted' }, 'never')),
           h('td', { class: 'rows num', title: r ? `read ${count(r.rowsRead)}, rejected ${count(r.rowsRejected)}` : '' }, r ? count(r.rowsLoaded) : '—'),
           h('td', { class: 'duration num' }, r ? duration(r.durationMs) : '—'),
           h('td', { class: 'when', title: r ? r.finishedAt : '' }, r ? ago(r.finishedAt) : '—'),
@@ -255,7 +281,7 @@
       p.actions.includes('run') ? h('p', {}, runButton(p, undefined)) : null,
       h('section', { class: 'card' }, streamsTable(p)),
       historySection(p, undefined),
-      runLog(p.runs, 'Run log (all streams)', true),
+      runLog(p.runs, 'Run log (all streams)', true, p.runLogs),
     ];
   }
 
@@ -268,7 +294,7 @@
         okLabel: 'Run now',
         url: `${api(p.name)}/run`,
         body: stream ? { stream } : {},
-        describe: (out) => `Run ${out.result.run_id}: ${out.result.streams.map((s) => `${s.stream} ${s.outcome}, ${count(s.rows_loaded)} rows loaded${s.error ? ` (${s.error})` : ''}`).join('; ')}`,
+        describe: (out) => `Run ${out.result.runId}: ${out.result.streams.map((s) => `${s.stream} ${s.outcome}, ${count(s.rowsLoaded)} rows loaded${s.error ? ` (${s.error})` : ''}`).join('; ')}`,
       }),
     );
     return button;
@@ -300,7 +326,11 @@
         s.partitioned
           ? fact('Latest partition', orUnknown(s.partitions.latest ? `${s.partitions.latest}${s.partitions.latestLoadedAt ? ` (loaded ${ago(s.partitions.latestLoadedAt)})` : ''}` : '—'), 'latest-partition')
           : fact('Safe mark', orUnknown(s.safeMark ? s.safeMark.value : '—'), 'safemark'),
-        s.partitioned ? null : fact('Lag behind now', orUnknown(lagText(s)), 'lag'),
+        s.partitioned ? null : fact('Checked', orUnknown(s.checkedAt ? ago(s.checkedAt) : 'never'), 'checked-at'),
+        s.partitioned ? null : fact('Newest row', orUnknown(s.lagMs === null ? '—' : `${duration(s.lagMs)} old`), 'lag'),
+        s.live ? fact('Now', liveText(s.live), 'live') : null,
+        nextRunText(p) ? fact('Next run', nextRunText(p), 'next-run') : null,
+        s.schema ? fact('Schema', `${s.schema.columns.length} columns${s.schema.dropped && s.schema.dropped.length ? `, ${s.schema.dropped.length} dropped in the source` : ''}`, 'schema') : null,
         fact('Generation', s.generation === null ? '—' : String(s.generation)),
         s.building ? fact('Building', `generation ${s.building.generation}, ${count(s.building.rows)} rows so far`) : null,
         fact('State updated', orUnknown(stateNow && stateNow.updatedAt ? ago(stateNow.updatedAt) : '—')),
@@ -309,8 +339,9 @@
       h('section', { class: 'card' }, h('h2', {}, `Rows loaded and duration — last ${runs.length} run${runs.length === 1 ? '' : 's'}`), chart(runs)),
       s.partitioned ? ledgerSection(p, streamName, ledger) : null,
       planSection(p, streamName),
+      schemaSection(p, streamName),
       historySection(p, streamName),
-      runLog(runs, 'Run log', false),
+      runLog(runs, 'Run log', false, p.runLogs),
       rejectsSection(p.rejects.filter((r) => r.stream === streamName)),
     ];
   }
@@ -377,7 +408,32 @@
     return box;
   }
 
-  function runLog(runs, title, withStream) {
+  /** The schema versions a stream committed (from the state history), newest first, with what changed. */
+  function schemaSection(p, streamName) {
+    const versions = (p.schemaVersions || []).filter((v) => v.stream === streamName).reverse();
+    if (versions.length === 0) return null;
+    return h('section', { class: 'card', dataset: { role: 'schema-versions' } }, h('h2', {}, `Schema versions (${versions.length})`),
+      h('table', { class: 'grid' },
+        h('thead', {}, h('tr', {}, ['State version', 'What changed'].map((c) => h('th', {}, c)))),
+        h('tbody', {}, versions.map((v) => h('tr', { dataset: { version: String(v.version) } },
+          h('td', { class: 'num' }, `v${v.version}`),
+          h('td', {}, v.changes.map((c) => h('div', { class: 'mono small' }, c))),
+        ))),
+      ));
+  }
+
+  /** A run's warnings and log lines, kept on the machine that ran it (a stream's page shows that stream's and the run's own). */
+  function runLines(lines, stream) {
+    const mine = (lines || []).filter((l) => stream === undefined || l.stream === undefined || l.stream === stream);
+    if (mine.length === 0) return null;
+    const warnings = mine.filter((l) => l.level === 'warn' || l.level === 'error').length;
+    return h('details', { class: 'run-lines', dataset: { role: 'run-lines' } },
+      h('summary', {}, `${mine.length} log line${mine.length === 1 ? '' : 's'}${warnings ? `, ${warnings} warning${warnings === 1 ? '' : 's'} or error${warnings === 1 ? '' : 's'}` : ''}`),
+      h('pre', { class: 'small' }, mine.map((l) => `${l.time} ${l.level}: ${l.message}`).join('\n')),
+    );
+  }
+
+  function runLog(runs, title, withStream, logs) {
     const section = h('section', { class: 'card' }, h('h2', {}, title));
     if (runs.length === 0) {
       section.append(h('p', { class: 'muted' }, 'No runs recorded.'));
@@ -385,6 +441,8 @@
     }
     const cols = ['Run', ...(withStream ? ['Stream'] : []), 'Outcome', 'Started', 'Duration', 'Read', 'Loaded', 'Rejected', 'Commits', 'Cursor range', 'Worker'];
     const body = h('tbody');
+    // A run of several streams has one log: shown once, under its first row.
+    const shownRuns = new Set();
     for (const r of runs) {
       body.append(h('tr', { dataset: { run: r.runId } },
         h('td', { class: 'mono' }, r.runId, r.full ? h('span', { class: 'badge' }, 'full') : null),
@@ -402,6 +460,11 @@
       // A stopped run's message says why it stopped, which is not an error.
       const textClass = r.outcome === 'stopped' ? 'error-text stop-text' : 'error-text';
       if (r.error) body.append(h('tr', { class: 'error-row' }, h('td', { colspan: String(cols.length) }, h('pre', { class: textClass, dataset: { role: 'run-error' } }, r.error))));
+      const lines = logs && runLines(logs[r.runId], withStream ? undefined : r.stream);
+      if (lines && !shownRuns.has(r.runId)) {
+        shownRuns.add(r.runId);
+        body.append(h('tr', { class: 'lines-row' }, h('td', { colspan: String(cols.length) }, lines)));
+      }
     }
     section.append(h('div', { class: 'scroll' }, h('table', { class: 'grid' }, h('thead', {}, h('tr', {}, cols.map((c) => h('th', {}, c)))), body)));
     return section;

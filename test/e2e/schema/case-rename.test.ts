@@ -49,7 +49,7 @@ describe.each(['duckdb', 'sqlite'] as const)('case-only rename into %s', (kind) 
   it('is the same column: every month loads, the fee of each in the one column', async () => {
     const target = join(dir, `w.${kind}`);
     const result = await run(await loadPipeline(await pipeline(`{type: ${kind}, path: ${JSON.stringify(target)}}`)));
-    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 3 * ROWS, partitions_loaded: ['2024-01', '2024-02', '2024-03'] });
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 3 * ROWS, partitionsLoaded: ['2024-01', '2024-02', '2024-03'] });
     const sums = await destinationQuery(kind, target, `SELECT month, count("Airport_fee") AS n, sum("Airport_fee") AS s FROM trips GROUP BY month ORDER BY month`);
     expect(sums.map((r) => [r.month, Number(r.n), Math.round(Number(r.s) * 100) / 100])).toEqual([1, 2, 3].map((m) => [`2024-0${m}`, ROWS, expectedSum(m)]));
     const columns = await destinationQuery(kind, target, `SELECT * FROM trips LIMIT 1`);
@@ -61,7 +61,7 @@ describe('case-only rename into the lake', () => {
   it('is one column in the manifest, and a reader unions the months into it', async () => {
     const lake = join(dir, 'lake');
     const result = await run(await loadPipeline(await pipeline(`{type: files, location: ${JSON.stringify(lake)}}`)));
-    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 3 * ROWS });
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 3 * ROWS });
     const manifests = (await readdir(join(lake, '_tidemark/manifests/taxi'))).sort();
     const manifest = JSON.parse(await readFile(join(lake, '_tidemark/manifests/taxi', manifests[manifests.length - 1]!), 'utf8'));
     expect(manifest.tables.trips.columns.map((c: { name: string }) => c.name)).toEqual(['id', 'Airport_fee', 'month']);
@@ -93,7 +93,7 @@ describe('case-only rename into Postgres', () => {
     expect(columns.map((c) => c.column_name)).toEqual(['Airport_fee', 'id', 'month']);
 
     const second = await run(await loadPipeline(await pipeline(destination, '    rename: {airport_fee: Airport_fee}\n')));
-    expect(second.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: ROWS, partitions_loaded: ['2024-02'] });
+    expect(second.streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: ROWS, partitionsLoaded: ['2024-02'] });
     const sums = await db.query(`SELECT month, count("Airport_fee")::int AS n, sum(round("Airport_fee" * 100))::bigint AS s FROM w.trips GROUP BY month ORDER BY month`);
     expect(sums.map((r) => [r.month, Number(r.n), Number(r.s) / 100])).toEqual([1, 2, 3].map((m) => [`2024-0${m}`, ROWS, expectedSum(m)]));
   });

@@ -27,7 +27,7 @@ describe('file encodings', () => {
     await writeFile(join(dir, 'in', 'a.csv'), Buffer.from(lines.join('\n') + '\n', 'latin1'));
     const file = await pipeline(`  - name: t\n    pattern: "{f}.csv"\n    csv: {header: true, encoding: latin-1}`);
     const result = await run(await loadPipeline(file));
-    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: ROWS });
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: ROWS });
     const rows = await duckdbQuery(join(dir, 'w.duckdb'), `SELECT count(*) AS n FROM t WHERE name = 'n' || id || ' café'`);
     expect(Number(rows[0]!.n)).toBe(ROWS);
   });

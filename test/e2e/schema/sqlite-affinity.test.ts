@@ -59,7 +59,7 @@ destination: {type: ${kind}, path: ${JSON.stringify(target)}}
     const started = Date.now();
     const result = await run(await loadPipeline(file));
     const seconds = (Date.now() - started) / 1000;
-    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_read: ROWS, rows_loaded: ROWS, rows_rejected: 0 });
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rowsRead: ROWS, rowsLoaded: ROWS, rowsRejected: 0 });
     expect(result.streams[0]!.commits).toBeGreaterThanOrEqual(5);
     expect(seconds).toBeLessThan(30);
 

@@ -71,7 +71,7 @@ describe('a pipeline in code', () => {
     const reads = { since: [] as unknown[] };
     const first = definePipeline({ name: 'counting', source: codeSource({ streams: [numbers(() => upTo, reads)] }), destination, streams: [{ name: 'numbers', checkpoint_rows: 25 }] });
     const r1 = (await run(first)).streams[0]!;
-    expect(r1).toMatchObject({ outcome: 'committed', rows_read: 120, commits: 5 });
+    expect(r1).toMatchObject({ outcome: 'committed', rowsRead: 120, commits: 5 });
     // Another definition object (a renamed function, a new module) with the same names continues the same state.
     const renamed = { since: [] as unknown[] };
     const again = definePipeline({ name: 'counting', source: codeSource({ streams: [numbers(() => upTo, renamed)] }), destination });
@@ -81,7 +81,7 @@ describe('a pipeline in code', () => {
     upTo = 130;
     const r2 = (await run(again)).streams[0]!;
     expect(renamed.since).toEqual([120n]);
-    expect(r2.rows_read).toBe(10);
+    expect(r2.rowsRead).toBe(10);
     const state = stateCommands(again);
     expect((await state.show()).streams.numbers?.watermark?.cursor.value).toBe('130');
     await state.reset('numbers');
@@ -129,11 +129,11 @@ export default definePipeline({ name: 'from-module', source, destination: { type
     await writeFile(join(dir, 'pipeline.mjs'), MODULE);
     const pipeline = await loadPipeline(join(dir, 'pipeline.mjs'));
     expect(pipeline).toMatchObject({ name: 'from-module', file: join(dir, 'pipeline.mjs'), destination: { type: 'sqlite', path: join(dir, 'w.sqlite') } });
-    expect((await run(pipeline)).streams[0]).toMatchObject({ rows_read: 40, commits: 4 });
+    expect((await run(pipeline)).streams[0]).toMatchObject({ rowsRead: 40, commits: 4 });
     await writeFile(join(dir, 'yaml.yaml'), 'name: from-yaml\nsource: { type: code, module: ./pipeline.mjs, export: source }\nstreams: [{ name: numbers, write: append }]\ndestination: { type: sqlite, path: ./y.sqlite }\n');
     const fromYaml = await loadPipeline(join(dir, 'yaml.yaml'));
     expect(fromYaml.streams[0]).toMatchObject({ name: 'numbers', cursor: 'n', primaryKey: ['n'], write: 'append' });
-    expect((await run(fromYaml)).streams[0]!.rows_read).toBe(40);
+    expect((await run(fromYaml)).streams[0]!.rowsRead).toBe(40);
     await writeFile(join(dir, 'wrong.yaml'), 'name: wrong\nsource: { type: code, module: ./pipeline.mjs, export: nope }\nstreams: [{ name: numbers }]\n');
     await expect(loadPipeline(join(dir, 'wrong.yaml'))).rejects.toThrow(/source.export: .*has no export nope/);
   });

@@ -40,7 +40,7 @@ describe.each(DESTINATIONS)('a code source into %s', (kind) => {
     const first = await run(pipeline);
     const s1 = first.streams[0]!;
     expect(first.ok, s1.error).toBe(true);
-    expect(s1.rows_read).toBe(600);
+    expect(s1.rowsRead).toBe(600);
     expect(s1.commits).toBeGreaterThan(8);
     expect(seen[0]!.since).toBeUndefined();
     expect(typeof seen[0]!.until).toBe('string');
@@ -49,8 +49,8 @@ describe.each(DESTINATIONS)('a code source into %s', (kind) => {
     const second = await run(pipeline);
     const s2 = second.streams[0]!;
     expect(seen[1]!.since).toBe(s1.watermark!.cursor.value);
-    expect(s2.rows_resent).toBeGreaterThan(0);
-    expect(s2.rows_read).toBe(s2.rows_loaded + s2.rows_rejected);
+    expect(s2.rowsResent).toBeGreaterThan(0);
+    expect(s2.rowsRead).toBe(s2.rowsLoaded + s2.rowsRejected);
     const rows = await ws.rows('orders');
     expect(rows).toHaveLength(700);
     expect(rows[0]).toMatchObject({ id: 1n, updated_at: data.find((o) => o.id === 1n)!.updated_at, amount: '1.01' });
@@ -77,7 +77,7 @@ describe.each(DESTINATIONS)('a code source into %s', (kind) => {
     expect(first.commits).toBe(1);
     expect(first.watermark!.cursor.value).toBe(orders(300).sort(byCursor).at(-1)!.updated_at);
     const second = (await run(pipeline)).streams[0]!;
-    expect(second.rows_read).toBe(0);
+    expect(second.rowsRead).toBe(0);
     expect(await ws.rows('orders')).toHaveLength(300);
   });
 
@@ -106,8 +106,8 @@ describe.each(DESTINATIONS)('a code source into %s', (kind) => {
     await run(pipeline);
     data = [...data, ...orders(60, 301, Date.UTC(2024, 0, 2))];
     const second = (await run(pipeline)).streams[0]!;
-    expect(second.rows_resent).toBe(25);
-    expect(second.rows_read).toBe(60);
+    expect(second.rowsResent).toBe(25);
+    expect(second.rowsRead).toBe(60);
     const rows = await ws.rows('orders');
     expect(rows).toHaveLength(360);
     expect(new Set(rows.map((r) => r.id)).size).toBe(360);
@@ -142,7 +142,7 @@ describe.each(DESTINATIONS)('a code source into %s', (kind) => {
     expect(first.ok).toBe(false);
     expect(failed.error).toMatch(/stream orders.*connection reset by peer/);
     const committed = await ws.rows('orders');
-    expect(committed.length).toBe(failed.rows_loaded);
+    expect(committed.length).toBe(failed.rowsLoaded);
     expect(committed.length).toBeGreaterThan(200);
     expect(committed.length).toBeLessThan(330);
     failAt = undefined;
@@ -181,12 +181,12 @@ describe.each(DESTINATIONS)('a code source into %s', (kind) => {
     const first = (await run(pipeline)).streams[0]!;
     expect(first.outcome).toBe('failed');
     // Commits every two pages (50 rows): pages 0–7 committed, page 8 rolled back with the failure.
-    expect(first.rows_loaded).toBe(200);
+    expect(first.rowsLoaded).toBe(200);
     failOnPage = undefined;
     const second = (await run(pipeline)).streams[0]!;
     expect(contexts[1]!.resume).toBe(8);
     expect(contexts[1]!.until).toBe(contexts[0]!.until);
-    expect(second.rows_read).toBe(400);
+    expect(second.rowsRead).toBe(400);
     const rows = await ws.rows('orders');
     expect(rows).toHaveLength(600);
     expect(new Set(rows.map((r) => r.id)).size).toBe(600);
@@ -221,14 +221,14 @@ describe.each(DESTINATIONS)('a code source into %s', (kind) => {
     });
     const pipeline = ws.pipeline({ name: 'parts', source, streams: [{ name: 'sales', ...SETTINGS }] });
     const first = (await run(pipeline)).streams[0]!;
-    expect(first.partitions_loaded).toEqual(['2024-01', '2024-02', '2024-03', '2024-04']);
+    expect(first.partitionsLoaded).toEqual(['2024-01', '2024-02', '2024-03', '2024-04']);
     expect(await ws.rows('sales')).toHaveLength(600);
     const second = (await run(pipeline)).streams[0]!;
-    expect(second.partitions_skipped).toBe(4);
+    expect(second.partitionsSkipped).toBe(4);
     versions['2024-02'] = 'b';
     rowsPerPartition = 120;
     const third = (await run(pipeline)).streams[0]!;
-    expect(third.partitions_loaded).toEqual(['2024-02']);
+    expect(third.partitionsLoaded).toEqual(['2024-02']);
     const rows = await ws.rows('sales');
     expect(rows.filter((r) => r.part === '2024-02')).toHaveLength(120);
     expect(rows).toHaveLength(570);
@@ -260,8 +260,8 @@ describe.each(DESTINATIONS)('a code source into %s', (kind) => {
     const result = (await run(ws.pipeline({ name: 'disorder', source, streams: [{ name: 'orders', write: 'append', ...SETTINGS }] }))).streams[0]!;
     expect(result.outcome).toBe('failed');
     expect(result.error).toMatch(/declared ordered.*came after/);
-    expect(await ws.rows('orders')).toHaveLength(result.rows_loaded);
-    expect(result.rows_loaded).toBeLessThan(150);
+    expect(await ws.rows('orders')).toHaveLength(result.rowsLoaded);
+    expect(result.rowsLoaded).toBeLessThan(150);
   });
 
   it('keeps values exact: int64 beyond 2^53, decimals, timestamps with microseconds and offsets; an unsafe number is a reject', async () => {
@@ -284,7 +284,7 @@ describe.each(DESTINATIONS)('a code source into %s', (kind) => {
     });
     const pipeline = ws.pipeline({ name: 'values', source });
     const result = (await run(pipeline)).streams[0]!;
-    expect(result).toMatchObject({ rows_read: 3, rows_loaded: 2, rows_rejected: 1 });
+    expect(result).toMatchObject({ rowsRead: 3, rowsLoaded: 2, rowsRejected: 1 });
     const rows = await ws.rows('values');
     expect(rows).toEqual([
       { id: 1n, big: 9223372036854775807n, price: '12345678901234567890.123456', at: '2024-03-01T10:00:00.123456Z' },

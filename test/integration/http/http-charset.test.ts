@@ -68,7 +68,7 @@ describe.each(['duckdb', 'sqlite'] as const)('HTTP charsets into %s', (kind) => 
     contentType = 'application/json; charset=ISO-8859-1';
     nameBytes = (id) => Buffer.concat([Buffer.from(`n${id} caf`), Buffer.from([0xe9, 0x20, 0x80])]);
     const result = await load(kind);
-    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_read: RECORDS, rows_loaded: RECORDS, rows_rejected: 0 });
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rowsRead: RECORDS, rowsLoaded: RECORDS, rowsRejected: 0 });
     const rows = await destinationQuery(kind, join(dir, `w.${kind}`), `SELECT id, name FROM items ORDER BY id`);
     expect(rows.map((r) => r.name)).toEqual(Array.from({ length: RECORDS }, (_, i) => `n${i + 1} café €`));
   });
@@ -78,7 +78,7 @@ describe.each(['duckdb', 'sqlite'] as const)('HTTP charsets into %s', (kind) => 
       contentType = declared;
       nameBytes = (id) => (id % 40 === 0 ? Buffer.from([0x63, 0x61, 0x66, 0xe9]) : Buffer.from(`n${id} café`));
       const result = await load(kind);
-      expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_read: RECORDS, rows_loaded: RECORDS - 7, rows_rejected: 7 });
+      expect(result.streams[0]).toMatchObject({ outcome: 'committed', rowsRead: RECORDS, rowsLoaded: RECORDS - 7, rowsRejected: 7 });
     }
     const target = join(dir, `w.${kind}`);
     expect(Number((await destinationQuery(kind, target, `SELECT count(*) AS n FROM items WHERE name LIKE '%\uFFFD%'`))[0]!.n)).toBe(0);

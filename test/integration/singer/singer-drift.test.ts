@@ -42,7 +42,7 @@ describe.each(['duckdb', 'sqlite'] as const)('Singer output into %s', (kind) => 
   it('a record whose text is not UTF-8 is rejected naming its column and byte, never stored as U+FFFD; the others load', async () => {
     const file = await pipeline(kind, { count: 3000, state_every: 100, bad_every: 250 });
     const result = await run(await loadPipeline(file));
-    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_read: 3000, rows_loaded: 2988, rows_rejected: 12 });
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rowsRead: 3000, rowsLoaded: 2988, rowsRejected: 12 });
     const target = join(dir, `w.${kind}`);
     const replaced = await destinationQuery(kind, target, `SELECT count(*) AS n FROM events WHERE name LIKE '%\uFFFD%'`);
     expect(Number(replaced[0]!.n)).toBe(0);
@@ -62,13 +62,13 @@ describe.each(['duckdb', 'sqlite'] as const)('a mid-stream SCHEMA message adding
   it('the 3,000 records after it land with the new column in the same run, across checkpoints; a later run keeps them', async () => {
     const file = await pipeline(kind, { count: 5000, state_every: 100, add_at: 2001 });
     const result = await run(await loadPipeline(file));
-    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 5000, rows_rejected: 0 });
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 5000, rowsRejected: 0 });
     const target = join(dir, `w.${kind}`);
     const counts = async () =>
       (await destinationQuery(kind, target, `SELECT count(*) AS n, count(DISTINCT id) AS d, count(extra) AS e, sum(CASE WHEN extra = id * 10 THEN 1 ELSE 0 END) AS right FROM events`))[0]!;
     expect(Object.values(await counts()).map(Number)).toEqual([5000, 5000, 3000, 3000]);
     const again = await run(await loadPipeline(await pipeline(kind, { count: 5200, state_every: 100, add_at: 2001 })));
-    expect(again.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 200 });
+    expect(again.streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 200 });
     expect(Object.values(await counts()).map(Number)).toEqual([5200, 5200, 3200, 3200]);
   }, 60_000);
 });

@@ -268,12 +268,16 @@ describe('ranged loads from MariaDB (primary-key ranges)', () => {
     const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'range.after_commit=2:kill' } });
     expect(killed.signal).toBe('SIGKILL');
     const ledger = JSON.parse((await cli(['ledger', 'list', '--json', '--config', config])).stdout) as { partition: string; rows: number }[];
-    expect(ledger.map((e) => e.partition.replace(/^[^:]+:/, ''))).toEqual(['key 1/4', 'key 2/4']);
+    // InnoDB's row count is an estimate: about 4 ranges of ~5,000 rows, 5 when it counts a little high.
+    const total = Number(/^[^:]+:key 1\/(\d+)$/.exec(ledger[0]!.partition)?.[1]);
+    expect(total).toBeGreaterThanOrEqual(4);
+    expect(ledger.map((e) => e.partition.replace(/^[^:]+:/, ''))).toEqual([`key 1/${total}`, `key 2/${total}`]);
     const resumed = await runJson(config);
     expect(resumed.code, resumed.stderr).toBe(0);
     const [text, pair] = resumed.result!.streams;
-    expect(text).toMatchObject({ rows_read: ROWS - ledger[0]!.rows - ledger[1]!.rows, ranges: { done: 4, total: 4 } });
-    expect(pair).toMatchObject({ rows_read: ROWS, ranges: { total: 4 } });
+    expect(text).toMatchObject({ rows_read: ROWS - ledger[0]!.rows - ledger[1]!.rows, ranges: { done: total, total } });
+    expect(pair).toMatchObject({ rows_read: ROWS });
+    expect((pair!.ranges as { total: number }).total).toBeGreaterThanOrEqual(4);
     const source = async (sql: string) => (await my.sql(sql)).map((r) => String(r.r)).sort();
     expect(await targetRows('duckdb', target, 'by_text', ITEM_COLUMNS)).toEqual(await source(`SELECT CONCAT_WS('|', id, n, v) AS r FROM by_text`));
     expect(await targetRows('duckdb', target, 'by_pair', ['a', 'b', 'n'])).toEqual(await source(`SELECT CONCAT_WS('|', a, b, n) AS r FROM by_pair`));

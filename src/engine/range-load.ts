@@ -8,9 +8,9 @@
  */
 import { availableParallelism } from 'node:os';
 import type { BulkChunk, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, RangeSizing, ReadRequest, Source } from '../core/connector.js';
-import { SourceError, TidemarkError, withContext } from '../core/errors.js';
+import { SourceError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
-import { monotonicMs, elapsedMs } from '../core/run-clock.js';
+import { elapsedMs } from '../core/run-clock.js';
 import type { LedgerEntry, PipelineState, RangedLoadState, Reject, Row, StreamResult, StreamSchema, StreamState, TableRange, Watermark } from '../core/types.js';
 import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
 import { describeChange } from '../core/schema-diff.js';
@@ -204,9 +204,9 @@ class RangeLoader {
       }
     } catch (error) {
       await opened.abandon();
-      if (error instanceof TidemarkError) throw withContext(error, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: error.context.phase ?? 'extract' }, 'source');
       throw withContext(error, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'extract' }, 'source');
     }
+    // Every range is in: only idle readers are left to close.
     await opened.abandon();
     await this.finish();
     await this.forgetOtherLoads();

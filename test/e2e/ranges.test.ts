@@ -24,11 +24,11 @@ let cleanup: () => Promise<void>;
 beforeAll(async () => {
   db = await createPgDb('tm_ranges');
   ({ dir: root, cleanup } = await tempDir());
-}, 120_000);
+}, 300_000);
 afterAll(async () => {
   await db?.drop();
   await cleanup?.();
-}, 120_000);
+}, 300_000);
 
 /** A table of `rows` rows: a text key, an int8, a numeric and a timestamptz with microseconds; analysed, so ranges can be sized. */
 async function createItems(table: string, rows: number): Promise<void> {
@@ -244,10 +244,10 @@ describe('ranged loads from MariaDB (primary-key ranges)', () => {
   let my: MysqlTestDb;
   beforeAll(async () => {
     my = await createMysqlDb('tm_ranges');
-  }, 120_000);
+  }, 300_000);
   afterAll(async () => {
     await my?.drop();
-  }, 120_000);
+  }, 300_000);
 
   it('text and composite keys split into key ranges; killed between ranges, the resume loads exactly the rest', async () => {
     await my.sql(`CREATE TABLE by_text (id VARCHAR(16) PRIMARY KEY, n BIGINT, v DECIMAL(20,6))`);

@@ -82,12 +82,14 @@ function rate(line: StreamLine, now: number): string {
   return `${formatCount(seconds > 0 ? Math.round(line.rows / seconds) : 0)} rows/s`;
 }
 
-/** "of ~N rows" or "partition i/N id": what the line knows of the whole. */
+/** "of ~N rows", "partition i/N id" or "ranges done/total": what the line knows of the whole. */
 function extent(line: StreamLine): string {
   const p = line.detail?.partition;
   if (p !== undefined) return `partition ${p.index}/${p.count} ${p.id}`;
   const total = line.detail?.rowsTotal;
-  return total === undefined ? '' : `of ~${formatCount(Math.max(total, line.rows))}`;
+  const rows = total === undefined ? '' : `of ~${formatCount(Math.max(total, line.rows))}`;
+  const ranges = line.detail?.ranges;
+  return ranges === undefined ? rows : `${rows}${rows ? ', ' : ''}ranges ${ranges.done}/${ranges.total}`;
 }
 
 function eta(line: StreamLine, done: number, now: number): string {

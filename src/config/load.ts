@@ -65,6 +65,10 @@ export interface StreamConfig extends StreamSpec {
   readonly log?: LogStreamConfig;
   /** `schema_changes:` (absent: the default policy, evolve; see src/engine/schema-check.ts). */
   readonly schemaChanges?: SchemaPolicy;
+  /** `parallel:` a full read as ranges, this many read at once (see src/engine/range-load.ts); absent: no ranges. */
+  readonly parallel?: number | 'auto';
+  /** `range_rows:` about this many rows per range. */
+  readonly rangeRows?: number;
 }
 
 export interface LogStreamConfig {
@@ -477,6 +481,8 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       checkpointRows: s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS,
       batchRows: Math.min(s.batch_rows ?? DEFAULT_BATCH_ROWS[log ? 'log' : 'table'], s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS),
       ...(s.checkpoint === 'end' ? { checkpoint: 'end' as const } : {}),
+      ...(s.parallel !== undefined ? { parallel: s.parallel } : {}),
+      ...(s.range_rows !== undefined ? { rangeRows: s.range_rows } : {}),
       ...(s.volatile_columns !== undefined ? { volatileColumns: volatileColumns(s.volatile_columns, primaryKey, at) } : {}),
       onChange: s.on_change ?? 'reload',
       onMissing: s.on_missing ?? 'keep',

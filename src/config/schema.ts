@@ -359,6 +359,11 @@ export const streamSchema = z
     on_reject: z.enum(['fail', 'warn', 'continue']).optional().describe('Rows the destination cannot hold exactly: stop the stream, or load the rest with (warn) or without (continue) a warning; rejects are kept (default warn).'),
     checkpoint_rows: z.number().int().positive().optional().describe('Commit about every N rows, never inside a group of equal cursor values (default 100000).'),
     batch_rows: z.number().int().positive().optional().describe('Rows per batch between source and destination (default 1000; 10000 for strategy: log).'),
+    parallel: z
+      .union([z.number().int().positive(), z.literal('auto')])
+      .optional()
+      .describe("Read the table's full load (strategy full, an incremental stream's first load) as ranges, this many at once on their own connections; `auto`: the machine's cores, at most the source's free connections (default: one reader, no ranges)."),
+    range_rows: z.number().int().positive().optional().describe('With parallel: about this many rows per range, and at least `parallel` ranges (default 250000).'),
     checkpoint: z
       .enum(['auto', 'end'])
       .optional()

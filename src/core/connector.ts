@@ -16,6 +16,7 @@ import type {
   Row,
   RunRecord,
   StreamSchema,
+  TableRange,
   TypedValue,
   Value,
   Watermark,
@@ -152,6 +153,44 @@ export interface ReadRequest {
   readonly nullCursor: NullCursorPolicy;
   readonly batchRows: number;
   readonly signal?: AbortSignal;
+  /** Read only this slice of the table (a ranged snapshot, see `RangedSource`); absent: the whole table. */
+  readonly range?: TableRange;
+}
+
+/** The optional ability of a source to split a table's full read into ranges read side by side. */
+export interface RangedSource {
+  /**
+   * Ranges covering the whole table of `stream` — at least `minRanges` and about `rowsPerRange` rows each, as far as
+   * the table's size allows (one for an empty table) — and readers for them; undefined when the stream cannot be
+   * split (a query stream) and is read whole.
+   */
+  plan(stream: StreamSpec, options: RangeSizing): Promise<RangePlan | undefined>;
+  /** Connections the source still accepts, where it can tell (bounds `parallel: auto`). */
+  freeConnections?(): Promise<number | undefined>;
+}
+
+export interface RangeSizing {
+  readonly minRanges: number;
+  readonly rowsPerRange: number;
+}
+
+/** How many ranges a table of about `rows` rows is cut into. */
+export function rangeCount(rows: number, sizing: RangeSizing): number {
+  return Math.max(1, sizing.minRanges, Math.ceil(rows / sizing.rowsPerRange));
+}
+
+/** Planned ranges and their readers. Every reader of one plan reads one snapshot where the source can share it. */
+export interface RangePlan {
+  readonly ranges: readonly TableRange[];
+  /** A reader on a connection of its own; `open` takes a request whose `range` is set. */
+  reader(): Promise<RangeReader>;
+  /** Ends the shared snapshot (after every reader has closed). */
+  close(): Promise<void>;
+}
+
+export interface RangeReader {
+  open(request: ReadRequest): Promise<OpenedRead>;
+  close(): Promise<void>;
 }
 
 /**
@@ -194,7 +233,13 @@ export interface BulkRead {
    * Chunks of at least `chunkRows` rows (the last may be smaller), extended to the end of the last cursor group; the
    * next chunk is written while the previous one loads. Rows without a usable position cut nowhere.
    */
-  chunks(options: { readonly format: BulkFormat; readonly chunkRows: number; readonly signal?: AbortSignal }): AsyncIterable<BulkChunk>;
+  chunks(options: {
+    readonly format: BulkFormat;
+    readonly chunkRows: number;
+    readonly signal?: AbortSignal;
+    /** Finished chunks the extraction may run ahead of the loading (default 2; a ranged read asks for more). */
+    readonly ahead?: number;
+  }): AsyncIterable<BulkChunk>;
 }
 
 /** One opened read: its bounds are fixed before the first batch is produced. */
@@ -323,6 +368,8 @@ export interface Source {
   readonly keysWhileReading?: boolean;
   /** Present on sources that can capture changes from their database's log (`strategy: log`). */
   readonly changeLog?: ChangeLogSource;
+  /** Present on sources that can split a table's full read into ranges (`parallel:`). */
+  readonly ranges?: RangedSource;
   /** Whether a stream can be read incrementally (an Airbyte connector's supported sync modes); absent: it can. */
   readsIncrementally?(stream: StreamSpec): Promise<boolean>;
   close(): Promise<void>;

@@ -8,6 +8,10 @@ export type FailpointName =
   | 'load.before_commit'
   | 'load.after_commit'
   | 'lock.after_acquire'
+  /** A ranged load (`parallel:`): a chunk of a range is staged, the range is not committed. */
+  | 'range.after_write'
+  /** A ranged load: a range, its ledger row and the state are committed; the next range is not. */
+  | 'range.after_commit'
   /** After a data commit, before the same state is saved to a separate state store. */
   | 'state.before_store_save'
   /** `lake compact`: the rewritten objects are uploaded, no manifest names them yet. */

@@ -135,6 +135,42 @@ export interface StreamState {
   readonly log?: LogState;
   /** The schema the live table was committed with; absent in states written before schemas were kept. */
   readonly schema?: CommittedSchema;
+  /** A ranged full read under way (see src/engine/range-load.ts); gone once its last range committed. */
+  readonly ranged?: RangedLoadState;
+}
+
+/**
+ * A slice of a table's snapshot: the rows whose physical or key position lies in `[from, to)` (absent: unbounded on
+ * that side). `ctid`: Postgres heap block numbers, so a range is a TID range scan, no sort; `rowid`: SQLite rowids;
+ * `key`: primary-key tuples. The ranges a source plans never overlap and together cover the whole table.
+ */
+export interface TableRange {
+  /** Stable within one ranged load: the range's ledger row is named by it. */
+  readonly id: string;
+  readonly by: 'ctid' | 'rowid' | 'key';
+  readonly from?: readonly TypedValue[];
+  readonly to?: readonly TypedValue[];
+  /** Rows the planner expects in the range (for progress and `plan`). */
+  readonly estimatedRows?: number;
+}
+
+/**
+ * A table read as ranges that is not complete. Which ranges are done is the ledger's word (one row per committed
+ * range, named `<load>:<range id>`); this keeps what every range must share to resume with the same meaning.
+ */
+export interface RangedLoadState {
+  /** The run that planned the ranges: the prefix of their ledger rows. */
+  readonly load: string;
+  readonly ranges: readonly TableRange[];
+  /** Incremental first loads: the upper bound fixed before the first range (null: the table had no row). */
+  readonly until?: TypedValue | null;
+  /** Incremental first loads: the safe mark fixed before the first range. */
+  readonly safeMark?: TypedValue;
+  /**
+   * The highest `(cursor, key)` committed so far. Not the watermark: ranges still to load hold rows below it, so it
+   * becomes the watermark only with the load's last commit.
+   */
+  readonly high?: Watermark;
 }
 
 /** Where a log stream stands. Positions are the source's opaque strings (`ChangeLogSource.compare` orders them). */
@@ -195,6 +231,8 @@ export interface StreamResult {
   readonly rowsResent?: number;
   /** How the source's schema differed from the committed one, one line per change (present only when it did). */
   readonly schemaChanges?: readonly string[];
+  /** A read loaded as ranges (`parallel:`): ranges committed (in this run or before), of all the load's ranges. */
+  readonly ranges?: { readonly done: number; readonly total: number };
   /**
    * Records of a key already received in this read (or, append, identical to a version already received): the one
    * kept counts as read and loaded, the others only here.

@@ -73,10 +73,14 @@ function listEntry(g: LedgerGridEntry): LedgerListEntry {
 export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinationOptions = {}) {
   const partitioned = pipeline.streams.filter((s) => s.strategy === 'partitioned');
 
-  function streamsFor(stream: string | undefined, action: string): StreamConfig[] {
-    if (partitioned.length === 0) throw new UsageError(`pipeline ${pipeline.name} has no partitioned streams, so it has no ledger`);
-    if (stream === undefined) return partitioned;
-    const found = partitioned.find((s) => s.name === stream);
+  // Streams read as ranges keep a ledger row per committed range: shown by `list`, not reloaded by partition.
+  const ranged = pipeline.streams.filter((s) => s.strategy !== 'partitioned' && s.parallel !== undefined);
+
+  function streamsFor(stream: string | undefined, action: string, withRanges = false): StreamConfig[] {
+    const ledgered = withRanges ? [...partitioned, ...ranged] : partitioned;
+    if (ledgered.length === 0) throw new UsageError(`pipeline ${pipeline.name} has no partitioned streams, so it has no ledger`);
+    if (stream === undefined) return ledgered;
+    const found = ledgered.find((s) => s.name === stream);
     if (!found) throw new UsageError(`pipeline ${pipeline.name} has no partitioned stream ${stream} (partitioned streams: ${partitioned.map((s) => s.name).join(', ')}); ${action}`);
     return [found];
   }
@@ -101,13 +105,17 @@ export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinatio
    * what changed since, what failed, what is gone from the source, what was never loaded.
    */
   async function grid(stream?: string): Promise<LedgerGridEntry[]> {
-    const streams = streamsFor(stream, 'show');
+    const streams = streamsFor(stream, 'show', true);
     const destination = await openDestination(pipeline.destination, options);
     try {
       const source = await openSource(pipeline.source);
       try {
         const out: LedgerGridEntry[] = [];
         for (const s of streams) {
+          if (s.strategy !== 'partitioned') {
+            for (const entry of await ledgerOf(destination, pipeline.name, s.name).list(pipeline.name, s.name)) out.push({ stream: s.name, partition: entry.partition, status: 'loaded', entry });
+            continue;
+          }
           const plans = await planPartitions({ source, destination, pipeline: pipeline.name }, s);
           const failures = new Map((await ledgerOf(destination, pipeline.name, s.name).failures(pipeline.name, s.name)).map((f) => [f.partition, f]));
           for (const p of plans) {

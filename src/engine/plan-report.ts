@@ -11,6 +11,7 @@ import { describeChange, typeName } from '../core/schema-diff.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 import { withoutPosition } from './stateless.js';
+import { plannedRanges, readsAsRanges, type RangePlanReport } from './range-load.js';
 
 /** A partition of a partitioned stream, as the next run would treat it. */
 export interface PartitionPlanReport {
@@ -63,6 +64,8 @@ export interface StreamPlanReport {
   readonly stateDiffers?: string;
   /** How the source's schema differs from the committed one, and what the next run does about it (absent: no change). */
   readonly schema?: SchemaPlanReport;
+  /** A read loaded as ranges (`parallel:`): how many readers, and each range with whether it is committed already. */
+  readonly ranged?: { readonly readers: number; readonly ranges: readonly RangePlanReport[] };
 }
 
 /** Pending schema changes of a stream (see src/engine/schema-check.ts). */
@@ -97,7 +100,13 @@ async function planStreams(
   let differs = new Map<string, string>();
   let source: Source | undefined;
   const partitioned = new Map<string, StreamPlanReport>();
+  // Ledger rows of streams read as ranges: which ranges of a load under way are committed.
+  const rangeRows = new Map<string, ReadonlySet<string>>();
+  const keepsLedger = destination.ledger !== undefined;
   try {
+    for (const stream of streams.filter((s) => s.parallel !== undefined && s.strategy !== 'partitioned' && destination.ledger !== undefined)) {
+      rangeRows.set(stream.name, new Set((await destination.ledger!.list(pipeline.name, stream.name)).map((e) => e.partition)));
+    }
     // With a separate state store, the state the run would reconcile to (the store may be ahead of the destination).
     const planned = await plannedState(pipeline, destination.state);
     states = pipeline.stateless ? streams.reduce((state, s) => withoutPosition(state, s.name), planned.state).streams : planned.state.streams;
@@ -141,6 +150,10 @@ async function planStreams(
           inStreamContext(error);
         }
         const schema = schemaPlan(pipeline.name, stream, plan, prior, read.schema, options.full === true, widens);
+        const ends = { sourceSplits: source.ranges !== undefined, destinationKeepsLedger: keepsLedger, boundedRun: false };
+        const ranges = readsAsRanges(ends, stream, plan, prior)
+          ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set()).catch(inStreamContext)
+          : undefined;
         reports.push({
           stream: stream.name,
           strategy: stream.strategy,
@@ -158,6 +171,7 @@ async function planStreams(
           warnings: read.warnings ?? [],
           ...(differs.has(stream.name) ? { stateDiffers: `${differs.get(stream.name)!}; the run uses the destination's` } : {}),
           ...(schema !== undefined ? { schema } : {}),
+          ...(ranges !== undefined ? { ranged: ranges } : {}),
         });
       } finally {
         await read.close();

@@ -11,10 +11,17 @@ export interface PartitionProgress {
   readonly rowsBefore: number;
 }
 
+export interface RangesDone {
+  readonly done: number;
+  readonly total: number;
+}
+
 export interface ProgressDetail {
   /** Rows the read is expected to return in all, where the source can tell (an estimate, e.g. Postgres statistics). */
   readonly rowsTotal?: number;
   readonly partition?: PartitionProgress;
+  /** A read loaded as ranges (`parallel:`): ranges committed, of all the load's ranges. */
+  readonly ranges?: RangesDone;
   /**
    * When the stream began, as a `monotonicMs()` reading (the clock of run durations): a display counts rates and
    * elapsed time from it, since the first report may come only after a whole chunk has been read.

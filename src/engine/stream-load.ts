@@ -33,6 +33,7 @@ import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 import { streamSchemaStep, withoutColumns, type SchemaStep } from './schema-check.js';
 import { emptyResult, reopenedOnSchemaGrowth } from './schema-growth.js';
+import { loadRanges, rangeAbilities, readsAsRanges } from './range-load.js';
 
 export interface StreamContext {
   readonly pipeline: string;
@@ -113,6 +114,7 @@ async function loadStreamOnce(ctx: StreamContext, configured: StreamConfig, stat
     checkNullCursors(ctx, settled, picked);
     const schema = streamSchemaStep(ctx, settled, plan, prior, picked.schema);
     const opened = withoutColumns(picked, schema.leftOut);
+    if (readsAsRanges(rangeAbilities(ctx), settled, plan, prior) && !rangesBlocked(settled, picked)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
     const loader = new StreamLoader(ctx, settled, plan, opened, state, started, schema);
     return await loader.load(opened);
   } finally {
@@ -136,6 +138,11 @@ function unpickedFields(ctx: StreamContext, stream: StreamConfig, schema: Stream
   const needed = [...schema.primaryKey, ...(schema.cursor !== undefined ? [schema.cursor] : [])].filter((n) => dropped.has(n));
   if (needed.length) throw fail(`${'only' in selection ? 'columns' : 'exclude'}: ${needed.join(', ')} is the stream's key or cursor and must be kept`);
   return dropped;
+}
+
+/** Rows with a NULL cursor are read by a query of their own, outside any range: such a read stays whole. */
+function rangesBlocked(stream: StreamConfig, read: OpenedRead): boolean {
+  return stream.strategy === 'incremental' && stream.onNullCursor === 'include' && read.nullCursorRows > 0;
 }
 
 function checkNullCursors(ctx: StreamContext, stream: StreamConfig, read: OpenedRead): void {

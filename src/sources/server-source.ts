@@ -123,8 +123,8 @@ const LONG_OPEN_MS = 5 * 60_000;
 
 /** Says why an append read stopped short, when a long-open transaction is the reason (it may never end by itself). */
 /** The read starts at the table's first row: a first load, a full refresh, or a stream without a cursor. */
-export function readsWholeTable(request: Pick<ReadRequest, 'after' | 'from' | 'afterPk' | 'resume'>): boolean {
-  return request.after === undefined && request.from === undefined && request.afterPk === undefined && request.resume === undefined;
+export function readsWholeTable(request: Pick<ReadRequest, 'after' | 'from' | 'afterPk' | 'resume' | 'range'>): boolean {
+  return request.after === undefined && request.from === undefined && request.afterPk === undefined && request.resume === undefined && request.range === undefined;
 }
 
 export function heldBackWarning(found: TypedValue | null, until: TypedValue | null, horizon: SnapshotHorizon | undefined): string[] {

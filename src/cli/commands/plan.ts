@@ -46,7 +46,17 @@ async function planOne(file: string, options: PlanCommandOptions): Promise<void>
     print(`  predicate: ${r.predicate}`);
     print(`  bindings: ${JSON.stringify(r.bindings)}`);
     if (r.nullCursorRows > 0) print(`  rows with a NULL cursor: ${r.nullCursorRows}`);
+    printRanges(r);
   }
+}
+
+/** A read loaded as ranges: each range, its expected rows, and whether it is committed (a load under way). */
+function printRanges(r: StreamPlanReport): void {
+  if (r.ranged === undefined) return;
+  const { readers, ranges } = r.ranged;
+  const done = ranges.filter((range) => range.done).length;
+  print(`  ranges: ${ranges.length} (${done} committed), ${readers} reader${readers === 1 ? '' : 's'} at once`);
+  for (const range of ranges) print(`    ${range.done ? 'done   ' : 'to load'}  ${range.id}${range.estimatedRows !== undefined ? `  ~${formatCount(range.estimatedRows)} rows` : ''}`);
 }
 
 /** A partitioned stream: what the next run loads, reloads or stops at; unchanged partitions only counted. */

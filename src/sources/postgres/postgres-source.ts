@@ -11,9 +11,9 @@ import type pg from 'pg';
 import { loadPg } from '../../shared/pg-driver.js';
 import { copyFormatOption } from '../../shared/postgres-client.js';
 import { to as copyTo } from 'pg-copy-streams';
-import type { Batch, BulkChunk, BulkFormat, BulkRead, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import { rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
-import type { Column, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
+import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
@@ -54,6 +54,10 @@ interface Bound {
 
 export class PostgresSource implements Source {
   readonly changeLog: PostgresChangeLog;
+  readonly ranges: RangedSource = {
+    plan: (stream, sizing) => this.planRanges(stream, sizing),
+    freeConnections: () => this.freeConnections(),
+  };
   private client: pg.Client | undefined;
   /** An exported snapshot the next read imports (`strategy: log`'s copy, consistent with its slot). */
   private snapshotToImport: string | undefined;
@@ -233,6 +237,46 @@ export class PostgresSource implements Source {
   }
 
   /**
+   * CTID block ranges of a table (heap blocks from `pg_relation_size`), read by every reader in one snapshot exported
+   * by a transaction held open here until the plan closes. The last range has no upper block: rows of blocks added
+   * since the plan are in it.
+   */
+  private async planRanges(stream: StreamSpec, sizing: RangeSizing): Promise<RangePlan | undefined> {
+    if (stream.table === undefined) return undefined;
+    const size = await this.query<{ blocks: string; rows: string }>(
+      `SELECT (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::text AS blocks, greatest(c.reltuples, 0)::bigint::text AS rows
+         FROM pg_class c WHERE c.oid = to_regclass($1)`,
+      [quoteQualified(stream.table)],
+    );
+    const blocks = BigInt(size.rows[0]?.blocks ?? '0');
+    const rows = Number(size.rows[0]?.rows ?? '0');
+    const ranges = blockRanges(blocks, rangeCount(rows, sizing), rows);
+    const holder = await PostgresSource.connect(this.options);
+    const client = await holder.connection();
+    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    const snapshot = (await client.query<{ id: string }>('SELECT pg_export_snapshot() AS id')).rows[0]!.id;
+    return {
+      ranges,
+      reader: async () => {
+        const reader = await PostgresSource.connect(this.options);
+        return { open: (request) => reader.openInSnapshot(request, snapshot), close: () => reader.close() };
+      },
+      close: async () => {
+        await client.query('COMMIT').catch(() => undefined);
+        await holder.close();
+      },
+    };
+  }
+
+  /** Connections left below `max_connections` (less the ones reserved for superusers). */
+  private async freeConnections(): Promise<number> {
+    const r = await this.query<{ free: string }>(
+      `SELECT (current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int - (SELECT count(*) FROM pg_stat_activity))::text AS free`,
+    );
+    return Number(r.rows[0]!.free);
+  }
+
+  /**
    * The planner's row count of a table (`reltuples`, kept by ANALYZE and autovacuum): free to ask, and close enough for
    * a progress bar. None for a table never analysed (-1), and none for a bounded read, of which it says nothing.
    */
@@ -312,6 +356,12 @@ export class PostgresSource implements Source {
     } else if (request.afterPk !== undefined && pk.length > 0) {
       add((m) => tupleGreaterThan(pk, request.afterPk!, (i) => m(i), { rowValues: true }), schema.primaryKey);
     }
+    if (request.range !== undefined) {
+      const range = ctidRange(request.range, values.length);
+      where.push(range.sql);
+      display.push(range.display);
+      values.push(...range.values);
+    }
     return { predicate: where.join(' AND ') || 'TRUE', display: display.join(' AND ') || 'TRUE', values };
   }
 
@@ -333,7 +383,8 @@ export class PostgresSource implements Source {
     const select = columns.map((c) => selectExpression(ALIAS, quoteIdent(c.name), c.info)).join(', ');
     const pk = schema.primaryKey.map((name) => `${ALIAS}.${quoteIdent(name)}`);
     const cursorRef = read.cursor ? `${ALIAS}.${quoteIdent(read.cursor.name)}` : undefined;
-    const order = read.incremental && cursorRef ? [cursorRef, ...pk] : pk;
+    // A range of a full read commits whole, so its rows need no order: a TID range scan, no sort.
+    const order = read.incremental && cursorRef ? [cursorRef, ...pk] : request.range !== undefined ? [] : pk;
     const queries: string[] = [];
     if (read.incremental && cursorRef && request.nullCursor === 'include') {
       queries.push(`SELECT ${select} FROM ${relation} WHERE ${cursorRef} IS NULL${pk.length ? ` ORDER BY ${pk.join(', ')}` : ''}`);
@@ -416,6 +467,7 @@ export class PostgresSource implements Source {
       format: BulkFormat;
       chunkRows: number;
       signal?: AbortSignal;
+      ahead?: number;
       keyOf: ((fields: readonly (string | null)[]) => RowKey<P>) | undefined;
       sameGroup: (a: string, b: string) => boolean;
       uniqueKey: () => Promise<boolean>;
@@ -427,8 +479,8 @@ export class PostgresSource implements Source {
     // Chunk directories of runs that were killed are removed by the next bulk read.
     await removeOrphanTempDirs(CHUNK_DIR_PREFIX);
     const dir = await ownedTempDir(CHUNK_DIR_PREFIX);
-    // Extraction runs ahead of loading by at most two finished chunks (bounded disk and memory).
-    const queue = new ChunkQueue(2);
+    // Extraction runs ahead of loading by at most `ahead` finished chunks (bounded disk and memory).
+    const queue = new ChunkQueue(options.ahead ?? 2);
     const chunker = new CsvChunker<P>({
       dir,
       format: options.format,
@@ -513,6 +565,46 @@ const CHUNK_DIR_PREFIX = 'tidemark-pg-';
 
 function windowSetting(name: WindowName): string {
   return `tidemark.${name}`;
+}
+
+/** About `count` ranges of whole blocks; an empty table is one range, the last range is open above. */
+function blockRanges(blocks: bigint, count: number, rows: number): TableRange[] {
+  const n = blocks === 0n ? 1n : BigInt(Math.max(1, count)) < blocks ? BigInt(Math.max(1, count)) : blocks;
+  const step = blocks === 0n ? 1n : (blocks + n - 1n) / n;
+  const ranges: TableRange[] = [];
+  for (let from = 0n; from < blocks || ranges.length === 0; from += step) {
+    const to = from + step < blocks ? from + step : undefined;
+    const share = blocks === 0n ? 0 : Math.round((rows * Number((to ?? blocks) - from)) / Number(blocks));
+    ranges.push({
+      id: `ctid ${from}-${to ?? ''}`,
+      by: 'ctid',
+      from: [{ type: 'int64', value: from.toString() }],
+      ...(to !== undefined ? { to: [{ type: 'int64', value: to.toString() }] } : {}),
+      estimatedRows: share,
+    });
+  }
+  return ranges;
+}
+
+/**
+ * `ctid >= '(from,0)' AND ctid < '(to,0)'`, block numbers bound as settings after the `first` already bound: a TID
+ * range scan reads only those blocks.
+ */
+function ctidRange(range: TableRange, first: number): { sql: string; display: string; values: TypedValue[] } {
+  if (range.by !== 'ctid') throw new SourceError(`a Postgres source reads CTID ranges, not ${range.by} ranges`);
+  const sql: string[] = [];
+  const display: string[] = [];
+  const values: TypedValue[] = [];
+  const bound = (operator: string, edge: readonly TypedValue[] | undefined) => {
+    if (edge === undefined) return;
+    values.push(edge[0]!);
+    const n = first + values.length;
+    sql.push(`${ALIAS}.ctid ${operator} format('(%s,0)', current_setting('tidemark.p${n}'))::tid`);
+    display.push(`ctid ${operator} ('(' || $${n} || ',0)')::tid`);
+  };
+  bound('>=', range.from);
+  bound('<', range.to);
+  return { sql: sql.join(' AND ') || 'TRUE', display: display.join(' AND ') || 'TRUE', values };
 }
 
 function readStart(request: ReadRequest): TypedValue | undefined {

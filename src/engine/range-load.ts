@@ -1,0 +1,547 @@
+/**
+ * A table's full read as a set of ranges (`parallel:`): the first load of an incremental stream, or every build of a
+ * `strategy: full` stream. Up to `parallel` readers, each on its own connection, read ranges side by side into chunk
+ * files; one writer loads them, one range per transaction, and commits each range with its ledger row
+ * (`<load>:<range id>`, its rows) and the next state. A kill loses only the ranges in flight; the next run skips every
+ * range the ledger holds, whichever they are. The state keeps what every range must share: the ranges themselves and,
+ * for an incremental stream, the upper bound and safe mark fixed before the first range was read.
+ */
+import { availableParallelism } from 'node:os';
+import type { BulkChunk, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, RangeSizing, ReadRequest, Source } from '../core/connector.js';
+import { SourceError, withContext } from '../core/errors.js';
+import { failpoint } from '../core/failpoints.js';
+import { elapsedMs } from '../core/run-clock.js';
+import type { LedgerEntry, PipelineState, RangedLoadState, Reject, Row, StreamResult, StreamSchema, StreamState, TableRange, Watermark } from '../core/types.js';
+import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
+import { describeChange } from '../core/schema-diff.js';
+import type { StreamConfig } from '../config/load.js';
+import { maxWatermark, type StreamPlan } from './plan.js';
+import { runMarks } from './run-marks.js';
+import { withoutColumns, type SchemaStep } from './schema-check.js';
+import { bulkFormat, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
+
+/** Rows per range when `range_rows` is not set. */
+export const DEFAULT_RANGE_ROWS = 250_000;
+/** Chunk files a reader may have written ahead of the writer (per range in flight): disk, not memory. */
+const MAX_CHUNKS_AHEAD = 64;
+
+/** What the two ends and the run allow. `boundedRun`: `run --until`, or a read that is one checkpoint of a longer input. */
+export interface RangeAbilities {
+  readonly sourceSplits: boolean;
+  readonly destinationKeepsLedger: boolean;
+  readonly boundedRun: boolean;
+}
+
+/** The abilities of a run's two ends. */
+export function rangeAbilities(ctx: Pick<StreamContext, 'source' | 'destination' | 'until' | 'openEnded'>): RangeAbilities {
+  return { sourceSplits: ctx.source.ranges !== undefined, destinationKeepsLedger: ctx.destination.ledger !== undefined, boundedRun: ctx.until !== undefined || ctx.openEnded === true };
+}
+
+/**
+ * Whether this stream's read is loaded as ranges: `parallel` is set, the source splits tables, the destination keeps a
+ * ledger, and the read is a whole table (a build, or an incremental stream's first load, or one already under way).
+ */
+export function readsAsRanges(ends: RangeAbilities, stream: StreamConfig, plan: StreamPlan, prior: StreamState | undefined): boolean {
+  if (stream.parallel === undefined || !ends.sourceSplits || !ends.destinationKeepsLedger) return false;
+  if (stream.table === undefined || stream.onReject === 'fail' || stream.checkpoint === 'end' || ends.boundedRun) return false;
+  // A ranged build resumes with its ranges; a `--full` run that starts another generation plans new ones.
+  if (prior?.ranged !== undefined && (plan.generation === undefined || plan.generation === prior.ranged.load)) return true;
+  const request = plan.request;
+  const wholeTable = request.after === undefined && request.from === undefined && request.afterPk === undefined && request.resume === undefined;
+  const firstLoad = stream.strategy === 'incremental' && plan.generation === undefined && prior?.watermark === undefined;
+  return wholeTable && (plan.freshBuild || firstLoad);
+}
+
+/** Readers to run: the configured count, or for `auto` the machine's cores within the source's free connections. */
+export async function readerCount(source: Source, stream: StreamConfig): Promise<number> {
+  if (stream.parallel !== 'auto') return stream.parallel ?? 1;
+  const free = await source.ranges?.freeConnections?.().catch(() => undefined);
+  const cores = availableParallelism();
+  return Math.max(1, free === undefined ? cores : Math.min(cores, free - 1));
+}
+
+/** Ranges to plan: at least one per reader, and about `range_rows` rows each. */
+function sizing(stream: StreamConfig, readers: number): RangeSizing {
+  return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS };
+}
+
+/** A range as `tidemark plan` shows it: its bounds, expected rows, and whether a commit of this load holds it. */
+export interface RangePlanReport {
+  readonly id: string;
+  readonly estimatedRows?: number;
+  readonly done: boolean;
+}
+
+/**
+ * The ranges the next run would load (or resume), for `tidemark plan`: those of a load under way, else ones planned
+ * now (their snapshot is let go at once). `loaded`: the stream's ledger row names.
+ */
+export async function plannedRanges(
+  source: Source,
+  stream: StreamConfig,
+  prior: StreamState | undefined,
+  loaded: ReadonlySet<string>,
+): Promise<{ readonly readers: number; readonly ranges: readonly RangePlanReport[] }> {
+  const readers = await readerCount(source, stream);
+  const report = (load: string, ranges: readonly TableRange[]) => ({
+    readers,
+    ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })),
+  });
+  if (prior?.ranged !== undefined) return report(prior.ranged.load, prior.ranged.ranges);
+  const planned = await source.ranges?.plan(stream, sizing(stream, readers));
+  await planned?.close();
+  return report('', planned?.ranges ?? []);
+}
+
+/** The range loads of one stream; `probe` is the opened whole read (closed here) that fixed the bounds and schema. */
+export async function loadRanges(
+  ctx: StreamContext,
+  stream: StreamConfig,
+  plan: StreamPlan,
+  state: PipelineState,
+  probe: OpenedRead,
+  schemaStep: SchemaStep,
+  started: number,
+): Promise<StreamOutcome> {
+  const prior = state.streams[stream.name];
+  const context = { pipeline: ctx.pipeline, stream: stream.name };
+  const readers = await readerCount(ctx.source, stream);
+  const shared = {
+    until: prior?.ranged?.until !== undefined ? prior.ranged.until : probe.until,
+    safeMark: prior?.ranged?.safeMark ?? probe.safeMark ?? undefined,
+  };
+  await probe.close();
+  const rangePlan = await ctx.source.ranges!.plan(stream, sizing(stream, readers)).catch((e: unknown) => {
+    throw withContext(e, { ...context, phase: 'plan' }, 'source');
+  });
+  if (rangePlan === undefined) throw new SourceError(`the source cannot split ${stream.table} into ranges; remove parallel`, { context: { ...context, phase: 'plan' } });
+  try {
+    const ranged: RangedLoadState = prior?.ranged ?? {
+      load: plan.generation ?? ctx.runId,
+      ranges: rangePlan.ranges,
+      ...(stream.strategy === 'incremental' ? { until: shared.until, ...(shared.safeMark ? { safeMark: shared.safeMark } : {}) } : {}),
+    };
+    const loader = new RangeLoader(ctx, stream, plan, state, schemaStep, ranged, ctx.destination.ledger!, started, probe.schema);
+    return await loader.load(rangePlan, readers, probe);
+  } finally {
+    await rangePlan.close();
+  }
+}
+
+/** The ledger row name of a range of a ranged load. */
+export function rangeLedgerName(load: string, range: TableRange): string {
+  return `${load}:${range.id}`;
+}
+
+/** One range being read: its chunks (already being written ahead when the read is bulk), pulled by the writer. */
+interface RangeRead {
+  readonly range: TableRange;
+  readonly read: OpenedRead;
+  readonly reader: RangeReader;
+  readonly chunks?: AsyncIterable<BulkChunk>;
+}
+
+/** An iterable whose first item is already asked for, so its producer starts now rather than when it is iterated. */
+function started<T>(iterable: AsyncIterable<T>): AsyncIterable<T> {
+  const iterator = iterable[Symbol.asyncIterator]();
+  const first = iterator.next();
+  first.catch(() => undefined);
+  let taken = false;
+  return {
+    [Symbol.asyncIterator]: () => ({
+      next: () => (taken ? iterator.next() : ((taken = true), first)),
+      return: async (value?: unknown) => (await iterator.return?.(value)) ?? { done: true, value: undefined },
+    }),
+  };
+}
+
+class RangeLoader {
+  private state: PipelineState;
+  private rowsRead = 0;
+  private rowsLoaded = 0;
+  private rowsRejected = 0;
+  private commits = 0;
+  private rangesDone = 0;
+  private freshBuild: boolean;
+  private buildRows: number;
+  private high: Watermark | undefined;
+  private readonly building: boolean;
+
+  constructor(
+    private readonly ctx: StreamContext,
+    private readonly stream: StreamConfig,
+    private readonly plan: StreamPlan,
+    state: PipelineState,
+    private readonly schemaStep: SchemaStep,
+    private readonly ranged: RangedLoadState,
+    private readonly ledger: LedgerStore,
+    private readonly started: number,
+    /** The schema of the table as this load writes it (the probe's, with columns the schema policy leaves out gone). */
+    private readonly schema: StreamSchema,
+  ) {
+    this.state = state;
+    this.building = plan.generation !== undefined;
+    this.freshBuild = plan.freshBuild;
+    const prior = state.streams[stream.name];
+    this.buildRows = prior?.build?.rows ?? 0;
+    this.high = prior?.ranged?.high;
+  }
+
+  async load(rangePlan: RangePlan, readers: number, probe: OpenedRead): Promise<StreamOutcome> {
+    const done = new Set((await this.ledger.list(this.ctx.pipeline, this.stream.name)).filter((e) => e.status === 'loaded').map((e) => e.partition));
+    const pending = this.ranged.ranges.filter((r) => !done.has(rangeLedgerName(this.ranged.load, r)));
+    this.rangesDone = this.ranged.ranges.length - pending.length;
+    this.progress(probe);
+    const opened = new Opener(rangePlan, pending, Math.max(1, Math.min(readers, pending.length)), (range) => this.request(range), (read, range) => this.chunksOf(read, range));
+    try {
+      for (let i = 0; i < pending.length; i += 1) {
+        const next = await opened.take(i);
+        try {
+          await this.loadRange(next, probe);
+        } finally {
+          await opened.release(next);
+        }
+      }
+    } catch (error) {
+      await opened.abandon();
+      throw withContext(error, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'extract' }, 'source');
+    }
+    // Every range is in: only idle readers are left to close.
+    await opened.abandon();
+    await this.finish();
+    await this.forgetOtherLoads();
+    return { state: this.state, result: this.result() };
+  }
+
+  /** The request of one range: the stream's whole read bounded to the range, below the shared upper bound. */
+  private request(range: TableRange): ReadRequest {
+    // A range is read whole: no lower edge of an earlier read applies to it.
+    const { upToSafeMark: _fixedAlready, after: _a, afterPk: _k, from: _f, resume: _r, ...request } = this.plan.request;
+    const until = this.ranged.until;
+    return { ...request, range, ...(until !== undefined && until !== null ? { untilAtMost: until.value } : {}) };
+  }
+
+  private async loadRange(current: RangeRead, probe: OpenedRead): Promise<void> {
+    const read = withoutColumns(current.read, this.schemaStep.leftOut);
+    if (this.ranged.until === null && this.stream.strategy === 'incremental') {
+      // The table had no row when the bounds were fixed: every range is empty, and rows added since wait for the next run.
+      await this.commitRange(current.range, await this.transaction(), 0, []);
+      return;
+    }
+    const txn = await this.transaction();
+    try {
+      const { rows, rejects } = current.chunks !== undefined ? await this.writeChunks(txn, current.chunks, probe) : await this.writeBatches(txn, read, probe);
+      await this.commitRange(current.range, txn, rows, rejects);
+    } catch (error) {
+      await txn.rollback().catch(() => undefined);
+      // The error keeps its kind (a lost lease stays a conflict); `at` names the range.
+      throw withContext(error, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'extract', at: `range ${current.range.id}` }, 'source');
+    }
+  }
+
+  /**
+   * A bulk read's chunk stream, started at once so the range is read while the writer loads earlier ones; a range's
+   * chunks may all be written ahead of the writer: they are files, so memory stays flat. Undefined: the row path.
+   */
+  private chunksOf(opened: OpenedRead, range: TableRange): AsyncIterable<BulkChunk> | undefined {
+    const read = withoutColumns(opened, this.schemaStep.leftOut);
+    if (read.bulk === undefined || (this.ranged.until === null && this.stream.strategy === 'incremental')) return undefined;
+    const format = bulkFormat(this.ctx.destination, read.bulk, read.schema.columns);
+    if (format === undefined) return undefined;
+    const ahead = Math.min(MAX_CHUNKS_AHEAD, Math.max(2, Math.ceil((range.estimatedRows ?? 0) / this.chunkRows()) + 1));
+    return started(read.bulk.chunks({ format, chunkRows: this.chunkRows(), ahead, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) }));
+  }
+
+  /** Chunks of `checkpoint_rows`, rounded up to whole row groups where the destination stores rows so. */
+  private chunkRows(): number {
+    const group = this.ctx.destination.capabilities.bulkRowGroup;
+    const rows = this.stream.checkpointRows;
+    return group !== undefined && rows >= group / 2 ? Math.ceil(rows / group) * group : rows;
+  }
+
+  private async writeChunks(txn: LoadTransaction, chunks: AsyncIterable<BulkChunk>, probe: OpenedRead): Promise<{ rows: number; rejects: Reject[] }> {
+    let rows = 0;
+    const rejects: Reject[] = [];
+    for await (const chunk of chunks) {
+      try {
+        this.ctx.signal?.throwIfAborted();
+        const written = await txn.writeBulk!(chunk);
+        await failpoint('range.after_write');
+        rows += chunk.rows;
+        this.rowsRead += chunk.rows;
+        this.rowsLoaded += written.loaded;
+        this.rowsRejected += written.rejects.length;
+        rejects.push(...written.rejects);
+        if (chunk.last !== undefined && written.loaded > 0) this.high = maxWatermark(this.high, chunk.last);
+        this.progress(probe);
+      } finally {
+        await chunk.release();
+      }
+    }
+    return { rows, rejects };
+  }
+
+  /** The row path (no bulk format both ends share): every value checked as the destination will hold it. */
+  private async writeBatches(txn: LoadTransaction, read: OpenedRead, probe: OpenedRead): Promise<{ rows: number; rejects: Reject[] }> {
+    const columns = read.schema.columns;
+    const cursorIndex = read.schema.cursor !== undefined && this.stream.strategy === 'incremental' ? columns.findIndex((c) => c.name === read.schema.cursor) : -1;
+    const pkIndexes = read.schema.primaryKey.map((name) => columns.findIndex((c) => c.name === name));
+    let rows = 0;
+    const rejects: Reject[] = [];
+    for await (const batch of read.batches()) {
+      this.ctx.signal?.throwIfAborted();
+      const good: Row[] = [];
+      for (const raw of batch.rows) {
+        rows += 1;
+        this.rowsRead += 1;
+        const checked = this.checkRow(raw, columns);
+        if (typeof checked === 'string') {
+          const column = checked.slice(0, checked.indexOf(':')).replace(/^column /, '');
+          rejects.push({ column, reason: checked, row: rowToJson(columns, raw) });
+          this.rowsRejected += 1;
+          continue;
+        }
+        good.push(checked);
+        this.rowsLoaded += 1;
+        if (cursorIndex >= 0 && checked[cursorIndex] !== null) this.high = maxWatermark(this.high, positionOf(checked, columns, cursorIndex, pkIndexes));
+      }
+      if (good.length > 0) await txn.write(good);
+      await failpoint('range.after_write');
+      this.progress(probe);
+    }
+    return { rows, rejects };
+  }
+
+  /** The row with every value coerced, or why the destination cannot hold one of them. */
+  private checkRow(raw: Row, columns: OpenedRead['schema']['columns']): Row | string {
+    const row: Row = new Array(columns.length);
+    for (let i = 0; i < columns.length; i += 1) {
+      const column = columns[i]!;
+      try {
+        const value = coerceValue(column.type, raw[i]);
+        const refused = value === null ? undefined : this.ctx.destination.rejectReason(column.type, value);
+        if (refused !== undefined) throw new ValueRejection(refused);
+        row[i] = value;
+      } catch (error) {
+        if (!(error instanceof ValueRejection)) throw error;
+        return `column ${column.name}: ${error.message}`;
+      }
+    }
+    return row;
+  }
+
+  private async transaction(): Promise<LoadTransaction> {
+    const write = this.building && this.stream.write === 'replace' ? 'append' : this.stream.write;
+    return this.ctx.destination.begin({
+      pipeline: this.ctx.pipeline,
+      runId: this.ctx.runId,
+      target: {
+        schema: this.schema,
+        write,
+        ...(this.plan.generation !== undefined ? { build: this.plan.generation } : {}),
+        ...(this.schemaStep.widen.length > 0 && this.commits === 0 ? { widen: this.schemaStep.widen } : {}),
+      },
+      fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
+    });
+  }
+
+  /** A range's rows, its ledger row and the state naming what is still to do, in one commit. */
+  private async commitRange(range: TableRange, txn: LoadTransaction, rows: number, rejects: readonly Reject[]): Promise<void> {
+    const loaded = rows - rejects.length;
+    this.buildRows += loaded;
+    const next = this.nextState(false);
+    const entry: LedgerEntry = {
+      pipeline: this.ctx.pipeline,
+      stream: this.stream.name,
+      partition: rangeLedgerName(this.ranged.load, range),
+      files: [],
+      rows: loaded,
+      bytes: 0,
+      status: 'loaded',
+      runId: this.ctx.runId,
+      loadedAt: new Date().toISOString(),
+    };
+    await this.ctx.lease.assertHeld();
+    await txn.commit({
+      state: next,
+      run: this.runRecord('running'),
+      rejects,
+      swap: false,
+      freshBuild: this.freshBuild,
+      ledger: [entry],
+      verify: () => this.ctx.lease.assertHeld(),
+    });
+    this.committed(next);
+    this.rangesDone += 1;
+    await failpoint('range.after_commit');
+  }
+
+  /** The load's last commit: a build swaps in; an incremental stream's watermark becomes the highest row committed. */
+  private async finish(): Promise<void> {
+    const txn = await this.transaction();
+    const next = this.nextState(true);
+    await this.ctx.lease.assertHeld();
+    await txn.commit({ state: next, run: this.runRecord('committed'), rejects: [], swap: this.building, freshBuild: this.freshBuild, final: true, verify: () => this.ctx.lease.assertHeld() });
+    this.committed(next);
+  }
+
+  private committed(next: PipelineState): void {
+    this.state = next;
+    this.commits += 1;
+    this.freshBuild = false;
+    this.ctx.onCommit?.(this.result());
+  }
+
+  /** Ledger rows of earlier ranged loads of this stream: their loads are over, so they are dropped once this one is. */
+  private async forgetOtherLoads(): Promise<void> {
+    const entries = await this.ledger.list(this.ctx.pipeline, this.stream.name);
+    const stale = entries.map((e) => e.partition).filter((p) => !p.startsWith(`${this.ranged.load}:`) && /^[^:]+:(ctid|rowid|key) /.test(p));
+    if (stale.length > 0) await this.ledger.forget(this.ctx.pipeline, this.stream.name, stale);
+  }
+
+  private nextState(final: boolean): PipelineState {
+    const prior = this.state.streams[this.stream.name];
+    const base: StreamState = {
+      strategy: this.stream.strategy,
+      ...(this.stream.cursor !== undefined ? { cursorColumn: this.stream.cursor } : {}),
+      primaryKey: this.schemaStep.committed.primaryKey ?? [],
+      ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
+      updatedAt: new Date().toISOString(),
+      ...runMarks(prior, this.ctx.runId, this.ctx.startedAt),
+      ...(this.building && !final ? (prior?.schema ? { schema: prior.schema } : {}) : { schema: this.schemaStep.committed }),
+      ...(prior?.metadata ? { metadata: prior.metadata } : {}),
+    };
+    const safeMark = this.ranged.safeMark;
+    let stream: StreamState;
+    if (this.building) {
+      stream = final
+        ? { ...base, generation: (prior?.generation ?? 0) + 1, ...(this.high && this.stream.strategy === 'incremental' ? { watermark: this.high } : {}), ...(safeMark ? { safeMark } : {}) }
+        : {
+            ...base,
+            ...(prior?.watermark ? { watermark: prior.watermark } : {}),
+            build: { generation: this.plan.generation!, rows: this.buildRows, schema: this.schemaStep.committed },
+            ranged: this.rangedState(),
+          };
+    } else {
+      // The watermark of a ranged first load means "every row up to here is in" only once every range is.
+      stream = final
+        ? { ...base, ...(this.high ? { watermark: this.high } : {}), ...(safeMark ? { safeMark } : {}) }
+        : { ...base, ranged: this.rangedState() };
+    }
+    return { pipeline: this.ctx.pipeline, version: this.state.version + 1, streams: { ...this.state.streams, [this.stream.name]: stream } };
+  }
+
+  private rangedState(): RangedLoadState {
+    return { ...this.ranged, ...(this.high ? { high: this.high } : {}) };
+  }
+
+  private runRecord(outcome: 'running' | 'committed') {
+    return runRecordFor(this.ctx, this.stream.name, outcome, {
+      rowsRead: this.rowsRead,
+      rowsLoaded: this.rowsLoaded,
+      rowsRejected: this.rowsRejected,
+      commits: this.commits + 1,
+      cursorMin: null,
+      cursorMax: this.high?.cursor.value ?? null,
+      full: this.building,
+    });
+  }
+
+  private progress(probe: OpenedRead): void {
+    this.ctx.onProgress?.(this.stream.name, this.rowsRead, {
+      startedAt: this.started,
+      ...(probe.estimatedRows !== undefined ? { rowsTotal: probe.estimatedRows } : {}),
+      ranges: { done: this.rangesDone, total: this.ranged.ranges.length },
+    });
+  }
+
+  private result(): StreamResult {
+    return {
+      stream: this.stream.name,
+      outcome: 'committed',
+      rowsRead: this.rowsRead,
+      rowsLoaded: this.rowsLoaded,
+      rowsRejected: this.rowsRejected,
+      commits: this.commits,
+      cursorMin: null,
+      cursorMax: this.high?.cursor.value ?? null,
+      watermark: this.state.streams[this.stream.name]?.watermark ?? null,
+      durationMs: elapsedMs(this.started),
+      full: this.building,
+      ranges: { done: this.rangesDone, total: this.ranged.ranges.length },
+      ...(this.schemaStep.changes.length > 0 ? { schemaChanges: this.schemaStep.changes.map(describeChange) } : {}),
+    };
+  }
+}
+
+function positionOf(row: Row, columns: OpenedRead['schema']['columns'], cursorIndex: number, pkIndexes: readonly number[]): Watermark {
+  const typed = (i: number) => ({ type: columns[i]!.type.kind, value: encodeValue(columns[i]!.type.kind, row[i]!) });
+  return { cursor: typed(cursorIndex), pk: pkIndexes.map(typed) };
+}
+
+/**
+ * Opens ranges ahead of the writer on up to `readers` connections: range `i` is opened once a reader is free, so
+ * while the writer loads one range the next ones are already being read into chunk files.
+ */
+class Opener {
+  private readonly free: RangeReader[] = [];
+  private readonly opening = new Map<number, Promise<RangeRead>>();
+  private next = 0;
+
+  constructor(
+    private readonly plan: RangePlan,
+    private readonly pending: readonly TableRange[],
+    private readonly readers: number,
+    private readonly request: (range: TableRange) => ReadRequest,
+    private readonly chunksOf: (read: OpenedRead, range: TableRange) => AsyncIterable<BulkChunk> | undefined,
+  ) {}
+
+  /** The opened read of pending range `i` (in order). */
+  take(i: number): Promise<RangeRead> {
+    this.fill();
+    return this.opening.get(i) ?? this.open(i);
+  }
+
+  /** The writer is done with a range: its reader reads the next one. */
+  async release(done: RangeRead): Promise<void> {
+    await done.read.close();
+    this.opening.delete(this.pending.indexOf(done.range));
+    this.free.push(done.reader);
+    this.fill();
+  }
+
+  /** Closes every reader (the load is over, or failed). */
+  async abandon(): Promise<void> {
+    const open = [...this.opening.values()];
+    this.opening.clear();
+    this.next = this.pending.length;
+    for (const p of open) {
+      const r = await p.catch(() => undefined);
+      if (r) {
+        // A chunk stream read ahead stops first: its extraction waits for room, and the read's transaction behind it.
+        await r.chunks?.[Symbol.asyncIterator]().return?.().catch(() => undefined);
+        await r.read.close().catch(() => undefined);
+        await r.reader.close().catch(() => undefined);
+      }
+    }
+    for (const reader of this.free.splice(0)) await reader.close().catch(() => undefined);
+  }
+
+  private fill(): void {
+    while (this.next < this.pending.length && this.opening.size < this.readers) this.open(this.next);
+  }
+
+  private open(i: number): Promise<RangeRead> {
+    if (i >= this.next) this.next = i + 1;
+    const range = this.pending[i]!;
+    const opened = (async () => {
+      const reader = this.free.pop() ?? (await this.plan.reader());
+      const read = await reader.open(this.request(range));
+      const chunks = this.chunksOf(read, range);
+      return { range, read, reader, ...(chunks !== undefined ? { chunks } : {}) };
+    })();
+    opened.catch(() => undefined);
+    this.opening.set(i, opened);
+    return opened;
+  }
+}

@@ -38,6 +38,13 @@ export interface SharedPart {
   readonly incremental: boolean;
 }
 
+export interface SharedHooks {
+  /** LOG, TRACE and CONTROL messages, handled once for the whole read. */
+  readonly other: (message: AirbyteMessage) => Promise<void>;
+  /** Refuses a whole-connector state that may not be stored (one holding a secret). */
+  readonly checkState: (resume: JsonValue) => void;
+}
+
 export class SharedRead {
   private readonly opened = new Set<string>();
   private readonly states: State[] = [];
@@ -49,18 +56,21 @@ export class SharedRead {
   /** Records of every stream since the previous state, which a whole-connector state's recordCount counts. */
   private since = 0;
 
+  private readonly messages: AsyncGenerator<AirbyteMessage>;
+
   private constructor(
     private readonly run: ConnectorRun,
     private readonly spool: SpoolFiles,
     private readonly parts: ReadonlyMap<string, SharedPart>,
     private readonly program: string,
-    /** LOG, TRACE and CONTROL messages, handled once for the whole read. */
-    private readonly other: (message: AirbyteMessage) => Promise<void>,
-  ) {}
+    private readonly hooks: SharedHooks,
+  ) {
+    this.messages = run.messages();
+  }
 
-  static async start(run: ConnectorRun, parts: readonly SharedPart[], program: string, other: (message: AirbyteMessage) => Promise<void>): Promise<SharedRead> {
+  static async start(run: ConnectorRun, parts: readonly SharedPart[], program: string, hooks: SharedHooks): Promise<SharedRead> {
     const spool = await SpoolFiles.create('tidemark-airbyte-spool-');
-    return new SharedRead(run, spool, new Map(parts.map((p) => [p.name, p])), program, other);
+    return new SharedRead(run, spool, new Map(parts.map((p) => [p.name, p])), program, hooks);
   }
 
   /** Whether this read still holds the stream's messages (its turn has not come yet). */
@@ -84,9 +94,19 @@ export class SharedRead {
     return this.fromSpool(stream);
   }
 
-  /** Stops the connector when the live stream ends early (its load failed): the streams after it cannot be read. */
+  /**
+   * The stream's read closes. When the live stream ends early (its load failed), the connector is read on to its end,
+   * so the streams after it still get their messages.
+   */
   async closeStream(stream: string): Promise<void> {
-    if (stream === this.live && !this.ended) await this.run.stop();
+    if (stream !== this.live || this.ended) return;
+    try {
+      for (let next = await this.messages.next(); !next.done; next = await this.messages.next()) await this.route(next.value, undefined);
+      await this.end();
+    } catch (error) {
+      this.ended = true;
+      this.failure = error;
+    }
   }
 
   async close(): Promise<void> {
@@ -96,16 +116,12 @@ export class SharedRead {
 
   private async *fromConnector(stream: string): AsyncGenerator<StreamMessage> {
     try {
-      for await (const message of this.run.messages()) {
-        const mine = await this.route(message, stream);
+      // Pulled one by one, not with for-await: a stream that stops early must not close the connector's output.
+      for (let next = await this.messages.next(); !next.done; next = await this.messages.next()) {
+        const mine = await this.route(next.value, stream);
         if (mine !== undefined) yield mine;
       }
-      if (this.traced !== undefined) {
-        await this.run.stop();
-        throw traceFailure(this.traced);
-      }
-      await this.run.finished();
-      this.ended = true;
+      await this.end();
     } catch (error) {
       this.ended = true;
       this.failure = error;
@@ -113,8 +129,18 @@ export class SharedRead {
     }
   }
 
+  /** The connector's output ended: it failed (a TRACE error, an exit code) or the read is complete. */
+  private async end(): Promise<void> {
+    if (this.traced !== undefined) {
+      await this.run.stop();
+      throw traceFailure(this.traced);
+    }
+    await this.run.finished();
+    this.ended = true;
+  }
+
   /** The message for the live stream, if it is one; the other streams' go to their spools. */
-  private async route(message: AirbyteMessage, live: string): Promise<StreamMessage | undefined> {
+  private async route(message: AirbyteMessage, live: string | undefined): Promise<StreamMessage | undefined> {
     if (message.type === 'RECORD') {
       this.known(message.stream, 'RECORD');
       this.since += 1;
@@ -124,7 +150,7 @@ export class SharedRead {
     }
     if (message.type !== 'STATE') {
       if (message.type === 'TRACE_ERROR') this.traced ??= message;
-      await this.other(message);
+      await this.hooks.other(message);
       return undefined;
     }
     const count = message.recordCount;
@@ -140,6 +166,7 @@ export class SharedRead {
         { context: { phase: 'extract' } },
       );
     }
+    this.hooks.checkState(message.resume);
     this.shared = message.resume;
     let mine: StreamMessage | undefined;
     for (const part of this.parts.values()) {
@@ -151,7 +178,7 @@ export class SharedRead {
     return mine;
   }
 
-  private async put(stream: string, state: State, live: string): Promise<State | undefined> {
+  private async put(stream: string, state: State, live: string | undefined): Promise<State | undefined> {
     if (stream === live) return state;
     if (this.holds(stream)) {
       this.states.push(state);
@@ -168,7 +195,7 @@ export class SharedRead {
 
   private async *fromSpool(stream: string): AsyncGenerator<StreamMessage> {
     if (!this.ended) {
-      throw new SourceError(`the connector ${this.program} reads all streams in one read, which stopped when stream ${this.live} failed; stream ${stream} keeps what it committed before`, {
+      throw new SourceError(`the connector ${this.program} reads all streams in one read, which was stopped while stream ${this.live} loaded; stream ${stream} keeps what it committed before`, {
         context: { phase: 'extract' },
       });
     }

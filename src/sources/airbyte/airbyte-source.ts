@@ -244,7 +244,8 @@ export class AirbyteSource implements Source {
     const signal = this.planned.find((p) => p.request.signal !== undefined)?.request.signal;
     const run = await ConnectorRun.start({ command: this.command, name: this.program, verb: 'read', files, idleMs: this.idleMs, ...(this.settings.env ? { env: this.settings.env } : {}), ...(signal ? { signal } : {}) });
     const shared = this.planned.map(({ request }) => ({ name: request.stream.name, resume: request.resume ?? null, incremental: request.incremental }));
-    return SharedRead.start(run, shared, this.program, (message) => this.handle(message, undefined));
+    const names = shared.map((p) => p.name).join(', ');
+    return SharedRead.start(run, shared, this.program, { other: (message) => this.handle(message, undefined), checkState: (resume) => this.checkStateSecrets(names, resume) });
   }
 
   private async openSolo(request: ReadRequest): Promise<OpenedRead> {

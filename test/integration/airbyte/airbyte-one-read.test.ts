@@ -155,4 +155,22 @@ describe('an Airbyte connector is read once for all streams', () => {
       expect(cutoffs(await t.exported())).toEqual({ users: 6000, orders: 5200 });
     }
   }, TIMEOUT * 2);
+
+  it.each(['LEGACY', 'STREAM'] as const)('%s state: the first stream failing mid-read does not stop the second; the next run completes the first', async (stateType) => {
+    const t = setup('sqlite', stateType);
+    const sizes = { users: 6000, orders: 5200 };
+    const failed = await t.run(sizes, 'extract.after_batch=4:throw');
+    expect(failed.code, failed.stderr).toBe(1);
+    const streams = streamsOf(failed);
+    expect(streams.users!.outcome).toBe('failed');
+    expect(streams.orders!.outcome).toBe('committed');
+    expect(await t.table('orders')).toEqual(expected('orders', 5200));
+    // The whole-connector state is not stored while users has rows it did not commit.
+    const next = await t.run(sizes);
+    expect(next.code, next.stderr).toBe(0);
+    expect(await t.table('users')).toEqual(expected('users', 6000));
+    expect(await t.table('orders')).toEqual(expected('orders', 5200));
+    expect(await t.readsStarted()).toEqual(['read users,orders', 'read users,orders']);
+    expect(cutoffs(await t.exported())).toEqual({ users: 6000, orders: 5200 });
+  }, TIMEOUT);
 });

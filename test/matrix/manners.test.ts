@@ -1,6 +1,7 @@
 /**
- * The conformance matrix's "manners" dimension: sources that misbehave as real taps and code sources do (records out
- * of cursor order, a STATE that is not safe and then a crash, a STATE sent before its records, a key sent twice in
+ * The conformance matrix's "manners" dimension: sources that misbehave as real APIs, taps and code sources do (a
+ * group of records sharing one cursor value larger than a page, served in a stable or a changing order; an API that
+ * ignores its window filter; records out of cursor order, a STATE that is not safe and then a crash, a STATE sent before its records, a key sent twice in
  * one read, a catalog without the key and with fewer fields than the tap's SCHEMA, a tap that never sends a STATE, a
  * source that promises an order and breaks it) × destinations (duckdb, sqlite, postgres, lake dir) × writes, over
  * 2,600 records, five STATEs and several checkpoints. Each cell ends exact (the matrix's oracle: destination =
@@ -11,7 +12,7 @@
  * `TIDEMARK_MATRIX=all` runs every cell; `TIDEMARK_MATRIX_SEED`, `TIDEMARK_MATRIX_ONLY=<regex>` and
  * `TIDEMARK_MATRIX_CONCURRENCY` work as in matrix.test.ts.
  */
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, it } from 'vitest';
@@ -23,6 +24,7 @@ import { postgresDestination } from './destinations/postgres.js';
 import { changedRows, fixtureRows, STREAM, toCanonical, type Canonical, type FixtureRow } from './fixture.js';
 import { checkRows, checkRunJson, OracleError, type RunJson } from './oracle.js';
 import { endPg } from './pg.js';
+import { mannersApiYaml, startMannersApi, type MannersApi, type MannersApiOptions } from './sources/http-manners.js';
 import { yamlList } from './sources/table-source.js';
 import { WRITES, type DestinationAdapter, type DestinationInstance, type Write } from './types.js';
 
@@ -42,11 +44,17 @@ interface Manner {
   source(files: SourceFiles, write: Write, crashing: boolean): string;
   /** The message a crash or refusal must carry. */
   readonly message?: RegExp;
+  /** An HTTP manner's API, serving the cell's rows. */
+  readonly api?: MannersApiOptions;
+  /** The rows the source starts with, when not the plain fixture. */
+  readonly initial?: () => FixtureRow[];
 }
 
 interface SourceFiles {
   readonly data: string;
   readonly module: string;
+  /** The misbehaving API of an HTTP manner. */
+  readonly api?: MannersApi;
 }
 
 const tapLine = (r: FixtureRow) =>
@@ -100,7 +108,27 @@ export const source = codeSource({ streams: [defineStream({
 `;
 }
 
+/** The fixture with ids 301..900 sharing one cursor value: a tie group of 600 records, more than two pages. */
+function bigTieGroup(): FixtureRow[] {
+  const rows = fixtureRows(1, ROWS, { wideDecimals: true });
+  const tied = rows[300]!.updated_at;
+  return rows.map((r) => (r.id > 300n && r.id <= 900n ? { ...r, updated_at: tied } : r));
+}
+
+function http(name: string, api: MannersApiOptions, initial?: () => FixtureRow[]): Manner {
+  return {
+    name,
+    scenario: 'change',
+    api,
+    ...(initial ? { initial } : {}),
+    source: (files, write) => mannersApiYaml(files.api!, api, { name: STREAM, ...(write === 'full' ? { strategy: 'full' } : { write }), checkpoint_rows: STATE_EVERY }),
+  };
+}
+
 const MANNERS: readonly Manner[] = [
+  http('http-tie-group-stable', { pagination: 'page' }, bigTieGroup),
+  http('http-tie-group-unstable', { pagination: 'page', unstableTies: true }, bigTieGroup),
+  http('http-ignores-filter', { pagination: 'link', ignoreFilter: true }),
   singer('singer-unsorted', 'change', { order: 'shuffled', bookmark: 'max' }),
   singer('singer-unsafe-state-crash', 'crash', { order: 'shuffled', bookmark: 'max' }, { message: /exited with code 1|connection dropped/ }),
   singer('singer-state-before-records-crash', 'crash', { order: 'sorted', state_early: true }, { message: /exited with code 1|connection dropped/ }),
@@ -123,6 +151,8 @@ const SEED = Number(process.env.TIDEMARK_MATRIX_SEED ?? 2);
 const SAMPLE = Number(process.env.TIDEMARK_MATRIX_MANNERS_CELLS ?? 3);
 const ONLY = process.env.TIDEMARK_MATRIX_ONLY;
 const CONCURRENCY = Number(process.env.TIDEMARK_MATRIX_CONCURRENCY ?? 2);
+/** Appends one line per finished cell (vitest prints only at the end of a long run). */
+const LOG = process.env.TIDEMARK_MATRIX_LOG;
 
 function cells(): MannerCell[] {
   const all: MannerCell[] = [];
@@ -238,42 +268,44 @@ class MannerRun {
 async function runMannerCell(cell: MannerCell, dir: string, uid: string): Promise<'passed' | 'refused'> {
   const verdict = cell.destination.validate({ source: cell.manner.name, destination: cell.destination.name, write: cell.write, fault: { kind: 'none' } });
   if (verdict && 'skip' in verdict) return 'refused';
-  const files = { data: join(dir, 'rows.jsonl'), module: join(dir, 'source.mjs') };
-  await writeFile(files.module, codeModule(files.data));
-  const data = new SourceData(files.data);
-  await data.write(fixtureRows(1, ROWS, { wideDecimals: true }));
+  const rowsFile = join(dir, 'rows.jsonl');
+  const module = join(dir, 'source.mjs');
+  await writeFile(module, codeModule(rowsFile));
+  const data = new SourceData(rowsFile);
+  await data.write(cell.manner.initial?.() ?? fixtureRows(1, ROWS, { wideDecimals: true }));
+  const api = cell.manner.api ? await startMannersApi(() => data.rows(), cell.manner.api) : undefined;
   const destination = await cell.destination.setup({ dir, uid });
   try {
-    const run = new MannerRun(cell, join(dir, 'pipeline.yaml'), files, `p_${uid}`, destination, data);
+    const run = new MannerRun(cell, join(dir, 'pipeline.yaml'), { data: rowsFile, module, ...(api ? { api } : {}) }, `p_${uid}`, destination, data);
     if (verdict && 'refuse' in verdict) {
       const r = await run.run();
       if (r.code === 0 || !verdict.refuse.test(r.stderr)) throw new OracleError(`expected the refusal ${verdict.refuse}, got exit ${r.code}: ${r.stderr.trim().slice(-300)}`);
       return 'refused';
     }
-    switch (cell.manner.scenario) {
-      case 'refuse':
-        await run.refused(false);
-        return 'refused';
-      case 'crash':
-        await run.refused(true);
-        await run.ok();
-        await run.exact();
-        await run.quiet();
-        return 'passed';
-      case 'change': {
-        await run.ok();
-        await run.exact();
-        const { updates, inserts } = changedRows(data.rows(), true);
-        await data.write([...updates, ...inserts]);
-        await run.ok();
-        await run.exact();
-        await run.quiet();
-        return 'passed';
-      }
-    }
+    return await play(cell.manner.scenario, run, data);
   } finally {
     await destination.cleanup().catch(() => undefined);
+    await api?.stop();
   }
+}
+
+/** The cell's runs: each ends exact, or (a crash, a refusal) right as far as it went. */
+async function play(scenario: Scenario, run: MannerRun, data: SourceData): Promise<'passed' | 'refused'> {
+  if (scenario === 'refuse') {
+    await run.refused(false);
+    return 'refused';
+  }
+  if (scenario === 'crash') await run.refused(true);
+  await run.ok();
+  await run.exact();
+  if (scenario === 'change') {
+    const { updates, inserts } = changedRows(data.rows(), true);
+    await data.write([...updates, ...inserts]);
+    await run.ok();
+    await run.exact();
+  }
+  await run.quiet();
+  return 'passed';
 }
 
 let running = 0;
@@ -315,13 +347,17 @@ describe(`conformance matrix, manners (TIDEMARK_MATRIX_SEED=${SEED})`, { concurr
         const dir = join(root, uid);
         await mkdir(dir, { recursive: true });
         const t0 = Date.now();
-        try {
-          const status = await runMannerCell(cell, dir, uid);
+        const done = async (status: string, why = '') => {
           outcomes.push({ name: cellName(cell), status, ms: Date.now() - t0 });
+          if (LOG) await appendFile(LOG, `${new Date().toISOString()} ${status} ${((Date.now() - t0) / 1000).toFixed(1)}s ${cellName(cell)}${why}\n`);
+        };
+        try {
+          await done(await runMannerCell(cell, dir, uid));
           await rm(dir, { recursive: true, force: true });
         } catch (e) {
-          outcomes.push({ name: cellName(cell), status: 'failed', ms: Date.now() - t0 });
-          throw new Error(`${cellName(cell)} failed (reproduce: TIDEMARK_MATRIX_ONLY=${JSON.stringify(cellName(cell))}; files in ${dir}): ${e instanceof Error ? e.message : String(e)}`);
+          const why = e instanceof Error ? e.message : String(e);
+          await done('failed', ` :: ${why.slice(0, 400)}`);
+          throw new Error(`${cellName(cell)} failed (reproduce: TIDEMARK_MATRIX_ONLY=${JSON.stringify(cellName(cell))}; files in ${dir}): ${why}`);
         }
       }),
     CONCURRENCY > 1 ? 3_600_000 : 300_000);

@@ -13,11 +13,13 @@
  * `TIDEMARK_MATRIX_CONCURRENCY` work as in matrix.test.ts.
  */
 import { appendFile, mkdir, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { parse as parseYaml } from 'yaml';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { cli, type CliResult } from '../helpers/cli.js';
 import { tempDir } from '../helpers/fs.js';
+import { airbyte } from '../e2e/airbyte/helpers.js';
 import { lakeDirDestination } from './destinations/lake.js';
 import { duckdbDestination, sqliteDestination } from './destinations/embedded.js';
 import { postgresDestination } from './destinations/postgres.js';
@@ -35,7 +37,7 @@ const STATE_EVERY = 500;
 const CRASH_AFTER = 1_700;
 
 /** How a cell goes: runs with a change between them, a crash then healthy runs, or a refusal. */
-type Scenario = 'change' | 'crash' | 'refuse';
+type Scenario = 'change' | 'crash' | 'refuse' | 'syncs';
 
 interface Manner {
   readonly name: string;
@@ -48,6 +50,12 @@ interface Manner {
   readonly api?: MannersApiOptions;
   /** The rows the source starts with, when not the plain fixture. */
   readonly initial?: () => FixtureRow[];
+  /** An Airbyte platform's syncs into `tidemark airbyte-destination write`: the message lines of each, in order. */
+  readonly syncs?: (data: SourceData) => Promise<string[][]>;
+  /** How `airbyte-destination` refuses a write the destination cannot do (its own words, not `tidemark run`'s). */
+  readonly refusal?: RegExp;
+  /** Writes this manner does not apply to, with the reason. */
+  readonly skip?: (write: Write) => string | undefined;
 }
 
 interface SourceFiles {
@@ -125,7 +133,80 @@ function http(name: string, api: MannersApiOptions, initial?: () => FixtureRow[]
   };
 }
 
+const AIRBYTE_SCHEMA = {
+  type: 'object',
+  properties: { id: { type: 'integer' }, updated_at: { type: 'string', format: 'date-time', airbyte_type: 'timestamp_with_timezone' }, big: { type: 'integer' }, amount: { type: 'string' }, note: { type: ['null', 'string'] } },
+};
+const DESTINATION_SYNC_MODE: Record<Write, string> = { append: 'append', merge: 'append_dedup', full: 'overwrite' };
+
+/** The configured catalog a platform hands the destination: one stream, incremental unless `fullRefresh`. */
+function airbyteCatalog(write: Write, fullRefresh: boolean): string {
+  const incremental = !fullRefresh && write !== 'full';
+  return JSON.stringify({
+    streams: [
+      {
+        stream: { name: STREAM, json_schema: AIRBYTE_SCHEMA, supported_sync_modes: ['full_refresh', 'incremental'] },
+        sync_mode: incremental ? 'incremental' : 'full_refresh',
+        destination_sync_mode: DESTINATION_SYNC_MODE[write],
+        primary_key: [['id']],
+        ...(incremental ? { cursor_field: ['updated_at'] } : {}),
+      },
+    ],
+  });
+}
+
+const airbyteRecord = (r: FixtureRow) => `{"type":"RECORD","record":{"stream":"${STREAM}","data":${tapLine(r)},"emitted_at":1700000000000}}`;
+const airbyteState = (cursor: string) => JSON.stringify({ type: 'STATE', state: { type: 'STREAM', stream: { stream_descriptor: { name: STREAM }, stream_state: { updated_at: cursor } } } });
+
+/** A source's sync: records in cursor order from `since` (inclusive, as `>=` sources re-read), a STATE every 500. */
+function airbyteSync(rows: readonly FixtureRow[], since: string | undefined, withState: boolean): string[] {
+  const sorted = rows.filter((r) => since === undefined || r.updated_at >= since).sort((a, b) => (a.updated_at === b.updated_at ? Number(a.id - b.id) : a.updated_at < b.updated_at ? -1 : 1));
+  const lines: string[] = [];
+  sorted.forEach((r, i) => {
+    lines.push(airbyteRecord(r));
+    if (withState && ((i + 1) % STATE_EVERY === 0 || i === sorted.length - 1)) lines.push(airbyteState(`${r.updated_at.replace(' ', 'T')}Z`));
+  });
+  return lines;
+}
+
+const newest = (rows: readonly FixtureRow[]) => rows.reduce((m, r) => (r.updated_at > m ? r.updated_at : m), '');
+
+/** Airbyte's platform retrying a sync from an older STATE after it ended cleanly, then a `>=` source's next sync. */
+const airbyteResend: Manner = {
+  name: 'airbyte-destination-resend-older-state',
+  scenario: 'syncs',
+  source: () => '',
+  refusal: /destination_sync_mode append_dedup needs write merge, which a files destination does not do/,
+  skip: (write) => (write === 'full' ? 'an overwrite sync replaces the table; a re-sent one replaces it again' : undefined),
+  syncs: async (data) => {
+    const first = airbyteSync(data.rows(), undefined, true);
+    // The retry starts after the second STATE of the first sync and sends the rest again, STATEs included.
+    const second = first.slice(first.findIndex((l, i) => l.startsWith('{"type":"STATE"') && first.slice(0, i + 1).filter((x) => x.startsWith('{"type":"STATE"')).length === 2) + 1);
+    const top = newest(data.rows());
+    const { updates, inserts } = changedRows(data.rows(), true);
+    await data.write([...updates, ...inserts]);
+    return [first, second, airbyteSync(data.rows(), top, true)];
+  },
+};
+
+/** A full-refresh stream whose connector sends no STATE at all (older CDKs). */
+const airbyteNoState: Manner = {
+  name: 'airbyte-destination-stream-without-state',
+  scenario: 'syncs',
+  source: () => '',
+  refusal: /destination_sync_mode append_dedup needs write merge, which a files destination does not do/,
+  skip: (write) => (write === 'append' ? 'a full refresh appended is every record again on every sync, by design' : undefined),
+  syncs: async (data) => {
+    const first = airbyteSync(data.rows(), undefined, false);
+    const { updates, inserts } = changedRows(data.rows(), true);
+    await data.write([...updates, ...inserts]);
+    return [first, airbyteSync(data.rows(), undefined, false)];
+  },
+};
+
 const MANNERS: readonly Manner[] = [
+  airbyteResend,
+  airbyteNoState,
   http('http-tie-group-stable', { pagination: 'page' }, bigTieGroup),
   http('http-tie-group-unstable', { pagination: 'page', unstableTies: true }, bigTieGroup),
   http('http-ignores-filter', { pagination: 'link', ignoreFilter: true }),
@@ -204,7 +285,7 @@ class MannerRun {
     private readonly cell: MannerCell,
     private readonly config: string,
     private readonly files: SourceFiles,
-    private readonly pipeline: string,
+    readonly pipelineName: string,
     private readonly destination: DestinationInstance,
     private readonly data: SourceData,
   ) {}
@@ -215,8 +296,8 @@ class MannerRun {
 
   async run(crashing = false): Promise<CliResult & { json: RunJson | undefined }> {
     this.runs += 1;
-    await writeFile(this.config, `name: ${this.pipeline}\n${this.cell.manner.source(this.files, this.cell.write, crashing)}\n${this.destination.yaml}\n`);
-    await this.destination.beforeRun?.(this.pipeline);
+    await writeFile(this.config, `name: ${this.pipelineName}\n${this.cell.manner.source(this.files, this.cell.write, crashing)}\n${this.destination.yaml}\n`);
+    await this.destination.beforeRun?.(this.pipelineName);
     const out = await cli(['run', this.config, '--json'], { env: { TIDEMARK_CONFIG_CACHE: 'off', ...this.destination.env } });
     let json: RunJson | undefined;
     try {
@@ -244,7 +325,7 @@ class MannerRun {
 
   /** Every committed row is one of the source's (version), and no key (version) is there twice. */
   async nothingWrong(): Promise<void> {
-    const rows = await this.destination.rows(this.pipeline, STREAM);
+    const rows = await this.destination.rows(this.pipelineName, STREAM);
     const expected = new Set(this.data.expected(this.cell.write).map((r) => JSON.stringify(r)));
     const wrong = rows.filter((r) => !expected.has(JSON.stringify(r)));
     if (wrong.length > 0) throw new OracleError(`committed ${wrong.length} rows the source does not have, e.g. ${JSON.stringify(wrong[0])}`);
@@ -252,8 +333,27 @@ class MannerRun {
   }
 
   async exact(): Promise<void> {
-    checkRows(await this.destination.rows(this.pipeline, STREAM), this.data.expected(this.cell.write), this.keyed());
-    await this.destination.check(this.pipeline, STREAM, true);
+    checkRows(await this.destination.rows(this.pipelineName, STREAM), this.data.expected(this.cell.write), this.keyed());
+    await this.destination.check(this.pipelineName, STREAM, true);
+  }
+
+  async syncs(): Promise<string[][]> {
+    return this.cell.manner.syncs!(this.data);
+  }
+
+  /** One sync into `tidemark airbyte-destination write`, with the destination's config and the manner's catalog. */
+  async write(lines: readonly string[], mustPass = true): Promise<CliResult> {
+    this.runs += 1;
+    const config = join(dirname(this.config), 'airbyte-config.json');
+    const catalog = join(dirname(this.config), 'airbyte-catalog.json');
+    const destination = (parseYaml(this.destination.yaml) as { destination: unknown }).destination;
+    await writeFile(config, JSON.stringify({ name: this.pipelineName, destination, checkpoint_rows: STATE_EVERY }));
+    await writeFile(catalog, airbyteCatalog(this.cell.write, this.cell.manner === airbyteNoState));
+    await this.destination.beforeRun?.(this.pipelineName);
+    const out = await airbyte(['write', '--config', config, '--catalog', catalog], `${lines.join('\n')}\n`, { ...this.destination.env });
+    if (mustPass && out.code !== 0) throw new OracleError(`sync ${this.runs} exit ${out.code}: ${out.stderr.trim().split('\n').slice(-4).join(' | ')}`);
+    // The destination reports its errors as Airbyte TRACE messages on stdout.
+    return { ...out, stderr: `${out.stdout}${out.stderr}` };
   }
 
   /** A run with nothing new loads nothing (a full stream rebuilds) and leaves the rows as they were. */
@@ -265,9 +365,11 @@ class MannerRun {
   }
 }
 
-async function runMannerCell(cell: MannerCell, dir: string, uid: string): Promise<'passed' | 'refused'> {
+async function runMannerCell(cell: MannerCell, dir: string, uid: string): Promise<'passed' | 'refused' | 'skipped'> {
   const verdict = cell.destination.validate({ source: cell.manner.name, destination: cell.destination.name, write: cell.write, fault: { kind: 'none' } });
   if (verdict && 'skip' in verdict) return 'refused';
+  const skipped = cell.manner.skip?.(cell.write);
+  if (skipped !== undefined) return 'skipped';
   const rowsFile = join(dir, 'rows.jsonl');
   const module = join(dir, 'source.mjs');
   await writeFile(module, codeModule(rowsFile));
@@ -278,8 +380,10 @@ async function runMannerCell(cell: MannerCell, dir: string, uid: string): Promis
   try {
     const run = new MannerRun(cell, join(dir, 'pipeline.yaml'), { data: rowsFile, module, ...(api ? { api } : {}) }, `p_${uid}`, destination, data);
     if (verdict && 'refuse' in verdict) {
-      const r = await run.run();
-      if (r.code === 0 || !verdict.refuse.test(r.stderr)) throw new OracleError(`expected the refusal ${verdict.refuse}, got exit ${r.code}: ${r.stderr.trim().slice(-300)}`);
+      const r = cell.manner.syncs ? await run.write((await run.syncs())[0]!, false) : await run.run();
+      const refusal = cell.manner.refusal ?? verdict.refuse;
+      if (r.code === 0 || !refusal.test(r.stderr)) throw new OracleError(`expected the refusal ${refusal}, got exit ${r.code}: ${r.stderr.trim().slice(-300)}`);
+      if ((await destination.rows(run.pipelineName, STREAM)).length > 0) throw new OracleError('a refused write loaded rows');
       return 'refused';
     }
     return await play(cell.manner.scenario, run, data);
@@ -291,6 +395,11 @@ async function runMannerCell(cell: MannerCell, dir: string, uid: string): Promis
 
 /** The cell's runs: each ends exact, or (a crash, a refusal) right as far as it went. */
 async function play(scenario: Scenario, run: MannerRun, data: SourceData): Promise<'passed' | 'refused'> {
+  if (scenario === 'syncs') {
+    for (const sync of await run.syncs()) await run.write(sync);
+    await run.exact();
+    return 'passed';
+  }
   if (scenario === 'refuse') {
     await run.refused(false);
     return 'refused';
@@ -331,7 +440,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   const count = (s: string) => outcomes.filter((o) => o.status === s).length;
-  console.log(`manners: ${outcomes.length} cells, ${count('passed')} passed, ${count('refused')} refused, ${count('failed')} failed, ${((Date.now() - started) / 1000).toFixed(0)}s`);
+  console.log(`manners: ${outcomes.length} cells, ${count('passed')} passed, ${count('refused')} refused, ${count('skipped')} skipped, ${count('failed')} failed, ${((Date.now() - started) / 1000).toFixed(0)}s`);
   await endPg();
   if (count('failed') === 0) await cleanup();
 });

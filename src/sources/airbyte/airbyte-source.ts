@@ -2,9 +2,10 @@
  * Any Airbyte source connector as a tidemark source. The connector's config is checked against its own spec
  * (`connectionSpecification`) before anything else runs. The streams a run loads are read in one `read` (see
  * airbyte-shared-read.ts), a single stream in its own, with a configured catalog built from the streams' settings and
- * their last committed states (stored verbatim) as `--state`. Every STATE
- * message (STREAM, GLOBAL or LEGACY) is a resume token: the records before it commit together with it, nothing
- * after it. Its `sourceStats.recordCount`, when present, must match the records received since the previous STATE.
+ * their last committed states (stored verbatim) as `--state`. Every STATE message is a resume token: the records
+ * before it commit together with it, nothing after it (in a read of several streams, a GLOBAL or LEGACY state is
+ * the whole connector's and is stored for all of them at the end, see airbyte-shared-read.ts). Its
+ * `sourceStats.recordCount`, when present, must match the records received since the previous STATE.
  */
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';

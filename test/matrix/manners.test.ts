@@ -41,7 +41,8 @@ type Scenario = 'change' | 'crash' | 'refuse' | 'syncs';
 
 interface Manner {
   readonly name: string;
-  readonly scenario: Scenario;
+  /** The scenario, or one per write (an order broken matters to incremental reads, not to a full rebuild). */
+  readonly scenario: Scenario | ((write: Write) => Scenario);
   /** The misbehaving source's part of the pipeline file (a crash scenario's first run has `crashing` set). */
   source(files: SourceFiles, write: Write, crashing: boolean): string;
   /** The message a crash or refusal must carry. */
@@ -95,7 +96,7 @@ function singer(name: string, scenario: Scenario, knobs: Record<string, unknown>
 /** A code source that claims `ordered` and yields its pages out of cursor order. */
 const codeUnsorted: Manner = {
   name: 'code-claims-order-unsorted',
-  scenario: 'refuse',
+  scenario: (write) => (write === 'full' ? 'change' : 'refuse'),
   message: /declared ordered, but a record with updated_at \S+ came after one with \S+; nothing after the last commit was written/,
   source: (files, write) => ['source:', '  type: code', `  module: ${JSON.stringify(files.module)}`, '  export: source', 'streams:', streamYaml(write)].join('\n'),
 };
@@ -110,7 +111,10 @@ export const source = codeSource({ streams: [defineStream({
     // Numbers as text: big is beyond 2^53.
     const rows = readFileSync(${JSON.stringify(data)}, 'utf8').split('\\n').filter(Boolean).map((l) => JSON.parse(l.replace(/"(id|big)":(\\d+)/g, '"$1":"$2"')));
     // Sorted, except that each page of 250 is sent after the next one.
-    for (let page = 0; page * 250 < rows.length; page += 1) yield rows.slice((page ^ 1) * 250, (page ^ 1) * 250 + 250);
+    for (let page = 0; page * 250 < rows.length; page += 1) {
+      const swapped = (page ^ 1) * 250 < rows.length ? page ^ 1 : page;
+      yield rows.slice(swapped * 250, swapped * 250 + 250);
+    }
   },
 })] });
 `;
@@ -386,7 +390,8 @@ async function runMannerCell(cell: MannerCell, dir: string, uid: string): Promis
       if ((await destination.rows(run.pipelineName, STREAM)).length > 0) throw new OracleError('a refused write loaded rows');
       return 'refused';
     }
-    return await play(cell.manner.scenario, run, data);
+    const scenario = typeof cell.manner.scenario === 'function' ? cell.manner.scenario(cell.write) : cell.manner.scenario;
+    return await play(scenario, run, data);
   } finally {
     await destination.cleanup().catch(() => undefined);
     await api?.stop();

@@ -128,6 +128,12 @@ export interface StreamSpec {
   readonly write?: WriteMode;
 }
 
+/** A read the run will open, and when its stream's stored resume position was committed. */
+export interface PlannedRead {
+  readonly request: ReadRequest;
+  readonly committedAt?: string;
+}
+
 export interface ReadRequest {
   readonly stream: StreamSpec;
   /** Rows strictly after this tuple watermark: `(cursor, pk) > (c0, pk0)`. */
@@ -372,6 +378,16 @@ export interface Source {
   readonly ranges?: RangedSource;
   /** Whether a stream can be read incrementally (an Airbyte connector's supported sync modes); absent: it can. */
   readsIncrementally?(stream: StreamSpec): Promise<boolean>;
+  /**
+   * Sources that read many streams in one go (an Airbyte connector): the run's reads, before the first opens. A later
+   * `open` with the same request takes its stream's part of that one read.
+   */
+  readTogether?(reads: readonly PlannedRead[]): void;
+  /**
+   * After the run's streams: a position the one read reached for several streams together (an Airbyte connector's
+   * LEGACY or GLOBAL state), which the engine stores for all of them once every one committed.
+   */
+  sharedResume?(): { readonly streams: readonly string[]; readonly resume: JsonValue } | undefined;
   close(): Promise<void>;
 }
 

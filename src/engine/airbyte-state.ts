@@ -9,14 +9,7 @@ import type { JsonValue } from '../core/connector.js';
 import { UsageError } from '../core/errors.js';
 import type { PipelineState, StreamState } from '../core/types.js';
 
-type JsonObject = { readonly [key: string]: JsonValue };
-const isObject = (v: JsonValue | undefined): v is JsonObject => v !== null && v !== undefined && typeof v === 'object' && !Array.isArray(v);
-
-function descriptorName(entry: JsonObject): string | undefined {
-  const stream = entry.stream;
-  const descriptor = isObject(stream) ? stream.stream_descriptor : isObject(entry) ? entry.stream_descriptor : undefined;
-  return isObject(descriptor) && typeof descriptor.name === 'string' ? descriptor.name : undefined;
-}
+import { descriptorName, isObject, type JsonObject } from '../sources/airbyte/airbyte-state-parts.js';
 
 /** The state file a connector would be given for the whole pipeline. */
 export function exportAirbyteState(state: PipelineState): JsonValue {
@@ -75,3 +68,4 @@ export function importAirbyteState(input: unknown, streams: readonly { readonly 
   for (const s of streams) put(s.name, input as JsonValue);
   return { ...current, streams: next };
 }
+

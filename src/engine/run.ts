@@ -21,6 +21,7 @@ import type { ProgressListener } from './progress.js';
 import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 import { loadLogStreams } from './log-load.js';
+import { planReadsTogether, storeSharedResume } from './read-together.js';
 import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
 import { openRunJournal } from './run-journal.js';
 import { withoutPosition } from './stateless.js';
@@ -197,6 +198,8 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
   await checkLookbacks(ctx.source, ctx.streams).catch((error: unknown) => {
     throw withContext(error, { pipeline: pipeline.name }, 'config');
   });
+  const together = { pipeline: pipeline.name, runId: ctx.runId, source: ctx.source, destination, lease: ctx.lease, full: ctx.options.full === true };
+  await planReadsTogether(together, ctx.streams, state);
   const results: StreamResult[] = [];
   // Log streams read one change log together (a source transaction spanning tables commits once): loaded as one, at
   // the place of the first.
@@ -253,6 +256,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       state = (await destination.state.load(pipeline.name)) ?? state;
     }
   }
+  await storeSharedResume(together, ctx.streams, state, results);
   return results;
 }
 

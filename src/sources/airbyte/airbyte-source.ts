@@ -1,13 +1,15 @@
 /**
  * Any Airbyte source connector as a tidemark source. The connector's config is checked against its own spec
- * (`connectionSpecification`) before anything else runs; each read runs `read` for one stream, with a configured
- * catalog built from the stream's settings and the last committed state (stored verbatim) as `--state`. Every STATE
- * message (STREAM, GLOBAL or LEGACY) is a resume token: the records before it commit together with it, nothing
- * after it. Its `sourceStats.recordCount`, when present, must match the records received since the previous STATE.
+ * (`connectionSpecification`) before anything else runs. The streams a run loads are read in one `read` (see
+ * airbyte-shared-read.ts), a single stream in its own, with a configured catalog built from the streams' settings and
+ * their last committed states (stored verbatim) as `--state`. Every STATE message is a resume token: the records
+ * before it commit together with it, nothing after it (in a read of several streams, a GLOBAL or LEGACY state is
+ * the whole connector's and is stored for all of them at the end, see airbyte-shared-read.ts). Its
+ * `sourceStats.recordCount`, when present, must match the records received since the previous STATE.
  */
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
-import type { Batch, JsonValue, OfferedStream, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, JsonValue, OfferedStream, OpenedRead, PlannedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { cursorLike, fieldsOf } from '../../core/cursor-candidates.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import { redact, registerSecret, silentLogger, type Logger, type LogLevel } from '../../core/logger.js';
@@ -20,6 +22,28 @@ import { catalogStreams, schemaFromCatalog, type AirbyteCatalogStream, type Airb
 import { withColumns } from '../connector-schema.js';
 import { ConnectorRun } from './airbyte-process.js';
 import { secretPaths, secretValues, validateConnectorConfig } from './airbyte-spec.js';
+import { SharedRead, traceFailure } from './airbyte-shared-read.js';
+import { connectorState } from './airbyte-state-parts.js';
+
+/** Where a stream's messages come from, and how its read ends or stops. */
+interface MessageFeed {
+  readonly messages: AsyncIterable<AirbyteMessage>;
+  /** After the last message: throws when the connector failed. */
+  readonly finish: () => Promise<void>;
+  /** The read closes (the engine is done with it, or gave up). */
+  readonly stop: () => Promise<void>;
+  /** Stops the connector before a refusal is thrown (a solo read). */
+  readonly stopRun?: () => Promise<void>;
+  /** LOG, TRACE and CONTROL messages (a solo read handles its own). */
+  readonly onOther?: (message: AirbyteMessage) => Promise<void>;
+  /** A RECORD or STATE of a stream the catalog did not ask for. */
+  readonly unknown: (what: string, stream: string | undefined) => Error;
+}
+
+/** Two plans of a stream's read ask for the same read: the shared read was started with the first. */
+function sameRead(a: ReadRequest, b: ReadRequest): boolean {
+  return a.incremental === b.incremental && JSON.stringify(a.resume ?? null) === JSON.stringify(b.resume ?? null);
+}
 
 const DEFAULT_IDLE = '10m';
 
@@ -34,6 +58,9 @@ export class AirbyteSource implements Source {
   private specified: Promise<ExactJson> | undefined;
   private catalog: Promise<AirbyteCatalogStream[]> | undefined;
   private config: Promise<ExactJson> | undefined;
+  /** The run's reads, when several streams are read in one go; the shared read once the first of them opened. */
+  private planned: readonly PlannedRead[] = [];
+  private shared: SharedRead | undefined;
   private readonly idleMs: number;
   /** The config's `airbyte_secret` values: hidden in every message, and refused in a state. */
   private readonly secrets = new Set<string>();
@@ -162,8 +189,8 @@ export class AirbyteSource implements Source {
     return stream.cursor;
   }
 
-  /** The catalog that selects exactly this stream, with its sync modes, cursor and key. */
-  private configuredCatalog(entry: AirbyteCatalogStream, schema: StreamSchema, incremental: boolean, write: StreamSpec['write']): string {
+  /** A stream of a configured catalog: its sync modes, cursor and key. */
+  private configuredStream(entry: AirbyteCatalogStream, schema: StreamSchema, incremental: boolean, write: StreamSpec['write']): ExactJson {
     if (incremental && !entry.syncModes.includes('incremental')) {
       throw new ConfigError(`stream ${entry.name}: the connector reads it only as ${entry.syncModes.join(', ') || 'full_refresh'}; set strategy: full`, { context: { stream: entry.name } });
     }
@@ -177,25 +204,76 @@ export class AirbyteSource implements Source {
       source_defined_primary_key: entry.sourceDefinedPrimaryKey,
     };
     const cursorField = incremental ? (schema.cursor !== undefined ? [schema.cursor] : entry.defaultCursor) : undefined;
-    const configured = {
+    return {
       stream,
       sync_mode: incremental ? 'incremental' : 'full_refresh',
       ...(cursorField !== undefined && cursorField.length ? { cursor_field: cursorField } : {}),
       destination_sync_mode: !incremental ? 'overwrite' : write !== 'append' && schema.primaryKey.length > 0 ? 'append_dedup' : 'append',
       ...(schema.primaryKey.length ? { primary_key: schema.primaryKey.map((k) => [k]) } : {}),
-    };
-    return stringifyExactJson({ streams: [configured] } as unknown as ExactJson);
+    } as unknown as ExactJson;
+  }
+
+  /**
+   * The run's reads, before the first opens: streams of one connector are read in one `read` (see
+   * airbyte-shared-read.ts), started when the first of them opens. A single stream keeps its own read.
+   */
+  readTogether(reads: readonly PlannedRead[]): void {
+    this.planned = reads.length > 1 ? reads : [];
+  }
+
+  /** The whole-connector (LEGACY or GLOBAL) state the shared read ended at, for all its incremental streams. */
+  sharedResume(): { readonly streams: readonly string[]; readonly resume: JsonValue } | undefined {
+    return this.shared?.sharedResume();
   }
 
   async open(request: ReadRequest): Promise<OpenedRead> {
+    const planned = this.planned.find((p) => p.request.stream.name === request.stream.name);
+    const joins = planned !== undefined && sameRead(planned.request, request) && (this.shared === undefined || this.shared.holds(request.stream.name));
+    return joins ? this.openShared(request) : this.openSolo(request);
+  }
+
+  private async openShared(request: ReadRequest): Promise<OpenedRead> {
     const stream = request.stream;
-    const context = { stream: stream.name, phase: 'extract' };
+    const entry = await this.entry(stream);
+    const schema = this.schemaOf(stream, entry);
+    const shared = (this.shared ??= await this.startShared());
+    const messages = shared.messagesOf(stream.name);
+    const origin = request.resume !== undefined && request.resume !== null ? 'from its stored state' : 'without state';
+    return this.opened(request, entry, schema, `airbyte connector ${this.program} stream ${entry.name} (${request.incremental ? 'incremental' : 'full_refresh'}), one read of ${this.planned.length} streams, ${origin}`, {
+      messages,
+      finish: async () => undefined,
+      stop: () => shared.closeStream(stream.name),
+      unknown: (what, name) => new SourceError(`the connector ${this.program} sent a ${what} of stream ${JSON.stringify(name)} in the read of ${stream.name}`, { context: { stream: stream.name, phase: 'extract' } }),
+    });
+  }
+
+  /** One `read` with a catalog of every planned stream, and the state they resume from together. */
+  private async startShared(): Promise<SharedRead> {
+    const parts: { entry: AirbyteCatalogStream; request: ReadRequest }[] = [];
+    for (const { request } of this.planned) parts.push({ entry: await this.entry(request.stream), request });
+    const catalog = parts.map(({ entry, request }) => this.configuredStream(entry, this.schemaOf(request.stream, entry), request.incremental, request.stream.write));
+    const state = connectorState(this.planned.filter((p) => p.request.incremental));
+    const config = await this.connectorConfig();
+    const files = [
+      { flag: 'config', text: stringifyExactJson(config) },
+      { flag: 'catalog', text: stringifyExactJson({ streams: catalog }) },
+      ...(state !== undefined ? [{ flag: 'state', text: JSON.stringify(state) }] : []),
+    ];
+    const signal = this.planned.find((p) => p.request.signal !== undefined)?.request.signal;
+    const run = await ConnectorRun.start({ command: this.command, name: this.program, verb: 'read', files, idleMs: this.idleMs, ...(this.settings.env ? { env: this.settings.env } : {}), ...(signal ? { signal } : {}) });
+    const shared = this.planned.map(({ request }) => ({ name: request.stream.name, resume: request.resume ?? null, incremental: request.incremental }));
+    const names = shared.map((p) => p.name).join(', ');
+    return SharedRead.start(run, shared, this.program, { other: (message) => this.handle(message, undefined), checkState: (resume) => this.checkStateSecrets(names, resume) });
+  }
+
+  private async openSolo(request: ReadRequest): Promise<OpenedRead> {
+    const stream = request.stream;
     const entry = await this.entry(stream);
     const schema = this.schemaOf(stream, entry);
     const config = await this.connectorConfig();
     const files = [
       { flag: 'config', text: stringifyExactJson(config) },
-      { flag: 'catalog', text: this.configuredCatalog(entry, schema, request.incremental, stream.write) },
+      { flag: 'catalog', text: stringifyExactJson({ streams: [this.configuredStream(entry, schema, request.incremental, stream.write)] }) },
       ...(request.resume !== undefined && request.resume !== null ? [{ flag: 'state', text: JSON.stringify(request.resume) }] : []),
     ];
     const run = await ConnectorRun.start({ command: this.command, name: this.program, verb: 'read', files, idleMs: this.idleMs, ...(this.settings.env ? { env: this.settings.env } : {}), ...(request.signal ? { signal: request.signal } : {}) });
@@ -215,35 +293,59 @@ export class AirbyteSource implements Source {
       await run.stop();
       throw error;
     }
+    async function* all(): AsyncGenerator<AirbyteMessage> {
+      yield* leading;
+      leading.length = 0;
+      yield* messages;
+    }
+    let failed: Extract<AirbyteMessage, { type: 'TRACE_ERROR' }> | undefined;
+    const origin = request.resume !== undefined && request.resume !== null ? 'from its stored state' : 'without state';
+    const read = this.opened(request, entry, schema, `airbyte connector ${this.program} stream ${entry.name} (${request.incremental ? 'incremental' : 'full_refresh'}), ${origin}`, {
+      messages: all(),
+      onOther: (message) => {
+        if (message.type === 'TRACE_ERROR') failed ??= message;
+        return this.handle(message, entry.name);
+      },
+      finish: async () => {
+        if (failed !== undefined) {
+          await run.stop();
+          throw traceFailure(failed, entry.name);
+        }
+        await run.finished();
+      },
+      stop: () => run.stop(),
+      unknown: (what, streamName) => run.failure(`sent a ${what} of stream ${JSON.stringify(streamName)}, which the catalog did not ask for (it asked for ${entry.name}); nothing after the last STATE is committed`, false),
+      stopRun: () => run.stop(),
+    });
+    return estimate !== undefined ? { ...read, estimatedRows: estimate } : read;
+  }
+
+  /** A read of one stream from its messages: records in batches, each STATE the resume point of what came before. */
+  private opened(request: ReadRequest, entry: AirbyteCatalogStream, schema: StreamSchema, predicate: string, from: MessageFeed): OpenedRead {
+    const context = { stream: entry.name, phase: 'extract' };
     const self = this;
     return {
       schema,
       until: null,
       nullCursorRows: 0,
-      predicate: `airbyte connector ${this.program} stream ${entry.name} (${request.incremental ? 'incremental' : 'full_refresh'}), ${request.resume !== undefined && request.resume !== null ? 'from its stored state' : 'without state'}`,
+      predicate,
       bindings: [],
       // An incremental read with a cursor comes in cursor order (the protocol's checkpoint contract: a state says
       // "everything up to here"). The engine then drops the records a `>=` connector re-sends at its state's cursor
       // that a commit inside that cursor group already holds. Without a cursor the order is not known.
       ordered: schema.cursor !== undefined,
       resumable: true,
-      ...(estimate !== undefined ? { estimatedRows: estimate } : {}),
-      close: () => run.stop(),
+      close: from.stop,
       async *batches(): AsyncIterable<Batch> {
         let rows: Row[] = [];
         let since = 0;
-        let failed: Extract<AirbyteMessage, { type: 'TRACE_ERROR' }> | undefined;
-        async function* all(): AsyncGenerator<AirbyteMessage> {
-          yield* leading;
-          leading.length = 0;
-          yield* messages;
-        }
-        for await (const message of all()) {
+        const stop = async (): Promise<void> => {
+          await from.stopRun?.();
+        };
+        for await (const message of from.messages) {
           switch (message.type) {
             case 'RECORD':
-              if (message.stream !== entry.name) {
-                throw run.failure(`sent a RECORD of stream ${JSON.stringify(message.stream)}, which the catalog did not ask for (it asked for ${entry.name}); nothing after the last STATE is committed`, false);
-              }
+              if (message.stream !== entry.name) throw from.unknown('RECORD', message.stream);
               rows.push(recordToRow(message.data, schema, undefined));
               since += 1;
               if (rows.length >= request.batchRows) {
@@ -252,11 +354,9 @@ export class AirbyteSource implements Source {
               }
               break;
             case 'STATE':
-              if (message.stream !== undefined && message.stream !== entry.name) {
-                throw run.failure(`sent a STATE of stream ${JSON.stringify(message.stream)}, which the catalog did not ask for (it asked for ${entry.name}); nothing after the last STATE is committed`, false);
-              }
+              if (message.stream !== undefined && message.stream !== entry.name) throw from.unknown('STATE', message.stream);
               if (message.recordCount !== undefined && message.recordCount !== since) {
-                await run.stop();
+                await stop();
                 throw new SourceError(
                   `stream ${entry.name}: the connector's ${message.kind} state counts ${message.recordCount} records since the previous state (sourceStats.recordCount), tidemark received ${since}; nothing after the previous state is committed`,
                   { context },
@@ -265,43 +365,44 @@ export class AirbyteSource implements Source {
               try {
                 self.checkStateSecrets(entry.name, message.resume);
               } catch (error) {
-                await run.stop();
+                await stop();
                 throw error;
               }
               yield { rows, resume: message.resume };
               rows = [];
               since = 0;
               break;
-            case 'LOG':
-              self.logger.log(LEVELS[message.level] ?? 'info', `${self.program}: ${message.message}`);
-              if (message.stack !== undefined) self.logger.log('debug', `${self.program}: ${message.stack}`);
-              break;
-            case 'TRACE_ERROR':
-              failed ??= message;
-              self.logger.log('error', `${self.program}: stream ${entry.name}: ${message.message}${message.internal !== undefined ? ` (${message.internal})` : ''}`);
-              if (message.stack !== undefined) self.logger.log('debug', `${self.program}: ${message.stack}`);
-              break;
-            case 'TRACE_STATUS':
-              self.logger.log('info', `${self.program}: stream ${message.stream || entry.name} ${message.status.toLowerCase()}`);
-              break;
-            case 'CONTROL_CONFIG':
-              await self.updateConfig(message.config);
-              break;
             default:
+              await from.onOther?.(message);
               break;
           }
         }
-        if (failed !== undefined) {
-          await run.stop();
-          throw new SourceError(
-            redact(`stream ${entry.name}: the connector reported an error: ${failed.message}${failed.internal !== undefined ? ` (${failed.internal})` : ''}; nothing after the last state is committed`),
-            { context, ...(failed.failureType === 'transient_error' ? { retryable: true } : {}) },
-          );
-        }
-        await run.finished();
+        await from.finish();
         if (rows.length) yield { rows };
       },
     };
+  }
+
+  /** A LOG, TRACE or CONTROL message, whichever stream's read it came in. */
+  private async handle(message: AirbyteMessage, stream: string | undefined): Promise<void> {
+    switch (message.type) {
+      case 'LOG':
+        this.logger.log(LEVELS[message.level] ?? 'info', `${this.program}: ${message.message}`);
+        if (message.stack !== undefined) this.logger.log('debug', `${this.program}: ${message.stack}`);
+        break;
+      case 'TRACE_ERROR':
+        this.logger.log('error', `${this.program}: ${stream !== undefined ? `stream ${stream}: ` : ''}${message.message}${message.internal !== undefined ? ` (${message.internal})` : ''}`);
+        if (message.stack !== undefined) this.logger.log('debug', `${this.program}: ${message.stack}`);
+        break;
+      case 'TRACE_STATUS':
+        this.logger.log('info', `${this.program}: stream ${message.stream || stream} ${message.status.toLowerCase()}`);
+        break;
+      case 'CONTROL_CONFIG':
+        await this.updateConfig(message.config);
+        break;
+      default:
+        break;
+    }
   }
 
   /**
@@ -340,7 +441,10 @@ export class AirbyteSource implements Source {
     }
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    await this.shared?.close();
+    this.shared = undefined;
+  }
 
   /** Runs a short command to its end and returns its messages (LOG lines go to the log). */
   private async collect(verb: 'spec' | 'check' | 'discover', files: { flag: string; text: string }[]): Promise<AirbyteMessage[]> {

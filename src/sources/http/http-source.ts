@@ -156,9 +156,11 @@ export class HttpSource implements Source {
         return undefined;
       }
     };
-    const keyset = spec.ordered && request.incremental && cursorIndex >= 0 && pagesBySince(spec.pagination, this.usesSince(spec));
+    // A sorted page/offset read pages by `{{since}}` whether it is incremental or full: page numbers over records
+    // whose order changes between requests (ties, updates) would skip some of them.
+    const keyset = spec.ordered && cursorIndex >= 0 && pagesBySince(spec.pagination, this.usesSince(spec));
     const boundary = new WindowBoundary(
-      { ordered: spec.ordered && request.incremental, keyed: pkIndexes.length > 0, opaque: isOpaque(spec.pagination), cursorKind: cursorType?.kind },
+      { ordered: spec.ordered && (request.incremental || keyset), keyed: pkIndexes.length > 0, opaque: isOpaque(spec.pagination), cursorKind: cursorType?.kind },
       token,
     );
     const toRows = (records: readonly ExactJson[]): Row[] => {

@@ -155,6 +155,20 @@ describe.each(PAIRS)('a sorted tie group larger than a page, into %s, write %s',
   }, 180_000);
 });
 
+describe('a full read of a sorted page API (strategy: full)', () => {
+  it.each(['duckdb', 'sqlite'] as const)('pages by {{since}} as well: ties served in a new order at every request lose no record (%s)', async (kind) => {
+    server.order = 'cursor-ties';
+    server.seed(1, 1500, 'v1', 0, 100); // groups of 100, pages of 50
+    const config = await writeYaml(dir, 'p.yaml', pipeline(kind, 'merge', { pagination: 'page', ordered: true, perPage: 50 }).replace('    write: merge\n', '    strategy: full\n'));
+    for (const more of [0, 500]) {
+      server.seed(1501, more, 'v1', 0, 100);
+      const out = await run(config);
+      expect(out.code, out.stderr).toBe(0);
+      expect(await landed(kind)).toEqual(current());
+    }
+  }, 180_000);
+});
+
 describe('a tie group larger than a page that never settles', () => {
   it('stops the stream naming the group, with the groups before it committed and nothing of it', async () => {
     server.order = 'cursor';

@@ -212,6 +212,8 @@ export interface StreamResult {
   readonly partitions_missing?: readonly string[];
   /** Partitioned streams: of those, the ones whose rows this run deleted (`on_missing: delete`). */
   readonly partitions_deleted?: readonly string[];
+  /** Log streams: the source commit time of the newest change this run applied (canonical timestamptz). */
+  readonly log_commit_time?: string;
 }
 
 export interface RunResult {

@@ -22,6 +22,9 @@ import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 import { loadLogStreams } from './log-load.js';
 import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
+import { NO_OBSERVER, type RunObserver } from '../core/run-observer.js';
+import { runTelemetry } from '../telemetry/telemetry.js';
+import { observedDestination } from './observed-destination.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */
@@ -56,8 +59,20 @@ export function emptyState(pipeline: string): PipelineState {
 }
 
 export async function run(pipeline: PipelineConfig, options: RunOptions = {}): Promise<RunResult> {
-  const logger = options.logger ?? silentLogger;
   const runId = newRunId();
+  const observer = (await runTelemetry())?.runStarted(pipeline.name, runId) ?? NO_OBSERVER;
+  try {
+    const result = await observedRun(pipeline, runId, observer, options);
+    observer.runFinished(result);
+    return result;
+  } catch (error) {
+    observer.runFinished(undefined, error);
+    throw error;
+  }
+}
+
+async function observedRun(pipeline: PipelineConfig, runId: string, observer: RunObserver, options: RunOptions): Promise<RunResult> {
+  const logger = options.logger ?? silentLogger;
   const startedAt = runStart();
   const streams = selectStreams(pipeline, options.streams);
   // Leases first, before any destination connection or file is opened: a run that has to wait holds nothing.
@@ -66,12 +81,14 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
   try {
     await failpoint('lock.after_acquire');
     options.onLeased?.();
-    const { destination, source } = await openEnds(pipeline, logger);
+    const ends = await openEnds(pipeline, logger);
+    const { source } = ends;
+    const destination = observer === NO_OBSERVER ? ends.destination : observedDestination(ends.destination, observer);
     try {
       // A shared lease only carries the current token; the exclusive ones are taken above the destination's fence.
       if (leases.partitions === undefined) leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
       else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
-      const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger });
+      const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger, observer });
       return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: finishedAt(startedAt), ok: results.every((r) => r.outcome === 'committed'), streams: results };
     } finally {
       try {
@@ -157,6 +174,7 @@ interface RunContext {
   readonly partitionLeases: ReadonlyMap<string, Lease> | undefined;
   readonly options: RunOptions;
   readonly logger: Logger;
+  readonly observer: RunObserver;
 }
 
 /** Sources whose reads take a caller's upper bound (`ReadRequest.untilAtMost`). */
@@ -191,11 +209,14 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
   for (const stream of ctx.streams) {
     if (stream.strategy === 'log') {
       if (stream !== logStreams[0]) continue;
+      for (const s of logStreams) ctx.observer.streamStarted(s.name, 'log');
       const outcome = await runLogStreams(ctx, logStreams, state);
       state = await recordQuietRuns(quietContext(ctx), outcome.state, outcome.results);
       results.push(...outcome.results);
+      for (const r of outcome.results) ctx.observer.streamFinished(r, 'log');
       continue;
     }
+    ctx.observer.streamStarted(stream.name, stream.strategy);
     const started = monotonicMs();
     let durable: StreamResult | undefined;
     try {
@@ -223,6 +244,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       // A partition job writes no pipeline state (see Fence); its ledger rows are its record.
       state = ctx.partitionLeases === undefined ? await recordQuietRuns(quietContext(ctx), outcome.state, [outcome.result]) : outcome.state;
       results.push(outcome.result);
+      ctx.observer.streamFinished(outcome.result, stream.strategy);
       warnOfRejects(ctx, stream, outcome.result);
     } catch (error) {
       const failure = withContext(error, { pipeline: pipeline.name, stream: stream.name }, 'source');
@@ -237,6 +259,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       const failed = failedResult(stream.name, failure, started, durable);
       await recordFailure(ctx, failed);
       results.push(failed);
+      ctx.observer.streamFinished(failed, stream.strategy);
       state = (await destination.state.load(pipeline.name)) ?? state;
     }
   }

@@ -23,7 +23,10 @@ export interface OtelTelemetry extends RunObserverFactory {
   shutdown(): Promise<void>;
 }
 
-/** Seconds: commits take milliseconds to minutes, runs seconds to hours. */
+/**
+ * Seconds: commits take milliseconds to minutes, runs seconds to hours. Names carry their unit, so a Prometheus scrape
+ * reads the conventional `_seconds` names (its exporter does not append units).
+ */
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600];
 
 export function startOtel(options: { readonly otlp: OtlpChoice; readonly prometheus: boolean }): OtelTelemetry {
@@ -71,13 +74,13 @@ class Instruments {
     this.rowsLoaded = meter.createCounter('tidemark.rows.loaded', { description: 'Rows loaded into the destination and committed' });
     this.rowsRejected = meter.createCounter('tidemark.rows.rejected', { description: 'Rows the destination could not hold, kept in _tidemark_rejects' });
     this.commits = meter.createCounter('tidemark.commits', { description: 'Load transactions committed' });
-    this.commitDuration = meter.createHistogram('tidemark.commit.duration', { description: 'Time a commit of data and state took', ...seconds });
-    this.runDuration = meter.createHistogram('tidemark.run.duration', { description: 'Time a run took, lease to release', ...seconds });
+    this.commitDuration = meter.createHistogram('tidemark.commit.duration_seconds', { description: 'Time a commit of data and state took', ...seconds });
+    this.runDuration = meter.createHistogram('tidemark.run.duration_seconds', { description: 'Time a run took, lease to release', ...seconds });
     this.runs = meter.createCounter('tidemark.runs', { description: 'Runs finished, by outcome (committed, failed)' });
     this.streams = meter.createCounter('tidemark.streams', { description: 'Stream loads finished, by outcome' });
-    this.newestRowAge = meter.createGauge('tidemark.freshness', { unit: 's', description: 'Age of the newest cursor value a stream has loaded, when its cursor is a time' });
-    this.lastSuccess = meter.createGauge('tidemark.last_success', { unit: 's', description: 'Unix time of the stream’s last committed load' });
-    this.cdcLag = meter.createGauge('tidemark.cdc.lag', { unit: 's', description: 'Log streams: now minus the source commit time of the newest change applied' });
+    this.newestRowAge = meter.createGauge('tidemark.freshness_seconds', { unit: 's', description: 'Age of the newest cursor value a stream has loaded, when its cursor is a time' });
+    this.lastSuccess = meter.createGauge('tidemark.last_success_timestamp_seconds', { unit: 's', description: 'Unix time of the stream’s last committed load' });
+    this.cdcLag = meter.createGauge('tidemark.cdc.lag_seconds', { unit: 's', description: 'Log streams: now minus the source commit time of the newest change applied' });
   }
 }
 

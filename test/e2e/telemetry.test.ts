@@ -90,11 +90,11 @@ describe('OpenTelemetry export', () => {
     expect(points('tidemark.rows.read', 'items').reduce((n, p) => n + p.value, 0)).toBe(ROWS);
     expect(points('tidemark.rows.loaded', 'items').reduce((n, p) => n + p.value, 0)).toBe(ROWS);
     expect(points('tidemark.commits', 'items').reduce((n, p) => n + p.value, 0)).toBe(stream.commits);
-    const commitLatency = points('tidemark.commit.duration', 'items');
+    const commitLatency = points('tidemark.commit.duration_seconds', 'items');
     expect(commitLatency.map((p) => [p.unit, p.count])).toEqual([['s', stream.commits]]);
-    expect(points('tidemark.run.duration', 'items')).toEqual([expect.objectContaining({ unit: 's', count: 1, attributes: { pipeline: 'items', outcome: 'committed' } })]);
+    expect(points('tidemark.run.duration_seconds', 'items')).toEqual([expect.objectContaining({ unit: 's', count: 1, attributes: { pipeline: 'items', outcome: 'committed' } })]);
     // The newest row is from 2024: its age is now minus its cursor value, in seconds.
-    const [freshness] = points('tidemark.freshness', 'items');
+    const [freshness] = points('tidemark.freshness_seconds', 'items');
     const expected = (Date.now() - Date.parse(`${stream.cursor_max.replace(' ', 'T')}Z`)) / 1000;
     expect(freshness!.value).toBeGreaterThan(expected - 600);
     expect(freshness!.value).toBeLessThanOrEqual(expected);

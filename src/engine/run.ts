@@ -25,6 +25,7 @@ import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
 import { NO_OBSERVER, type RunObserver } from '../core/run-observer.js';
 import { runTelemetry } from '../telemetry/telemetry.js';
 import { observedDestination } from './observed-destination.js';
+import { destinationFileError } from './destination-file-errors.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */
@@ -66,8 +67,9 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
     observer.runFinished(result);
     return result;
   } catch (error) {
-    observer.runFinished(undefined, error);
-    throw error;
+    const failure = destinationFileError(error, pipeline);
+    observer.runFinished(undefined, failure);
+    throw failure;
   }
 }
 
@@ -247,7 +249,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       ctx.observer.streamFinished(outcome.result, stream.strategy);
       warnOfRejects(ctx, stream, outcome.result);
     } catch (error) {
-      const failure = withContext(error, { pipeline: pipeline.name, stream: stream.name }, 'source');
+      const failure = withContext(destinationFileError(error, pipeline), { pipeline: pipeline.name, stream: stream.name }, 'source');
       // A fenced or displaced run must stop touching the pipeline at once.
       if (failure instanceof ConflictError) throw failure;
       if (ctx.options.signal?.aborted) {
@@ -291,7 +293,7 @@ async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], 
       { follow: ctx.options.follow === true },
     );
   } catch (error) {
-    const failure = withContext(error, { pipeline: pipeline.name, stream: streams[0]!.name }, 'source');
+    const failure = withContext(destinationFileError(error, pipeline), { pipeline: pipeline.name, stream: streams[0]!.name }, 'source');
     if (failure instanceof ConflictError) throw failure;
     if (ctx.options.signal?.aborted) {
       await recordFailure(ctx, failedResult(streams[0]!.name, failure, started, durable), 'stopped', stopReason(ctx.options.signal));

@@ -221,10 +221,11 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
 
   cli
     .command('validate')
-    .description('check pipeline files without connecting anywhere (a lake destination is read for who owns its streams)')
+    .description('check pipeline files without connecting anywhere (a lake destination is read for who owns its streams); with --connect, also both ends')
     .argument('[pipeline...]', 'pipeline names, YAML files or folders of them (none: every pipeline of --dir)')
     .option('--dir <dir>', DIR_HELP)
-    .action(act(async (files: string[], o: { dir?: string }) => (await commands.validate()).validateCommand(files, o)));
+    .option('--connect', 'open the source and destination and check what a run needs: tables, columns, cursor type, keys, log privileges, a writable destination with room (exit 1 on a problem)')
+    .action(act(async (files: string[], o: { dir?: string; connect?: boolean }) => (await commands.validate()).validateCommand(files, o)));
 
   cli
     .command('init')

@@ -15,6 +15,7 @@ import type { WorkerCommandOptions } from './commands/worker.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 import { printError } from './output.js';
 import { shutdownTelemetry } from '../telemetry/telemetry.js';
+import { flushNotifications } from '../notify/notify.js';
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 
@@ -367,5 +368,6 @@ export async function main(all: readonly string[]): Promise<number> {
   } finally {
     // Buffered spans and the last metric figures go out before the process exits (a no-op when telemetry is off).
     await shutdownTelemetry().catch((error: unknown) => printError(`warning: telemetry export failed: ${errorMessage(error)}`));
+    await flushNotifications();
   }
 }

@@ -38,3 +38,16 @@ export const NO_OBSERVER: RunObserver = {
   streamFinished: () => undefined,
   runFinished: () => undefined,
 };
+
+/** One observer telling several (telemetry and notifications), or NO_OBSERVER when there is none. */
+export function allObservers(observers: readonly (RunObserver | undefined)[]): RunObserver {
+  const present = observers.filter((o): o is RunObserver => o !== undefined);
+  if (present.length === 0) return NO_OBSERVER;
+  if (present.length === 1) return present[0]!;
+  return {
+    streamStarted: (stream, strategy) => present.forEach((o) => o.streamStarted(stream, strategy)),
+    committed: (commit) => present.forEach((o) => o.committed(commit)),
+    streamFinished: (result, strategy) => present.forEach((o) => o.streamFinished(result, strategy)),
+    runFinished: (result, error) => present.forEach((o) => o.runFinished(result, error)),
+  };
+}

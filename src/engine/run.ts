@@ -22,7 +22,8 @@ import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
 import { loadLogStreams } from './log-load.js';
 import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
-import { NO_OBSERVER, type RunObserver } from '../core/run-observer.js';
+import { NO_OBSERVER, allObservers, type RunObserver } from '../core/run-observer.js';
+import { notifyObserver } from '../notify/notify.js';
 import { runTelemetry } from '../telemetry/telemetry.js';
 import { observedDestination } from './observed-destination.js';
 import { destinationFileError } from './destination-file-errors.js';
@@ -61,7 +62,7 @@ export function emptyState(pipeline: string): PipelineState {
 
 export async function run(pipeline: PipelineConfig, options: RunOptions = {}): Promise<RunResult> {
   const runId = newRunId();
-  const observer = (await runTelemetry())?.runStarted(pipeline.name, runId) ?? NO_OBSERVER;
+  const observer = allObservers([(await runTelemetry())?.runStarted(pipeline.name, runId), notifyObserver(pipeline, runId, options.logger)]);
   try {
     const result = await observedRun(pipeline, runId, observer, options);
     observer.runFinished(result);

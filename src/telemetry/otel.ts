@@ -137,7 +137,7 @@ class OtelRun implements RunObserver {
     this.m.rowsRejected.add(result.rows_rejected, labels);
     this.m.streams.add(1, { ...labels, outcome: result.outcome });
     if (result.outcome === 'committed') this.m.lastSuccess.record(Date.now() / 1000, labels);
-    const age = strategy === 'log' ? undefined : newestRowAgeSeconds(result.cursor_max);
+    const age = strategy === 'log' ? undefined : newestRowAgeSeconds(result.watermark?.cursor.value ?? result.cursor_max);
     if (age !== undefined) this.m.newestRowAge.record(age, labels);
     const lag = sourceLagSeconds(result.log_commit_time);
     if (lag !== undefined) this.m.cdcLag.record(lag, labels);

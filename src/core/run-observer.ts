@@ -39,15 +39,26 @@ export const NO_OBSERVER: RunObserver = {
   runFinished: () => undefined,
 };
 
-/** One observer telling several (telemetry and notifications), or NO_OBSERVER when there is none. */
+/**
+ * One observer telling several (telemetry and notifications), or NO_OBSERVER when there is none. An observer that
+ * throws is ignored: telemetry and alerts never change what a run does.
+ */
 export function allObservers(observers: readonly (RunObserver | undefined)[]): RunObserver {
   const present = observers.filter((o): o is RunObserver => o !== undefined);
   if (present.length === 0) return NO_OBSERVER;
-  if (present.length === 1) return present[0]!;
+  const each = (call: (o: RunObserver) => void) => {
+    for (const o of present) {
+      try {
+        call(o);
+      } catch {
+        // An observer's own failure is its to report; the run goes on as it would without it.
+      }
+    }
+  };
   return {
-    streamStarted: (stream, strategy) => present.forEach((o) => o.streamStarted(stream, strategy)),
-    committed: (commit) => present.forEach((o) => o.committed(commit)),
-    streamFinished: (result, strategy) => present.forEach((o) => o.streamFinished(result, strategy)),
-    runFinished: (result, error) => present.forEach((o) => o.runFinished(result, error)),
+    streamStarted: (stream, strategy) => each((o) => o.streamStarted(stream, strategy)),
+    committed: (commit) => each((o) => o.committed(commit)),
+    streamFinished: (result, strategy) => each((o) => o.streamFinished(result, strategy)),
+    runFinished: (result, error) => each((o) => o.runFinished(result, error)),
   };
 }

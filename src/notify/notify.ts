@@ -147,7 +147,7 @@ class MarkFile {
 
   constructor(private readonly pipeline: PipelineConfig) {
     this.path = pipeline.file !== undefined ? join(dirname(pipeline.file), NOTIFY_FILE_NAME) : undefined;
-    this.all = this.path !== undefined && existsSync(this.path) ? (JSON.parse(readFileSync(this.path, 'utf8')) as Marks) : (MEMORY[pipeline.name] ? { [pipeline.name]: MEMORY[pipeline.name]! } : {});
+    this.all = this.path !== undefined ? readMarks(this.path) : MEMORY[pipeline.name] ? { [pipeline.name]: MEMORY[pipeline.name]! } : {};
   }
 
   get(stream: string): StreamMark {
@@ -170,3 +170,12 @@ class MarkFile {
 }
 
 const MEMORY: Record<string, Record<string, StreamMark>> = {};
+
+/** A missing or damaged file reads as nothing told yet: at worst a change is told again. */
+function readMarks(path: string): Marks {
+  try {
+    return existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')) as Marks) : {};
+  } catch {
+    return {};
+  }
+}

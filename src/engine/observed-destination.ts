@@ -3,19 +3,34 @@
  * three loaders (stream, partition, log) report commits alike without knowing about telemetry.
  */
 import { stat } from 'node:fs/promises';
-import type { BulkChunk, CommitRequest, Destination, LoadTransaction } from '../core/connector.js';
+import type { BulkChunk, BulkFormat, CommitRequest, Destination, LoadTransaction } from '../core/connector.js';
+import type { Column, ColumnType } from '../core/types.js';
 import type { RunObserver } from '../core/run-observer.js';
 import { monotonicMs } from '../core/run-clock.js';
 
+/**
+ * A plain object delegating each member of the interface, not a Proxy: the loaders call `rejectReason` per value, and
+ * a proxy's trap on that path made a load with telemetry on measurably slower. Optional members stay absent when the
+ * destination has none (their absence means something, e.g. no `widens`: no column type ever changes).
+ */
 export function observedDestination(destination: Destination, observer: RunObserver): Destination {
-  const begin = async (...args: Parameters<Destination['begin']>) => observedTransaction(await destination.begin(...args), observer);
-  return new Proxy(destination, { get: (target, property) => (property === 'begin' ? begin : boundMember(target, property)) });
+  const d = destination;
+  return {
+    capabilities: d.capabilities,
+    state: d.state,
+    ...(d.ledger !== undefined ? { ledger: d.ledger } : {}),
+    begin: async (load) => observedTransaction(await d.begin(load), observer),
+    rejectReason: (type, value) => d.rejectReason(type, value),
+    ...(d.mayReject ? { mayReject: (type: ColumnType) => d.mayReject!(type) } : {}),
+    ...(d.widens ? { widens: (from: ColumnType, to: ColumnType) => d.widens!(from, to) } : {}),
+    ...(d.acceptsBulk ? { acceptsBulk: (format: BulkFormat, columns: readonly Column[]) => d.acceptsBulk!(format, columns) } : {}),
+    dropBuild: (stream) => d.dropBuild(stream),
+    ...(d.fenceToken ? { fenceToken: (lease: string) => d.fenceToken!(lease) } : {}),
+    close: () => d.close(),
+  };
 }
 
-/**
- * A member of the wrapped object, its methods bound to it once: the loaders call some of them per value
- * (`rejectReason`), and a new bound function per call made a 1M-row load with telemetry on markedly slower.
- */
+/** A transaction member bound to it once (writes are called per batch). */
 const bound = new WeakMap<object, Map<PropertyKey, unknown>>();
 function boundMember(target: object, property: PropertyKey): unknown {
   const value: unknown = Reflect.get(target, property, target);

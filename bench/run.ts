@@ -15,7 +15,7 @@
  *
  * Workloads (each runnable alone, see its header): bench/pg-to-duckdb.ts, bench/mysql-to-duckdb.ts (also --to sqlite|postgres),
  * bench/cdc-catch-up.ts, bench/mysql-cdc.ts,
- * bench/pg-to-postgres.ts and bench/pg-to-sqlite.ts (when present), bench/files-bench.ts.
+ * bench/pg-to-postgres.ts and bench/pg-to-sqlite.ts (when present), bench/files-bench.ts, bench/telemetry-overhead.ts.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -165,6 +165,18 @@ row('Postgres log → DuckDB lag under `run --follow`', `p95 ${cdc.follow_lag_p9
 const mycdc = workload('mysql-cdc.ts', ['--changes', String(Math.min(SCALE.rows, 300_000))]);
 note({ load_end: mycdc.load_end!, load_avg: mycdc.load_1m! });
 row(`MariaDB binlog → DuckDB catch-up, ${k(num(mycdc, 'changes'))} changes`, `${f(num(mycdc, 'catch_up_s'))} s`, `the binlog reader alone ${perSecond(num(mycdc, 'reader_changes_per_s'))}`, perSecond(num(mycdc, 'changes_per_s')), '—');
+
+// Telemetry: the same load with OpenTelemetry off and on (OTLP to a local receiver), pair by pair.
+const otel = workload('telemetry-overhead.ts', ['--rows', String(SCALE.rows), '--reps', String(Math.max(REPS, 5))]);
+note(otel);
+row(
+  `SQLite → DuckDB with telemetry on, ${k(SCALE.rows)}`,
+  `${f(num(otel, 'on_s'))} s`,
+  `telemetry off ${f(num(otel, 'off_s'))} s`,
+  `${f(num(otel, 'on_vs_off'), 3)}×`,
+  '≤ 1.03×',
+  `${otel.exports_received} OTLP exports received`,
+);
 
 console.log(
   `\n### Benchmarks (${quick ? '--quick' : large ? '--large' : 'default'} scale, ${REPS} pairs per ratio; ${cpus().length} cores, ` +

@@ -49,6 +49,7 @@ Environment variables:
 | \`TIDEMARK_LOG_FORMAT=json\` | log lines and errors on stderr as one JSON object a line, as \`--log-format json\` does: see [operations](operations.md#logs) |
 | \`TIDEMARK_LOG_LEVEL\` | the lowest level logged: \`debug\`, \`info\`, \`warn\` or \`error\` (default \`warn\`; \`info\` for \`schedule\` and \`worker\`) |
 | \`TIDEMARK_JOURNAL_DIR\` | where each run keeps its live progress and log lines for the dashboard (default \`$XDG_STATE_HOME/tidemark\`, else \`~/.local/state/tidemark\`; \`none\`: no journal): see [dashboard](dashboard.md#what-goes-on-now) |
+| \`OTEL_EXPORTER_OTLP_ENDPOINT\` | send a span per run, stream and commit and the run metrics over OTLP/HTTP; with the other standard \`OTEL_*\` variables: see [operations](operations.md#metrics-and-traces) |
 | \`TIDEMARK_BULK=0\` | Postgres or MySQL/MariaDB → DuckDB, Postgres or SQLite on the row path instead of the bulk path |
 | \`TIDEMARK_FAILPOINTS\` | crash tests only: see [how it stays correct](how-it-stays-correct.md#failpoints) |
 `;

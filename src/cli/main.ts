@@ -14,6 +14,8 @@ import type { StateCommandOptions } from './commands/state.js';
 import type { WorkerCommandOptions } from './commands/worker.js';
 import { EXIT, exitCodeFor } from './exit-codes.js';
 import { printError } from './output.js';
+import { shutdownTelemetry } from '../telemetry/telemetry.js';
+import { flushNotifications } from '../notify/notify.js';
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 
@@ -229,10 +231,11 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
 
   cli
     .command('validate')
-    .description('check pipeline files without connecting anywhere (a lake destination is read for who owns its streams)')
+    .description('check pipeline files without connecting anywhere (a lake destination is read for who owns its streams); with --connect, also both ends')
     .argument('[pipeline...]', 'pipeline names, YAML files or folders of them (none: every pipeline of --dir)')
     .option('--dir <dir>', DIR_HELP)
-    .action(act(async (files: string[], o: { dir?: string }) => (await commands.validate()).validateCommand(files, o)));
+    .option('--connect', 'open the source and destination and check what a run needs: tables, columns, cursor type, keys, log privileges, a writable destination with room (exit 1 on a problem)')
+    .action(act(async (files: string[], o: { dir?: string; connect?: boolean }) => (await commands.validate()).validateCommand(files, o)));
 
   cli
     .command('init')
@@ -276,7 +279,9 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
       .option('--once', 'run everything due now, then exit (for system cron / CI)')
       .option('--grace <duration>', 'on SIGTERM/SIGINT, how long running runs may take to finish before they are rolled back', '30s')
       .option('--state-file <file>', `where the last tick per pipeline is kept (default: .tidemark-schedule.json beside the pipelines)`)
-      .option('--json', 'with --once: print the outcomes as JSON'),
+      .option('--json', 'with --once: print the outcomes as JSON')
+      .option(METRICS_PORT.flag, METRICS_PORT.help)
+      .option(METRICS_HOST.flag, METRICS_HOST.help),
     false,
   ).action(act(async (inputs: string[], o: ScheduleCommandOptions) => (await commands.schedule()).scheduleCommand(inputs, o)));
 
@@ -288,7 +293,9 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
       .option('--name <name>', 'worker name shown by `tidemark runs` (default host:pid)')
       .option('--grace <duration>', 'on SIGTERM/SIGINT, how long running jobs may take to finish', '30s')
       .option('--lock-duration <duration>', 'how long a job stays locked to this worker without renewal (stall detection)', '30s')
-      .option('--stalled-interval <duration>', 'how often to look for jobs of dead or paused workers', '30s'),
+      .option('--stalled-interval <duration>', 'how often to look for jobs of dead or paused workers', '30s')
+      .option(METRICS_PORT.flag, METRICS_PORT.help)
+      .option(METRICS_HOST.flag, METRICS_HOST.help),
     true,
   ).action(act(async (o: WorkerCommandOptions) => (await commands.worker()).workerCommand(o)));
 
@@ -348,6 +355,9 @@ function takeLogFormat(argv: readonly string[]): readonly string[] {
   return rest;
 }
 
+const METRICS_PORT = { flag: '--metrics-port <port>', help: 'serve Prometheus metrics of the runs at http://HOST:PORT/metrics (0: any free port)' };
+const METRICS_HOST = { flag: '--metrics-host <host>', help: 'address the metrics endpoint binds (default 127.0.0.1)' };
+
 export async function main(all: readonly string[]): Promise<number> {
   let code: number = EXIT.ok;
   let commander: typeof import('commander') | undefined;
@@ -364,5 +374,9 @@ export async function main(all: readonly string[]): Promise<number> {
     }
     printError(`error: ${errorMessage(error)}`, errorFields(error));
     return exitCodeFor(error);
+  } finally {
+    // Buffered spans and the last metric figures go out before the process exits (a no-op when telemetry is off).
+    await shutdownTelemetry().catch((error: unknown) => printError(`warning: telemetry export failed: ${errorMessage(error)}`));
+    await flushNotifications();
   }
 }

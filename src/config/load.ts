@@ -19,7 +19,7 @@ import { codePartitionSpec } from './code-streams.js';
 import { isPipelineModule } from './module-files.js';
 import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, connectorFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
-import type { DestinationConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
+import type { DestinationConfig, NotifyConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
 import { usesWindow, windowProblem } from '../shared/query-window.js';
 import type { RetryPolicy } from '../scheduler/retry-policy.js';
 
@@ -29,6 +29,8 @@ export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
   readonly write: WriteMode;
   readonly lookbackMs?: number;
+  /** `freshness:`: the age of the newest cursor value past which `notify:` sends a stale notice. */
+  readonly freshnessMs?: number;
   readonly onNullCursor: NullCursorPolicy;
   /**
    * Rows the destination cannot hold: `fail` stops the stream before it commits anything of this run, `warn` loads
@@ -111,6 +113,8 @@ export interface PipelineConfig {
   readonly catchUp: 'none' | 'latest';
   /** A tick whose run failed: run again this many times, after a doubling wait. */
   readonly retry?: RetryPolicy;
+  /** Webhooks told of state changes (`notify:`). */
+  readonly notify?: readonly NotifyConfig[];
 }
 
 export const DEFAULT_CHECKPOINT_ROWS = 100_000;
@@ -476,6 +480,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       strategy,
       write,
       ...(lookbackMs !== undefined ? { lookbackMs } : {}),
+      ...(s.freshness !== undefined ? { freshnessMs: durationOf(s.freshness, at('freshness')) } : {}),
       onNullCursor: s.on_null_cursor ?? 'error',
       onReject: s.on_reject ?? 'warn',
       checkpointRows: s.checkpoint_rows ?? DEFAULT_CHECKPOINT_ROWS,
@@ -514,7 +519,14 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     overlap: doc.overlap ?? 'skip',
     catchUp: doc.catch_up ?? 'latest',
     ...(doc.retry !== undefined ? { retry: retryPolicy(doc.retry, file) } : {}),
+    ...(doc.notify !== undefined ? { notify: doc.notify } : {}),
   };
+}
+
+function durationOf(text: string, at: string): number {
+  const ms = parseDuration(text);
+  if (ms === undefined) throw new ConfigError(`${at}: expected ${DURATION_HINT}, got ${JSON.stringify(text)}`);
+  return ms;
 }
 
 /** `schema_changes:` as written (a mode, or the detailed form) → the resolved policy. */

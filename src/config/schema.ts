@@ -353,6 +353,7 @@ export const streamSchema = z
       .enum(['append', 'merge', 'replace'])
       .optional()
       .describe('append inserts, merge upserts on the primary key, replace swaps in a new generation (default: merge with a key, else append; replace for full).'),
+    freshness: z.string().optional().describe("Alert (`notify:`) when the stream's newest cursor value is older than this (`6h`, `2d`); needs a date or timestamp cursor."),
     lookback: z.string().optional().describe('Re-read this tail of the window each run (`5m`, `3d`); needs write: merge and a date or timestamp cursor.'),
     on_null_cursor: z.enum(['error', 'include', 'exclude']).optional().describe('Rows whose cursor is NULL: stop the stream, load them every run (needs merge), or skip them (default error).'),
     schema_changes: schemaChangesSchema.optional(),
@@ -397,6 +398,19 @@ export const streamSchema = z
   .strict()
   .describe('One table, query, endpoint, file set or tap stream, loaded into one destination table.');
 
+export const notifySchema = z
+  .object({
+    webhook: z.string().regex(/^https?:\/\/\S+$/i, 'an http:// or https:// URL').describe('The URL a notice is POSTed to; write a secret part as `${env:NAME}`.'),
+    format: z.enum(['json', 'slack']).optional().describe('`json` (default): one JSON object per notice; `slack`: `{"text": …}`, as Slack and compatible incoming webhooks take.'),
+    on: z
+      .array(z.enum(['failure', 'recovery', 'stale', 'drift']))
+      .min(1)
+      .optional()
+      .describe('The changes notified (default all): a stream or run fails, succeeds again after failing, passes its `freshness:` limit, or `verify` finds drift.'),
+  })
+  .strict()
+  .describe('A webhook told when a pipeline changes state; sent once per change, retried, never holding up a commit.');
+
 export const pipelineSchema = z
   .object({
     name: name.describe('The pipeline name: letters, digits, `_`, `-`, `.`; names its lock and state.'),
@@ -422,6 +436,7 @@ export const pipelineSchema = z
       .optional()
       .describe('A scheduled tick whose run failed runs again, in `schedule` and in the next `schedule --once`.'),
     catch_up: z.enum(['none', 'latest']).optional().describe('Ticks missed while the scheduler was down: ignore them, or run once for the latest (default latest).'),
+    notify: z.array(notifySchema).min(1).optional().describe('Webhooks told of failures, recoveries, stale streams and drift.'),
   })
   .strict()
   .describe('A tidemark pipeline: one source, one destination, its streams and where its state lives.');
@@ -442,6 +457,7 @@ export type StreamDocument = z.infer<typeof streamSchema>;
 export type CodeSourceConfig = z.infer<typeof codeSourceSchema> & { readonly definition?: CodeSource };
 export type SourceConfig = Exclude<z.infer<typeof sourceSchema>, { type: 'code' }> | CodeSourceConfig;
 export type DestinationConfig = z.infer<typeof destinationSchema>;
+export type NotifyConfig = z.infer<typeof notifySchema>;
 export type StateStoreConfig = z.infer<typeof stateStoreSchema>;
 export type LockStoreConfig = z.infer<typeof lockStoreSchema>;
 export type FilesDestinationConfig = z.infer<typeof filesDestinationSchema>;

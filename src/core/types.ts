@@ -250,6 +250,8 @@ export interface StreamResult {
   readonly partitionsMissing?: readonly string[];
   /** Partitioned streams: of those, the ones whose rows this run deleted (`on_missing: delete`). */
   readonly partitionsDeleted?: readonly string[];
+  /** Log streams: the source commit time of the newest change this run applied (canonical timestamptz). */
+  readonly logCommitTime?: string;
 }
 
 export interface RunResult {

@@ -103,6 +103,8 @@ class LogLoader {
   private request!: ChangeLogRequest;
   private slotExists = false;
   private txn: LoadTransaction | undefined;
+  /** The source commit time of the newest transaction applied (CDC lag is measured from it). */
+  private newestCommitTime: string | undefined;
 
   constructor(
     private readonly ctx: StreamContext,
@@ -345,6 +347,7 @@ class LogLoader {
         const txn = result.value;
         pendingChanges += this.apply(txn, byTable);
         lastPosition = txn.position;
+        this.newestCommitTime = txn.commitTime;
         await failpoint('cdc.after_apply');
         if (pendingChanges >= checkpoint || (this.options.follow && Date.now() - lastCommit >= interval)) await commitPending();
       }
@@ -745,6 +748,7 @@ class LogLoader {
       watermark: null,
       durationMs: elapsedMs(s.started),
       full: false,
+      ...(this.newestCommitTime !== undefined ? { log_commit_time: this.newestCommitTime } : {}),
     };
   }
 

@@ -25,6 +25,11 @@ import { planReadsTogether, storeSharedResume } from './read-together.js';
 import { recordQuietRuns, type QuietRunContext } from './quiet-runs.js';
 import { openRunJournal } from './run-journal.js';
 import { withoutPosition } from './stateless.js';
+import { NO_OBSERVER, allObservers, type RunObserver } from '../core/run-observer.js';
+import { notifyObserver } from '../notify/notify.js';
+import { runTelemetry } from '../telemetry/telemetry.js';
+import { observedDestination } from './observed-destination.js';
+import { destinationFileError } from './destination-file-errors.js';
 
 export interface RunOptions {
   /** Build every selected stream anew beside the live tables and swap when complete. */
@@ -60,33 +65,42 @@ export function emptyState(pipeline: string): PipelineState {
 
 export async function run(pipeline: PipelineConfig, given: RunOptions = {}): Promise<RunResult> {
   const runId = newRunId();
-  const startedAt = runStart();
-  const streams = selectStreams(pipeline, given.streams);
+  // The journal (the dashboard's live figures and log lines) hears everything the caller's logger and listener hear.
   const journal = openRunJournal(pipeline.name, runId, given.logger ?? silentLogger, given.onProgress);
   const options: RunOptions = { ...given, logger: journal.logger, onProgress: journal.onProgress };
-  const logger = journal.logger;
-  const result = await runLeased(pipeline, runId, startedAt, streams, options, logger).catch((error: unknown) => {
-    journal.finish([{ stream: '', error: errorMessage(error) }]);
-    throw error;
-  });
-  journal.finish(result.streams.flatMap((s) => (s.error !== undefined ? [{ stream: s.stream, error: s.error }] : [])));
-  return result;
+  const observer = allObservers([(await runTelemetry())?.runStarted(pipeline.name, runId), notifyObserver(pipeline, runId, options.logger)]);
+  try {
+    const result = await observedRun(pipeline, runId, observer, options);
+    observer.runFinished(result);
+    journal.finish(result.streams.flatMap((s) => (s.error !== undefined ? [{ stream: s.stream, error: s.error }] : [])));
+    return result;
+  } catch (error) {
+    const failure = destinationFileError(error, pipeline);
+    observer.runFinished(undefined, failure);
+    journal.finish([{ stream: '', error: errorMessage(failure) }]);
+    throw failure;
+  }
 }
 
-async function runLeased(pipeline: PipelineConfig, runId: string, startedAt: string, streams: readonly StreamConfig[], options: RunOptions, logger: Logger): Promise<RunResult> {
+async function observedRun(pipeline: PipelineConfig, runId: string, observer: RunObserver, options: RunOptions): Promise<RunResult> {
+  const logger = options.logger ?? silentLogger;
+  const startedAt = runStart();
+  const streams = selectStreams(pipeline, options.streams);
   // Leases first, before any destination connection or file is opened: a run that has to wait holds nothing.
   const provider = leaseProviderFor(pipeline.destination, pipeline.state);
   const leases = await acquireLeases(provider, pipeline, streams, { ...options, logger });
   try {
     await failpoint('lock.after_acquire');
     options.onLeased?.();
-    const { destination, source } = await openEnds(pipeline, logger);
+    const ends = await openEnds(pipeline, logger);
+    const { source } = ends;
+    const destination = observer === NO_OBSERVER ? ends.destination : observedDestination(ends.destination, observer);
     try {
       // A shared lease only carries the current token; the exclusive ones are taken above the destination's fence.
       if (leases.partitions === undefined) leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
       else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
-      const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger });
-      return { pipeline: pipeline.name, runId: runId, startedAt: startedAt, finishedAt: finishedAt(startedAt), ok: results.every((r) => r.outcome === 'committed'), streams: results };
+      const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger, observer });
+      return { pipeline: pipeline.name, runId, startedAt, finishedAt: finishedAt(startedAt), ok: results.every((r) => r.outcome === 'committed'), streams: results };
     } finally {
       try {
         await source.close();
@@ -171,6 +185,7 @@ interface RunContext {
   readonly partitionLeases: ReadonlyMap<string, Lease> | undefined;
   readonly options: RunOptions;
   readonly logger: Logger;
+  readonly observer: RunObserver;
 }
 
 /** Sources whose reads take a caller's upper bound (`ReadRequest.untilAtMost`). */
@@ -207,11 +222,14 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
   for (const stream of ctx.streams) {
     if (stream.strategy === 'log') {
       if (stream !== logStreams[0]) continue;
+      for (const s of logStreams) ctx.observer.streamStarted(s.name, 'log');
       const outcome = await runLogStreams(ctx, logStreams, state);
       state = await recordQuietRuns(quietContext(ctx), outcome.state, outcome.results);
       results.push(...outcome.results);
+      for (const r of outcome.results) ctx.observer.streamFinished(r, 'log');
       continue;
     }
+    ctx.observer.streamStarted(stream.name, stream.strategy);
     const started = monotonicMs();
     let durable: StreamResult | undefined;
     try {
@@ -239,9 +257,10 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       // A partition job writes no pipeline state (see Fence); its ledger rows are its record.
       state = ctx.partitionLeases === undefined ? await recordQuietRuns(quietContext(ctx), outcome.state, [outcome.result]) : outcome.state;
       results.push(outcome.result);
+      ctx.observer.streamFinished(outcome.result, stream.strategy);
       warnOfRejects(ctx, stream, outcome.result);
     } catch (error) {
-      const failure = withContext(error, { pipeline: pipeline.name, stream: stream.name }, 'source');
+      const failure = withContext(destinationFileError(error, pipeline), { pipeline: pipeline.name, stream: stream.name }, 'source');
       // A fenced or displaced run must stop touching the pipeline at once.
       if (failure instanceof ConflictError) throw failure;
       if (ctx.options.signal?.aborted) {
@@ -253,6 +272,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       const failed = failedResult(stream.name, failure, started, durable);
       await recordFailure(ctx, failed);
       results.push(failed);
+      ctx.observer.streamFinished(failed, stream.strategy);
       state = (await destination.state.load(pipeline.name)) ?? state;
     }
   }
@@ -285,7 +305,7 @@ async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], 
       { follow: ctx.options.follow === true },
     );
   } catch (error) {
-    const failure = withContext(error, { pipeline: pipeline.name, stream: streams[0]!.name }, 'source');
+    const failure = withContext(destinationFileError(error, pipeline), { pipeline: pipeline.name, stream: streams[0]!.name }, 'source');
     if (failure instanceof ConflictError) throw failure;
     if (ctx.options.signal?.aborted) {
       await recordFailure(ctx, failedResult(streams[0]!.name, failure, started, durable), 'stopped', stopReason(ctx.options.signal));

@@ -36,6 +36,8 @@ export interface DashboardOptions {
   readonly openTimeoutMs?: number;
   /** The ledger behind the grid; defaults to reading `_tidemark_ledger` rows. */
   readonly ledger?: LedgerView;
+  /** Serves Prometheus `GET /metrics` (the figures of runs this process performs, and of the pipelines' state). */
+  readonly metrics?: (request: IncomingMessage, response: ServerResponse) => void;
 }
 
 export interface Dashboard {
@@ -299,6 +301,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
             .replace('{{ACTIONS}}', allowActions ? 'on' : 'off');
           return send(200, 'text/html; charset=utf-8', page);
         }
+        if (url.pathname === '/metrics' && options.metrics) return options.metrics(req, res);
         const asset = ASSETS[url.pathname];
         if (asset) return send(200, asset.type, await readFile(asset.file()));
         if (url.pathname.startsWith('/api/')) return send(200, 'application/json; charset=utf-8', json(await getApi(url.pathname, url.searchParams)));

@@ -18,6 +18,7 @@ import { parseDuration } from '../../core/duration.js';
 import { stderrLogger, type LogLevel } from '../../core/logger.js';
 import { EXIT } from '../exit-codes.js';
 import { print, toJson } from '../output.js';
+import { serveMetrics, type MetricsServer } from '../../telemetry/metrics-server.js';
 
 export interface ScheduleCommandOptions {
   readonly once?: boolean;
@@ -27,6 +28,8 @@ export interface ScheduleCommandOptions {
   readonly queuePrefix?: string;
   readonly stateFile?: string;
   readonly json?: boolean;
+  readonly metricsPort?: string;
+  readonly metricsHost?: string;
 }
 
 export async function scheduleCommand(inputs: readonly string[], options: ScheduleCommandOptions): Promise<number> {
@@ -39,6 +42,7 @@ export async function scheduleCommand(inputs: readonly string[], options: Schedu
     names.add(p.name);
   }
   const logger = stderrLogger((process.env.TIDEMARK_LOG_LEVEL as LogLevel | undefined) ?? 'info', { timestamps: true });
+  const metrics = await startMetrics(options);
   const ticks = await TickStore.open(options.stateFile ?? (await defaultTickFile(inputs)));
   const queue = options.queue !== undefined ? await PipelineQueue.open(queueTarget(options.queue, { name: options.queueName, prefix: options.queuePrefix }), logger, { outlivesOutages: options.once !== true }) : undefined;
   try {
@@ -57,7 +61,7 @@ export async function scheduleCommand(inputs: readonly string[], options: Schedu
       process.once('SIGTERM', () => resolve('SIGTERM'));
     });
     await scheduler.start();
-    print(`tidemark schedule: ${scheduler.scheduled.length} pipeline(s)${queue ? ` onto queue ${options.queueName ?? 'tidemark'}` : ''}; ticks recorded in ${ticks.path}`);
+    print(`tidemark schedule: ${scheduler.scheduled.length} pipeline(s)${queue ? ` onto queue ${options.queueName ?? 'tidemark'}` : ''}; ticks recorded in ${ticks.path}${metrics ? `; metrics at ${metrics.url}` : ''}`);
     const signal = await stopSignal;
     logger.log('info', `${signal}: no more ticks`);
     const clean = await scheduler.stop(graceMs);
@@ -65,7 +69,16 @@ export async function scheduleCommand(inputs: readonly string[], options: Schedu
     return EXIT.ok;
   } finally {
     await queue?.close();
+    await metrics?.close();
   }
+}
+
+/** `--metrics-port` / `--metrics-host` of the long-running commands: a Prometheus endpoint, or none when not asked. */
+export async function startMetrics(options: { readonly metricsPort?: string; readonly metricsHost?: string }): Promise<MetricsServer | undefined> {
+  if (options.metricsPort === undefined) return undefined;
+  const port = Number(options.metricsPort);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new UsageError(`--metrics-port: expected 0…65535, got ${options.metricsPort}`);
+  return serveMetrics(port, options.metricsHost ?? '127.0.0.1');
 }
 
 export function durationOption(flag: string, text: string): number {

@@ -1,16 +1,18 @@
 import { resolvePipelines } from '../../config/pipeline-names.js';
 import { errorFields, errorMessage } from '../../core/errors.js';
 import { ConfigError, catalogProblems, destinationProblems, loadPipeline, pipelineJsonSchema, type PipelineConfig, type StreamConfig } from '../../index.js';
+import { preflight } from '../../engine/preflight.js';
 import { EXIT } from '../exit-codes.js';
 import { print, printError } from '../output.js';
 
 /** Checks every file (a directory: each pipeline in it); a config error in one is printed and the rest still checked. */
-export async function validateCommand(inputs: readonly string[], options: { dir?: string } = {}): Promise<number> {
+export async function validateCommand(inputs: readonly string[], options: { dir?: string; connect?: boolean } = {}): Promise<number> {
   const lakes = new Map<string, string>();
   let code: number = EXIT.ok;
   for (const file of await resolvePipelines(inputs, options.dir !== undefined ? { dir: options.dir } : {})) {
     try {
-      await validateFile(file, lakes);
+      const pipeline = await validateFile(file, lakes);
+      if (options.connect && !(await connectsCleanly(pipeline, file)) && code === EXIT.ok) code = EXIT.failed;
     } catch (error) {
       if (!(error instanceof ConfigError)) throw error;
       printError(`error: ${errorMessage(error)}`, errorFields(error));
@@ -20,13 +22,22 @@ export async function validateCommand(inputs: readonly string[], options: { dir?
   return code;
 }
 
-async function validateFile(file: string, lakes: Map<string, string>): Promise<void> {
+/** `--connect`: every problem one line, `error: FILE: KEY: what and what to do`; true when there is none. */
+async function connectsCleanly(pipeline: PipelineConfig, file: string): Promise<boolean> {
+  const problems = await preflight(pipeline);
+  for (const p of problems) printError(`error: ${file}: ${p.key}: ${p.message}`, { pipeline: pipeline.name });
+  if (problems.length === 0) print(`${file}: pipeline ${pipeline.name} connects: source and destination are ready for a run`);
+  return problems.length === 0;
+}
+
+async function validateFile(file: string, lakes: Map<string, string>): Promise<PipelineConfig> {
   const pipeline = await loadPipeline(file);
   await checkLake(pipeline, file, lakes);
   const { problems, unchecked } = await catalogProblems(pipeline, file);
   if (problems.length > 0) throw new ConfigError(problems.join('\n'));
   if (unchecked !== undefined) printError(`warn: ${file}: ${unchecked}`);
   print(`${file}: pipeline ${pipeline.name} is valid (${pipeline.streams.map((s) => `${s.name}: ${s.strategy}/${writeOf(s)}`).join(', ')})`);
+  return pipeline;
 }
 
 /**

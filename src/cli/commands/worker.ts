@@ -3,7 +3,7 @@ import { PipelineWorker, UsageError, queueTarget } from '../../index.js';
 import { stderrLogger, type LogLevel } from '../../core/logger.js';
 import { EXIT } from '../exit-codes.js';
 import { print } from '../output.js';
-import { durationOption } from './schedule.js';
+import { durationOption, startMetrics } from './schedule.js';
 
 export interface WorkerCommandOptions {
   readonly queue?: string;
@@ -14,6 +14,8 @@ export interface WorkerCommandOptions {
   readonly grace?: string;
   readonly lockDuration?: string;
   readonly stalledInterval?: string;
+  readonly metricsPort?: string;
+  readonly metricsHost?: string;
 }
 
 export async function workerCommand(options: WorkerCommandOptions): Promise<number> {
@@ -26,6 +28,7 @@ export async function workerCommand(options: WorkerCommandOptions): Promise<numb
     process.once('SIGINT', () => resolve('SIGINT'));
     process.once('SIGTERM', () => resolve('SIGTERM'));
   });
+  const metrics = await startMetrics(options);
   const worker = await PipelineWorker.start({
     target: queueTarget(options.queue, { name: options.queueName, prefix: options.queuePrefix }),
     concurrency,
@@ -34,10 +37,11 @@ export async function workerCommand(options: WorkerCommandOptions): Promise<numb
     ...(options.stalledInterval !== undefined ? { stalledIntervalMs: durationOption('--stalled-interval', options.stalledInterval) } : {}),
     logger,
   });
-  print(`tidemark worker ${worker.name}: ready`);
+  print(`tidemark worker ${worker.name}: ready${metrics ? `; metrics at ${metrics.url}` : ''}`);
   const signal = await stopSignal;
   logger.log('info', `${signal}: taking no more jobs`);
   const clean = await worker.stop(graceMs);
   logger.log('info', clean ? 'stopped: every job finished' : 'stopped: jobs past the grace period were rolled back and go back to the queue');
+  await metrics?.close();
   return EXIT.ok;
 }

@@ -576,6 +576,7 @@ class SqlLoadTransaction implements LoadTransaction {
       const statements = this.dialect.alterColumnType?.(this.dialect.table(table), quoteIdent(w.column), w.from, w.to);
       if (statements === undefined) throw new DestinationError(`${this.dialect.name} cannot convert column ${w.column} from ${typeName(w.from)} to ${typeName(w.to)}`);
       for (const statement of statements) await this.exec.run(statement);
+      await failpoint('schema.after_widen');
     }
     // Cached column lists say nothing about types, but a conversion may have rebuilt the table: ask again later.
     this.knownColumns.delete(table);

@@ -239,12 +239,11 @@ export class FilesSource implements Source {
         throw await explainOn(describer)(error);
       }
       let detected = described.map((d) => ({ name: String(d.column_name), type: String(d.column_type) })).filter((c) => c.name !== hiveColumn);
-      if (spec.format === 'csv') {
-        try {
-          detected = await withNanosecondCsvColumns(describer, detected, (columns) => readFrom(columns));
-        } catch (error) {
-          throw await explainOn(describer)(error);
-        }
+      try {
+        if (spec.format === 'csv') detected = await withNanosecondCsvColumns(describer, detected, (columns) => readFrom(columns));
+        if (spec.format === 'jsonl') detected = await withJsonBigints(describer, detected, detecting);
+      } catch (error) {
+        throw await explainOn(describer)(error);
       }
       const picked = selectColumns(
         detected,
@@ -584,6 +583,24 @@ async function withNanosecondCsvColumns(
   const found = (await describer.runAndReadAll(`SELECT ${finer} FROM ${from}`, bindValues(params))).getRows()[0] ?? [];
   const nanos = new Set(timestamps.flatMap((c, i) => (found[i] === true ? [c.name] : [])));
   return detected.map((c) => (nanos.has(c.name) ? { ...c, type: 'TIMESTAMP_NS' } : { ...c }));
+}
+
+/**
+ * DuckDB detects a JSON integer column holding a negative value as HUGEINT, and one without as BIGINT: two months
+ * of one column would then differ in type (an unbounded decimal, then int64) though every value is an int64. A
+ * HUGEINT column whose values all fit in BIGINT is read as BIGINT.
+ */
+async function withJsonBigints(
+  describer: DuckDBConnection,
+  detected: readonly { readonly name: string; readonly type: string }[],
+  read: { readonly from: string; readonly params: readonly Param[] },
+): Promise<{ name: string; type: string }[]> {
+  const huge = detected.filter((c) => c.type === 'HUGEINT');
+  if (huge.length === 0) return [...detected];
+  const fits = huge.map((c, i) => `bool_and(${quoteIdent(c.name)} BETWEEN -9223372036854775808 AND 9223372036854775807) AS f${i}`).join(', ');
+  const found = (await describer.runAndReadAll(`SELECT ${fits} FROM ${read.from}`, bindValues(read.params))).getRows()[0] ?? [];
+  const bigints = new Set(huge.flatMap((c, i) => (found[i] !== false ? [c.name] : [])));
+  return detected.map((c) => (bigints.has(c.name) ? { ...c, type: 'BIGINT' } : { ...c }));
 }
 
 /** File lists bind as `VARCHAR[]`; the rest as text. Called only after `connections()` loaded DuckDB. */

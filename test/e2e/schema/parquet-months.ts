@@ -5,7 +5,8 @@ import { DuckDBInstance } from '@duckdb/node-api';
 
 export type MonthFormat = 'parquet' | 'csv' | 'jsonl';
 
-const COPY_OPTIONS: Readonly<Record<MonthFormat, string>> = {
+/** `COPY … TO` options writing each format. */
+export const COPY_OPTIONS: Readonly<Record<MonthFormat, string>> = {
   parquet: 'FORMAT parquet, ROW_GROUP_SIZE 1000',
   csv: 'FORMAT csv, HEADER true',
   jsonl: 'FORMAT json',

@@ -6,7 +6,7 @@
  * a refused cell asserts the refusal and its message, and that nothing of the refused rows landed.
  *
  * `npm test` runs a seeded sample covering every source, destination, write, change and when at least once
- * (`TIDEMARK_DRIFT_CELLS=n` sizes it, default 8); `TIDEMARK_MATRIX=all` runs every cell; `TIDEMARK_MATRIX_SEED`,
+ * (`TIDEMARK_DRIFT_CELLS=n` sizes it, default 11); `TIDEMARK_MATRIX=all` runs every cell; `TIDEMARK_MATRIX_SEED`,
  * `TIDEMARK_MATRIX_ONLY=<regex>`, `TIDEMARK_MATRIX_CONCURRENCY=k` and `TIDEMARK_MATRIX_LOG=<file>` as in the
  * main matrix.
  */
@@ -15,14 +15,14 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { tempDir } from '../helpers/fs.js';
 import { endPg } from './pg.js';
-import { driftCellId, driftCells, expectedRefusal, sampleCells, type DriftCell } from './drift/cells.js';
+import { driftCellId, driftCells, expectedRefusal, sampleCells, shuffled, type DriftCell } from './drift/cells.js';
 import { DRIFT_DESTINATIONS, driftDestination } from './drift/destinations.js';
 import { runDriftCell } from './drift/run-cell.js';
 import { DRIFT_SOURCES } from './drift/sources.js';
 
 const ALL = process.env.TIDEMARK_MATRIX === 'all';
 const SEED = Number(process.env.TIDEMARK_MATRIX_SEED ?? '2');
-const SIZE = Number(process.env.TIDEMARK_DRIFT_CELLS ?? 8);
+const SIZE = Number(process.env.TIDEMARK_DRIFT_CELLS ?? 11);
 const ONLY = process.env.TIDEMARK_MATRIX_ONLY;
 const CONCURRENCY = Number(process.env.TIDEMARK_MATRIX_CONCURRENCY ?? 2);
 const LOG = process.env.TIDEMARK_MATRIX_LOG;
@@ -30,7 +30,8 @@ const LOG = process.env.TIDEMARK_MATRIX_LOG;
 const sources = new Map(DRIFT_SOURCES.map((s) => [s.name, s]));
 const destinations = new Map(DRIFT_DESTINATIONS.map((d) => [d.name, d]));
 const cells = driftCells(DRIFT_SOURCES, [...destinations.keys()]);
-const chosen: DriftCell[] = ONLY ? cells.filter((c) => new RegExp(ONLY).test(driftCellId(c))) : ALL ? cells : sampleCells(cells, SIZE, SEED);
+// Every cell in a seeded order, so a long run stopped part way has covered every source and destination alike.
+const chosen: DriftCell[] = ONLY ? cells.filter((c) => new RegExp(ONLY).test(driftCellId(c))) : ALL ? shuffled(cells, SEED) : sampleCells(cells, SIZE, SEED);
 
 let running = 0;
 const waiting: (() => void)[] = [];

@@ -90,3 +90,28 @@ describe.each(cells)('%s months changing type into %s', (format, kind) => {
     expect((await target.query('SELECT count(*) AS c FROM m'))[0]!.c).toBe(kind === 'postgres' ? String(ROWS) : BigInt(ROWS));
   }, 120_000);
 });
+
+describe('JSONL months with and without negative integers', () => {
+  it('are one int64 column: every month loads, values exact beyond 2^53', async () => {
+    const data = join(dir, 'data');
+    await writeMonth(data, 'm-2024-01', ROWS, `i AS id, i - 2500 AS n`, 'jsonl');
+    await writeMonth(data, 'm-2024-02', ROWS, `i AS id, 9007199254740993 + i AS n`, 'jsonl');
+    await writeMonth(data, 'm-2024-03', ROWS, `i AS id, i - 10 AS n`, 'jsonl');
+    const target = warehouse('duckdb', { dir, name: 'neg', pipeline: 'months' });
+    const file = await writeYaml(
+      dir,
+      'p.yaml',
+      `name: months\nsource: {type: files, location: ${JSON.stringify(data)}}\nstreams:\n  - name: m\n    pattern: m-{month}.jsonl\n    partition_column: month\n    batch_rows: 700\ndestination: ${target.yaml}\n`,
+    );
+    const result = await run(await loadPipeline(file));
+    expect(result.streams[0]!.error).toBeUndefined();
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 3 * ROWS });
+    const months = await target.query('SELECT month, CAST(sum(n) AS VARCHAR) AS s, CAST(max(n) AS VARCHAR) AS top FROM m GROUP BY month ORDER BY month');
+    const sum = (f: (i: number) => bigint) => String(Array.from({ length: ROWS }, (_, i) => f(i)).reduce((a, b) => a + b, 0n));
+    expect(months.map((r) => [r.month, r.s, r.top])).toEqual([
+      ['2024-01', sum((i) => BigInt(i - 2500)), String(ROWS - 1 - 2500)],
+      ['2024-02', sum((i) => 9007199254740993n + BigInt(i)), String(9007199254740993n + BigInt(ROWS - 1))],
+      ['2024-03', sum((i) => BigInt(i - 10)), String(ROWS - 1 - 10)],
+    ]);
+  }, 120_000);
+});

@@ -101,3 +101,8 @@ export function sampleCells(cells: readonly DriftCell[], size: number, seed: num
   }
   return picked;
 }
+
+export function shuffled(cells: readonly DriftCell[], seed: number): DriftCell[] {
+  const rnd = random(seed);
+  return cells.map((c) => ({ c, r: rnd() })).sort((a, b) => a.r - b.r).map((x) => x.c);
+}

@@ -107,6 +107,8 @@ async function compare(cell: DriftCell, destination: DriftDestination, pipeline:
   for (const col of [...before, ...after]) names.set(col.name.toLowerCase(), after.find((a) => a.name.toLowerCase() === col.name.toLowerCase()) ?? col);
   if (rebuilt && c.drop) names.delete(c.column);
   const present = await destination.columns(pipeline, STREAM);
+  // A refused first load (a rebuild killed before its swap) left no table.
+  if (o.subset && present.length === 0) return;
   const at = new Map<string, string>();
   for (const key of names.keys()) {
     const found = present.filter((p) => p.toLowerCase() === key);

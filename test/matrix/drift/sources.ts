@@ -213,7 +213,36 @@ function filesDrift(format: MonthFormat): DriftSource {
 export const filesDrifts: readonly DriftSource[] = (['parquet', 'csv', 'jsonl'] as const).map(filesDrift);
 
 const TAP = fileURLToPath(new URL('./tap-drift.mjs', import.meta.url));
-const JSON_TYPES: Readonly<Record<string, unknown>> = { int: { type: ['null', 'integer'] }, float: { type: ['null', 'number'] }, decimal: { type: ['null', 'string'] }, text: { type: ['null', 'string'] }, ts: { type: ['null', 'string'], format: 'date-time' } };
+const CONNECTOR = fileURLToPath(new URL('./airbyte-drift.mjs', import.meta.url));
+const JSON_TYPES: Readonly<Record<string, unknown>> = {
+  int: { type: ['null', 'integer'] },
+  float: { type: ['null', 'number'] },
+  decimal: { type: ['null', 'string'] },
+  text: { type: ['null', 'string'] },
+  ts: { type: ['null', 'string'], format: 'date-time', airbyte_type: 'timestamp_with_timezone' },
+};
+
+/**
+ * The data file of a tap or connector: SCHEMA lines and records in order. A tap sends a SCHEMA line where it comes
+ * (between records: mid-stream); a connector's catalog is the last one.
+ */
+function messageFile(ctx: CellContext) {
+  const data = join(ctx.dir, 'messages.jsonl');
+  let schemaOf = '';
+  const schemaLine = (columns: readonly DriftColumn[]) =>
+    JSON.stringify({ type: 'SCHEMA', stream: STREAM, key_properties: ['id'], bookmark_properties: ['updated_at'], schema: { type: 'object', properties: Object.fromEntries(columns.map((c) => [c.name, c.name === 'id' ? { type: 'integer' } : JSON_TYPES[KIND[c.type]]])) } });
+  const json = (c: DriftColumn, v: string | null) => (v === null ? 'null' : KIND[c.type] === 'int' || KIND[c.type] === 'float' ? v : KIND[c.type] === 'ts' ? JSON.stringify(`${v.replace(' ', 'T')}Z`) : JSON.stringify(v));
+  return {
+    data,
+    async insert(columns: readonly DriftColumn[], change: Change | undefined, from: number, to: number) {
+      const schema = schemaLine(columns);
+      const lines = schema === schemaOf ? [] : [schema];
+      schemaOf = schema;
+      for (const row of rows(columns, change, from, to)) lines.push(`{${columns.map((c) => `${JSON.stringify(c.name)}:${json(c, row[c.name] ?? null)}`).join(',')}}`);
+      await appendFile(data, lines.join('\n') + '\n');
+    },
+  };
+}
 
 export const singerDrift: DriftSource = {
   name: 'singer',
@@ -221,29 +250,18 @@ export const singerDrift: DriftSource = {
   writes: ['append', 'merge'],
   changes: ['new-column', 'dropped-column', 'schema-message'],
   async setup(ctx) {
-    const data = join(ctx.dir, 'tap-lines.jsonl');
-    await writeFile(data, '');
-    let schemaOf = '';
-    const schemaLine = (columns: readonly DriftColumn[]) =>
-      JSON.stringify({ type: 'SCHEMA', stream: STREAM, key_properties: ['id'], bookmark_properties: ['updated_at'], schema: { type: 'object', properties: Object.fromEntries(columns.map((c) => [c.name, c.name === 'id' ? { type: 'integer' } : JSON_TYPES[KIND[c.type]]])) } });
-    const json = (c: DriftColumn, v: string | null) => (v === null ? 'null' : KIND[c.type] === 'int' || KIND[c.type] === 'float' ? v : KIND[c.type] === 'ts' ? JSON.stringify(`${v.replace(' ', 'T')}Z`) : JSON.stringify(v));
+    const file = messageFile(ctx);
     return {
       yaml: (w) =>
         [
           'source:',
           '  type: singer',
           `  command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(TAP)}]`,
-          `  config: {data: ${JSON.stringify(data)}, state_every: 500}`,
+          `  config: {data: ${JSON.stringify(file.data)}, state_every: 500}`,
           'streams:',
           yamlList({ name: STREAM, primary_key: 'id', write: w, checkpoint_rows: 500 }),
         ].join('\n'),
-      async insert(columns, change, from, to) {
-        const schema = schemaLine(columns);
-        const lines = schema === schemaOf ? [] : [schema];
-        schemaOf = schema;
-        for (const row of rows(columns, change, from, to)) lines.push(`{${columns.map((c) => `${JSON.stringify(c.name)}:${json(c, row[c.name] ?? null)}`).join(',')}}`);
-        await appendFile(data, lines.join('\n') + '\n');
-      },
+      insert: file.insert,
       async alter() {
         // The next insert starts with the new SCHEMA message.
       },
@@ -252,4 +270,31 @@ export const singerDrift: DriftSource = {
   },
 };
 
-export const DRIFT_SOURCES: readonly DriftSource[] = [postgresDrift, mariadbDrift, sqliteDrift, ...filesDrifts, singerDrift];
+/** An Airbyte connector's shape changes only with its catalog, between runs: Airbyte's read sends no schema. */
+export const airbyteDrift: DriftSource = {
+  name: 'airbyte',
+  family: 'tap',
+  writes: ['append', 'merge'],
+  changes: ['new-column', 'dropped-column'],
+  async setup(ctx) {
+    const file = messageFile(ctx);
+    return {
+      yaml: (w) =>
+        [
+          'source:',
+          '  type: airbyte',
+          `  command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(CONNECTOR)}]`,
+          `  config: {data: ${JSON.stringify(file.data)}, state_every: 500}`,
+          'streams:',
+          yamlList({ name: STREAM, primary_key: 'id', write: w, checkpoint_rows: 500 }),
+        ].join('\n'),
+      insert: file.insert,
+      async alter() {
+        // The next insert writes the new schema, which the next discover returns.
+      },
+      cleanup: async () => undefined,
+    };
+  },
+};
+
+export const DRIFT_SOURCES: readonly DriftSource[] = [postgresDrift, mariadbDrift, sqliteDrift, ...filesDrifts, singerDrift, airbyteDrift];

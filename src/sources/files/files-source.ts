@@ -568,8 +568,8 @@ function probeOn(connection: DuckDBConnection): Probe {
 
 /**
  * DuckDB reads a CSV timestamp with more than six fractional digits by cutting them off. Each column it detects as a
- * timestamp is read once more as text; one holding a finer value is typed TIMESTAMP_NS, so that the partition is
- * refused naming its file and the column instead of losing the digits.
+ * timestamp is read once more as text (one more pass over the partition's files); one holding a finer value is typed
+ * TIMESTAMP_NS, so that the partition is refused naming its file and the column instead of losing the digits.
  */
 async function withNanosecondCsvColumns(
   describer: DuckDBConnection,
@@ -579,7 +579,8 @@ async function withNanosecondCsvColumns(
   const timestamps = detected.filter((c) => c.type.startsWith('TIMESTAMP'));
   if (timestamps.length === 0) return [...detected];
   const { from, params } = readFrom(timestamps.map((c) => [c.name, 'VARCHAR'] as const));
-  const finer = timestamps.map((c, i) => `bool_or(regexp_matches(${quoteIdent(c.name)}, '[.,][0-9]{7}')) AS f${i}`).join(', ');
+  // A digit other than 0 after the sixth of the fraction: trailing zeros lose nothing.
+  const finer = timestamps.map((c, i) => `bool_or(regexp_matches(${quoteIdent(c.name)}, '[.,][0-9]{6}[0-9]*[1-9]')) AS f${i}`).join(', ');
   const found = (await describer.runAndReadAll(`SELECT ${finer} FROM ${from}`, bindValues(params))).getRows()[0] ?? [];
   const nanos = new Set(timestamps.flatMap((c, i) => (found[i] === true ? [c.name] : [])));
   return detected.map((c) => (nanos.has(c.name) ? { ...c, type: 'TIMESTAMP_NS' } : { ...c }));

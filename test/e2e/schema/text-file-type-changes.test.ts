@@ -26,7 +26,8 @@ let pgDb: PgTestDb;
 beforeAll(async () => {
   pgDb = await createPgDb('tmtextfiles');
 });
-afterAll(() => pgDb.drop());
+// A loaded machine makes DROP DATABASE slow.
+afterAll(() => pgDb.drop(), 180_000);
 beforeEach(async () => {
   ({ dir, cleanup } = await tempDir('tidemark-text-types-'));
 });

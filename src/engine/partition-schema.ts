@@ -7,9 +7,9 @@
 import type { Batch, ColumnBatch, Destination, OpenedPartition } from '../core/connector.js';
 import { SourceError } from '../core/errors.js';
 import { DEFAULT_SCHEMA_POLICY, type SchemaPolicy } from '../core/schema-diff.js';
-import type { Column, CommittedSchema, StreamSchema } from '../core/types.js';
+import type { CommittedSchema, StreamSchema } from '../core/types.js';
 import { quoteIdent } from '../shared/sql.js';
-import { evaluateSchema, type SchemaStep } from './schema-check.js';
+import { evaluateSchema, inCommittedCase, type SchemaStep } from './schema-check.js';
 
 export function partitionSchemaStep(
   ctx: { readonly pipeline: string; readonly destination: Pick<Destination, 'widens' | 'capabilities'> },
@@ -17,9 +17,7 @@ export function partitionSchemaStep(
   committed: CommittedSchema | undefined,
   now: StreamSchema,
 ): SchemaStep {
-  // Where the destination matches names whatever their case, a file that spells a committed column otherwise
-  // (Airport_fee → airport_fee) sends that column: compared, and committed, under the name the table has.
-  const columns = ctx.destination.capabilities.foldsCase === true && committed !== undefined ? now.columns.map((c) => asCommitted(c, committed)) : now.columns;
+  const columns = inCommittedCase(ctx.destination, now.columns, committed);
   const verdict = evaluateSchema({
     pipeline: ctx.pipeline,
     stream: stream.name,
@@ -33,13 +31,6 @@ export function partitionSchemaStep(
   throw new SourceError(verdict.stop.replace('nothing of this stream was loaded', 'nothing of this partition was loaded'), {
     context: { pipeline: ctx.pipeline, stream: stream.name, phase: 'schema' },
   });
-}
-
-function asCommitted(column: Column, committed: CommittedSchema): Column {
-  if (committed.columns.some((c) => c.name === column.name)) return column;
-  const lower = column.name.toLowerCase();
-  const match = committed.columns.find((c) => c.name.toLowerCase() === lower);
-  return match === undefined ? column : { ...column, name: match.name };
 }
 
 /**

@@ -5,12 +5,11 @@
  * month after it still loads. Into DuckDB, SQLite, Postgres and the lake (whose readers union the months by name).
  */
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadPipeline, run } from '../../../src/index.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
-import { createPgDb, type PgTestDb } from '../../integration/postgres/pg-db.js';
 import { writeParquet } from './parquet-months.js';
-import { warehouse } from './warehouses.js';
+import { dropPgSchemas, pgSchema, warehouse } from './warehouses.js';
 
 const ROWS = 5000;
 
@@ -26,16 +25,11 @@ beforeEach(async () => {
   await writeParquet(data, 'm-2024-04', ROWS, `i AS id, (i + 0.25)::DOUBLE AS n, 2.125::DECIMAL(12,4) AS price, ${at} AS at`);
 });
 afterEach(() => cleanup());
-let pgDb: PgTestDb;
-beforeAll(async () => {
-  pgDb = await createPgDb('tmfiletypes');
-});
-// A loaded machine makes DROP DATABASE slow.
-afterAll(() => pgDb.drop(), 180_000);
+afterAll(() => dropPgSchemas(['w_postgres'].map(pgSchema)));
 
 describe.each(['duckdb', 'sqlite', 'postgres', 'lake'] as const)('file months changing type into %s', (kind) => {
   it('widens INT32 → DOUBLE and DECIMAL(10,2) → DECIMAL(12,4) keeping every value; refuses TIMESTAMP_NS naming file and column', async () => {
-    const target = warehouse(kind, { dir, name: `w_${kind}`, pipeline: 'months', pgUrl: pgDb.url });
+    const target = warehouse(kind, { dir, name: `w_${kind}`, pipeline: 'months' });
     const file = await writeYaml(
       dir,
       'p.yaml',

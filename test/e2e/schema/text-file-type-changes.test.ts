@@ -7,12 +7,11 @@
  * value exact, into DuckDB, Postgres and the lake.
  */
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadPipeline, run } from '../../../src/index.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
-import { createPgDb, type PgTestDb } from '../../integration/postgres/pg-db.js';
 import { writeMonth } from './parquet-months.js';
-import { warehouse } from './warehouses.js';
+import { dropPgSchemas, pgSchema, warehouse } from './warehouses.js';
 
 const ROWS = 5000;
 /** Timestamps written with six fractional digits each, so that DuckDB detects them as timestamps in either format. */
@@ -22,12 +21,7 @@ const atNanos = `${at} || '789'`;
 
 let dir: string;
 let cleanup: () => Promise<void>;
-let pgDb: PgTestDb;
-beforeAll(async () => {
-  pgDb = await createPgDb('tmtextfiles');
-});
-// A loaded machine makes DROP DATABASE slow.
-afterAll(() => pgDb.drop(), 180_000);
+afterAll(() => dropPgSchemas(['csv', 'jsonl'].flatMap((f) => [`t_${f}_postgres`, `u_${f}_postgres`]).map(pgSchema)));
 beforeEach(async () => {
   ({ dir, cleanup } = await tempDir('tidemark-text-types-'));
 });
@@ -42,7 +36,7 @@ describe.each(cells)('%s months changing type into %s', (format, kind) => {
     await writeMonth(data, 'm-2024-02', ROWS, `i AS id, (i + 0.5)::DOUBLE AS n, ${at} AS at`, format);
     await writeMonth(data, 'm-2024-03', ROWS, `i AS id, i AS n, ${atNanos} AS at`, format);
     await writeMonth(data, 'm-2024-04', ROWS, `i AS id, i * 2 AS n, ${at} AS at`, format);
-    const target = warehouse(kind, { dir, name: `t_${format}_${kind}`, pipeline: 'months', pgUrl: pgDb.url });
+    const target = warehouse(kind, { dir, name: `t_${format}_${kind}`, pipeline: 'months' });
     const file = await writeYaml(
       dir,
       'p.yaml',
@@ -71,7 +65,7 @@ describe.each(cells)('%s months changing type into %s', (format, kind) => {
     const data = join(dir, 'data');
     await writeMonth(data, 'm-2024-01', ROWS, `i AS id, i AS n, ${at} AS at`, format);
     await writeMonth(data, 'm-2024-03', ROWS, `i AS id, i AS n, ${atNanos} AS at`, format);
-    const target = warehouse(kind, { dir, name: `u_${format}_${kind}`, pipeline: 'months', pgUrl: pgDb.url });
+    const target = warehouse(kind, { dir, name: `u_${format}_${kind}`, pipeline: 'months' });
     const file = await writeYaml(
       dir,
       'p.yaml',

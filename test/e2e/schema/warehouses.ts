@@ -9,7 +9,32 @@ import { DuckDBInstance } from '@duckdb/node-api';
 import pg from 'pg';
 import { quoteIdent, quoteString } from '../../../src/shared/sql.js';
 import { duckdbQuery, sqliteQuery, type Rows } from '../../helpers/warehouse.js';
+import { PG_BASE } from '../../integration/postgres/pg-db.js';
 import { committed, dirLake } from '../lake/helpers.js';
+
+/**
+ * The machine's shared `test` database: these tests use a schema of their own there (dropping a schema is quick;
+ * dropping a database waits for a checkpoint, minutes on a loaded machine).
+ */
+export const SHARED_PG_URL = `${PG_BASE}/test`;
+
+/** A schema name unique to this test process. */
+export const pgSchema = (name: string) => `${name}_${process.pid}`;
+
+/** Runs SQL on the shared database (values as the driver gives them). */
+export async function sharedPg(sql: string): Promise<Rows> {
+  const client = new pg.Client({ connectionString: SHARED_PG_URL });
+  await client.connect();
+  try {
+    return (await client.query(sql)).rows as Rows;
+  } finally {
+    await client.end();
+  }
+}
+
+export async function dropPgSchemas(names: readonly string[]): Promise<void> {
+  for (const name of names) await sharedPg(`DROP SCHEMA IF EXISTS ${quoteIdent(name)} CASCADE`);
+}
 
 export type WarehouseKind = 'duckdb' | 'sqlite' | 'postgres' | 'lake';
 
@@ -22,14 +47,13 @@ export interface Warehouse {
 
 export interface WarehousePlace {
   readonly dir: string;
-  /** Unique in the test: a file name, a Postgres schema, a lake directory. */
+  /** Unique in the test: a file name, a Postgres schema (made unique to the process), a lake directory. */
   readonly name: string;
   /** The pipeline that loads it (the lake's state is the pipeline's). */
   readonly pipeline: string;
-  readonly pgUrl?: string;
 }
 
-export function warehouse(kind: WarehouseKind, { dir, name, pipeline, pgUrl }: WarehousePlace): Warehouse {
+export function warehouse(kind: WarehouseKind, { dir, name, pipeline }: WarehousePlace): Warehouse {
   const path = join(dir, `${name}.${kind}`);
   switch (kind) {
     case 'duckdb':
@@ -37,14 +61,14 @@ export function warehouse(kind: WarehouseKind, { dir, name, pipeline, pgUrl }: W
     case 'sqlite':
       return { yaml: `{type: sqlite, path: ${JSON.stringify(path)}}`, query: async (sql) => sqliteQuery(path, sql) };
     case 'postgres':
-      return { yaml: `{type: postgres, url: ${JSON.stringify(pgUrl)}, schema: ${name}}`, query: (sql) => pgQuery(pgUrl!, name, sql) };
+      return { yaml: `{type: postgres, url: ${JSON.stringify(SHARED_PG_URL)}, schema: ${pgSchema(name)}}`, query: (sql) => pgQuery(pgSchema(name), sql) };
     case 'lake':
       return { yaml: `{type: files, location: ${JSON.stringify(path)}}`, query: (sql) => lakeQuery(path, pipeline, sql) };
   }
 }
 
-async function pgQuery(url: string, schema: string, sql: string): Promise<Rows> {
-  const client = new pg.Client({ connectionString: url });
+async function pgQuery(schema: string, sql: string): Promise<Rows> {
+  const client = new pg.Client({ connectionString: SHARED_PG_URL });
   await client.connect();
   try {
     await client.query(`SET search_path TO ${quoteIdent(schema)}`);

@@ -397,7 +397,11 @@ export interface DestinationCapabilities {
   readonly writes: readonly WriteMode[];
   /** New source columns are added to existing tables. */
   readonly schemaEvolution: boolean;
-  /** Column names match whatever their ASCII case (DuckDB, SQLite; the lake, whose readers union files by name so). */
+  /**
+   * Column names match whatever their ASCII case (DuckDB and SQLite, quoted names too; the lake, whose readers union
+   * files by name so): a source column differing from a table column only in case is that column. Absent (Postgres'
+   * quoted names): they are two columns.
+   */
   readonly foldsCase?: boolean;
   /** Engines whose `NativeScan` this destination runs itself inside its load transaction (`writeScan`). */
   readonly nativeScan?: readonly NativeScan['engine'][];

@@ -14,6 +14,8 @@ export type FailpointName =
   | 'range.after_commit'
   /** After a data commit, before the same state is saved to a separate state store. */
   | 'state.before_store_save'
+  /** A widened column was converted (ALTER) inside the load's open transaction, before its rows land and commit. */
+  | 'schema.after_widen'
   /** `lake compact`: the rewritten objects are uploaded, no manifest names them yet. */
   | 'compact.after_write'
   /** `lake compact`: the new manifest is uploaded, right before `state.json` (the commit point) is written. */

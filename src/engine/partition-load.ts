@@ -13,7 +13,7 @@ import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { refuseRejects, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 import type { PartitionProgress } from './progress.js';
-import { partitionSchemaStep } from './partition-schema.js';
+import { partitionSchemaStep, partitionWithout } from './partition-schema.js';
 
 /** `missing`: the ledger has the partition, the source lists none of its files any more ("source missing"). */
 export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload' | 'missing';
@@ -361,11 +361,12 @@ class PartitionLoader {
       const own = this.ownLease(plan.partition);
       const schema = partitionSchemaStep(this.ctx, this.stream, this.state.streams[this.stream.name]?.schema, opened.schema);
       this.committedSchema = schema.committed;
+      const kept = partitionWithout(opened, schema.leftOut);
       const txn = await this.ctx.destination.begin({
         pipeline: this.ctx.pipeline,
         runId: this.ctx.runId,
         target: {
-          schema: opened.schema,
+          schema: kept.schema,
           write: 'append',
           replacePartition: { column: this.stream.files!.partitionColumn, value: plan.partition },
           ...(schema.widen.length > 0 ? { widen: schema.widen } : {}),
@@ -373,7 +374,7 @@ class PartitionLoader {
         fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token, ...(own ? { partition: { lease: own.name, token: own.lease.token } } : {}) },
       });
       try {
-        const counts = await this.copy(opened, txn);
+        const counts = await this.copy(kept, txn);
         // Completeness is checked, not assumed: a read that ended at another count than its files declare does not commit.
         const read = counts.loaded + counts.rejects.length;
         if (opened.declared && read !== opened.declared.rows) throw opened.declared.mismatch(read);

@@ -4,11 +4,12 @@
  * TIMESTAMP_NS), under the stream's `schema_changes` policy. A widening converts the column in the partition's own
  * commit; anything else refuses this partition, naming its files, while the partitions after it still load.
  */
-import type { Destination } from '../core/connector.js';
+import type { Batch, ColumnBatch, Destination, OpenedPartition } from '../core/connector.js';
 import { SourceError } from '../core/errors.js';
 import { DEFAULT_SCHEMA_POLICY, type SchemaPolicy } from '../core/schema-diff.js';
-import type { Column, CommittedSchema, StreamSchema } from '../core/types.js';
-import { evaluateSchema, type SchemaStep } from './schema-check.js';
+import type { CommittedSchema, StreamSchema } from '../core/types.js';
+import { quoteIdent } from '../shared/sql.js';
+import { evaluateSchema, inCommittedCase, type SchemaStep } from './schema-check.js';
 
 export function partitionSchemaStep(
   ctx: { readonly pipeline: string; readonly destination: Pick<Destination, 'widens' | 'capabilities'> },
@@ -16,9 +17,7 @@ export function partitionSchemaStep(
   committed: CommittedSchema | undefined,
   now: StreamSchema,
 ): SchemaStep {
-  // Where the destination matches names whatever their case, a file that spells a committed column otherwise
-  // (Airport_fee → airport_fee) sends that column: compared, and committed, under the name the table has.
-  const columns = ctx.destination.capabilities.foldsCase === true && committed !== undefined ? now.columns.map((c) => asCommitted(c, committed)) : now.columns;
+  const columns = inCommittedCase(ctx.destination, now.columns, committed);
   const verdict = evaluateSchema({
     pipeline: ctx.pipeline,
     stream: stream.name,
@@ -34,9 +33,30 @@ export function partitionSchemaStep(
   });
 }
 
-function asCommitted(column: Column, committed: CommittedSchema): Column {
-  if (committed.columns.some((c) => c.name === column.name)) return column;
-  const lower = column.name.toLowerCase();
-  const match = committed.columns.find((c) => c.name.toLowerCase() === lower);
-  return match === undefined ? column : { ...column, name: match.name };
+/**
+ * The partition without the columns the policy leaves out (`new_columns: ignore`): its schema, rows, column batches
+ * and native scan all lose them, so the table is neither given the column nor its values.
+ */
+export function partitionWithout(opened: OpenedPartition, leftOut: ReadonlySet<string>): OpenedPartition {
+  if (leftOut.size === 0) return opened;
+  const keep = opened.schema.columns.flatMap((c, i) => (leftOut.has(c.name) ? [] : [i]));
+  const columns = keep.map((i) => opened.schema.columns[i]!);
+  async function* batches(): AsyncIterable<Batch> {
+    for await (const batch of opened.batches()) yield { ...batch, rows: batch.rows.map((row) => keep.map((i) => row[i] ?? null)) };
+  }
+  const columnBatches = opened.columnBatches?.bind(opened);
+  async function* keptColumnBatches(): AsyncIterable<ColumnBatch> {
+    for await (const batch of columnBatches!()) yield { rowCount: batch.rowCount, columns: keep.map((i) => batch.columns[i]!) };
+  }
+  // The scan's columns are named as the schema's: the kept ones are selected by name, in schema order.
+  const scan = opened.scan && { ...opened.scan, sql: `SELECT ${columns.map((c) => quoteIdent(c.name)).join(', ')} FROM (${opened.scan.sql})` };
+  return {
+    ...opened,
+    schema: { ...opened.schema, columns },
+    ...(scan ? { scan } : {}),
+    batches,
+    ...(columnBatches ? { columnBatches: keptColumnBatches } : {}),
+    explain: (error) => opened.explain(error),
+    close: () => opened.close(),
+  };
 }

@@ -95,7 +95,7 @@ async function planStreams(
   const streams = selectStreams(pipeline, options.streams);
   const destination = await openDestination(pipeline.destination, options.openTimeoutMs !== undefined ? { openTimeoutMs: options.openTimeoutMs } : {});
   // Asked after the destination is closed: whether a type converts in place depends only on its kind.
-  const widens = { ...(destination.widens ? { widens: destination.widens.bind(destination) } : {}) };
+  const widens = { capabilities: destination.capabilities, ...(destination.widens ? { widens: destination.widens.bind(destination) } : {}) };
   let states: Readonly<Record<string, StreamState>>;
   let differs = new Map<string, string>();
   let source: Source | undefined;
@@ -191,7 +191,7 @@ function schemaPlan(
   prior: StreamState | undefined,
   now: StreamSchema,
   full: boolean,
-  destination: Pick<Destination, 'widens'>,
+  destination: Pick<Destination, 'widens' | 'capabilities'>,
 ): SchemaPlanReport | undefined {
   const verdict = evaluateSchema(schemaInput({ pipeline, full, destination }, stream, plan, prior, now));
   if (verdict.stop !== undefined) return { changes: verdict.changes.map(describeChange), widens: [], stop: verdict.stop };

@@ -7,7 +7,7 @@
 import type { Batch, ColumnWidening, Destination, OpenedRead } from '../core/connector.js';
 import { SourceError } from '../core/errors.js';
 import { DEFAULT_SCHEMA_POLICY, DEFAULT_TIME_PRECISION, describeChange, diffSchemas, nextCommittedSchema, timePrecision, typeName, type SchemaChange, type SchemaPolicy, type SourceShape } from '../core/schema-diff.js';
-import type { CommittedSchema, StreamSchema, StreamState } from '../core/types.js';
+import type { Column, CommittedSchema, StreamSchema, StreamState } from '../core/types.js';
 
 /** What a run applies to one stream's schema. */
 export interface SchemaStep {
@@ -151,7 +151,22 @@ export function withoutColumns(read: OpenedRead, leftOut: ReadonlySet<string>): 
 export interface SchemaAsker {
   readonly pipeline: string;
   readonly full: boolean;
-  readonly destination: Pick<Destination, 'widens'>;
+  readonly destination: Pick<Destination, 'widens' | 'capabilities'>;
+}
+
+/**
+ * Where the destination matches names whatever their case, a source column that spells a committed column otherwise
+ * (`Airport_fee` → `airport_fee`, `note` → `Note`) is that column: compared, and committed, under the name the table
+ * has. Elsewhere the names stay as they come (a case-only rename is then reported, and refused).
+ */
+export function inCommittedCase(destination: Pick<Destination, 'capabilities'>, columns: readonly Column[], committed: CommittedSchema | undefined): readonly Column[] {
+  if (destination.capabilities.foldsCase !== true || committed === undefined) return columns;
+  return columns.map((column) => {
+    if (committed.columns.some((c) => c.name === column.name)) return column;
+    const lower = column.name.toLowerCase();
+    const match = committed.columns.find((c) => c.name.toLowerCase() === lower);
+    return match === undefined ? column : { ...column, name: match.name };
+  });
 }
 
 /**
@@ -166,11 +181,12 @@ export function schemaInput(
   now: StreamSchema,
 ): SchemaInput {
   const resumedBuild = plan.generation !== undefined && !plan.freshBuild;
+  const committed = resumedBuild ? prior?.build?.schema : prior?.schema;
   return {
     pipeline: ctx.pipeline,
     stream: stream.name,
-    committed: resumedBuild ? prior?.build?.schema : prior?.schema,
-    now,
+    committed,
+    now: { ...now, columns: inCommittedCase(ctx.destination, now.columns, committed) },
     policy: stream.schemaChanges ?? DEFAULT_SCHEMA_POLICY,
     ...(plan.freshBuild ? { rebuild: { requested: ctx.full } } : {}),
     destination: ctx.destination,

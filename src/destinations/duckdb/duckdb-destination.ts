@@ -129,7 +129,6 @@ function storedColumnType(type: ColumnType): string {
 function duckDbDialect(connection: DuckDBConnection, schema: string, memoryLimit: string): SqlDialect {
   return {
     name: 'duckdb',
-    foldsCase: true,
     beginStatement: 'BEGIN TRANSACTION',
     table: (name) => `${quoteIdent(schema)}.${quoteIdent(name)}`,
     columnType: storedColumnType,

@@ -95,7 +95,7 @@ export abstract class SqlDestination implements Destination {
     const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.stageType(c.type)}`), `${SEQ_COLUMN} BIGINT`].join(', ');
     await this.dialect.createStage(this.exec, STAGE, ddl);
     this.loadCounter += 1;
-    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${this.loadCounter}`, ddl, this.createdTables);
+    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${this.loadCounter}`, ddl, this.createdTables, this.capabilities.foldsCase === true);
   }
 }
 
@@ -125,6 +125,8 @@ class SqlLoadTransaction implements LoadTransaction {
     private readonly loadIdPrefix: string,
     private readonly stageDdl: string,
     private readonly createdTables: Map<string, Set<string>>,
+    /** The destination's `capabilities.foldsCase`: a column differing from the table's only in case is that column. */
+    private readonly foldsCase: boolean,
   ) {}
 
   /** The table this transaction created (it is empty until this load writes). */
@@ -551,7 +553,7 @@ class SqlLoadTransaction implements LoadTransaction {
       if (have.has(c.name)) continue;
       const caseOnly = existing.find((name) => asciiLower(name) === asciiLower(c.name));
       if (caseOnly === undefined) await this.exec.run(`ALTER TABLE ${quoted} ADD COLUMN ${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`);
-      else if (this.dialect.foldsCase !== true) {
+      else if (!this.foldsCase) {
         throw new DestinationError(
           `the source's column ${JSON.stringify(c.name)} differs only in case from the table's column ${JSON.stringify(caseOnly)}, and ${this.dialect.name} keeps them apart; ` +
             `say which one it is with rename: {${c.name}: ${caseOnly}} on the stream`,
@@ -574,6 +576,7 @@ class SqlLoadTransaction implements LoadTransaction {
       const statements = this.dialect.alterColumnType?.(this.dialect.table(table), quoteIdent(w.column), w.from, w.to);
       if (statements === undefined) throw new DestinationError(`${this.dialect.name} cannot convert column ${w.column} from ${typeName(w.from)} to ${typeName(w.to)}`);
       for (const statement of statements) await this.exec.run(statement);
+      await failpoint('schema.after_widen');
     }
     // Cached column lists say nothing about types, but a conversion may have rebuilt the table: ask again later.
     this.knownColumns.delete(table);

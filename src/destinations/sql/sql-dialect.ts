@@ -39,11 +39,6 @@ export interface SqlDialect {
   readonly name: string;
   /** Statement that opens the commit transaction (`BEGIN`, `BEGIN IMMEDIATE`). */
   readonly beginStatement: string;
-  /**
-   * Column names match whatever their ASCII case (DuckDB, SQLite, even quoted): a source column that differs from a
-   * table column only in case is that column. Absent (Postgres' quoted names): they are two columns.
-   */
-  readonly foldsCase?: boolean;
   /** Fully quoted name of a table in the destination's schema. */
   table(name: string): string;
   /** DDL type of a target column. */

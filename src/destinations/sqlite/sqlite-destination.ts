@@ -140,7 +140,6 @@ class SqliteExecutor implements SqlExecutor {
 function sqliteDialect(exec: SqliteExecutor, refuse: (type: ColumnType, value: Value) => string | undefined): SqlDialect {
   return {
     name: 'sqlite',
-    foldsCase: true,
     beginStatement: 'BEGIN IMMEDIATE',
     table: (name) => quoteIdent(name),
     columnType: sqliteColumnType,

@@ -46,7 +46,8 @@ let duckApi: typeof import('@duckdb/node-api') | undefined;
 /**
  * `read_parquet(…)` / `read_csv(…)` / `read_json(…)` with explicit options; file names and user strings bound.
  * `columns`: the JSON columns and types one `DESCRIBE` found, so that the read does not detect them again (DuckDB's
- * detection tries every date and time format on every string: a minute for one 50 MB line on a slow machine).
+ * detection tries every date and time format on every string: a minute for one 50 MB line on a slow machine); for
+ * CSV, types some columns are read with instead of the detected ones.
  */
 function readerSql(spec: FilesStreamSpec, paths: readonly string[], params: Param[], columns?: readonly (readonly [string, string])[]): string {
   const bind = (value: Param) => {
@@ -67,9 +68,11 @@ function readerSql(spec: FilesStreamSpec, paths: readonly string[], params: Para
     case 'csv': {
       const csv: CsvOptions = spec.csv!;
       const quote = csv.quote === '' ? `quote = ''` : `quote = ${bind(csv.quote)}`;
+      // Here `columns` are types to read some columns with instead of the detected ones.
+      const types = columns === undefined ? '' : `, types = {${columns.map(([name, type]) => `${quoteString(name)}: ${quoteString(type)}`).join(', ')}}`;
       return (
         `read_csv(${files}, header = ${csv.header ? 'true' : 'false'}, delim = ${bind(csv.delimiter)}, ${quote}, ` +
-        `escape = ${bind(csv.escape)}, encoding = ${bind(csv.encoding)}, strict_mode = true${union})`
+        `escape = ${bind(csv.escape)}, encoding = ${bind(csv.encoding)}, strict_mode = true${union}${types})`
       );
     }
   }
@@ -235,8 +238,15 @@ export class FilesSource implements Source {
       } catch (error) {
         throw await explainOn(describer)(error);
       }
+      let detected = described.map((d) => ({ name: String(d.column_name), type: String(d.column_type) })).filter((c) => c.name !== hiveColumn);
+      try {
+        if (spec.format === 'csv') detected = await withNanosecondCsvColumns(describer, detected, (columns) => readFrom(columns));
+        if (spec.format === 'jsonl') detected = await withJsonBigints(describer, detected, detecting);
+      } catch (error) {
+        throw await explainOn(describer)(error);
+      }
       const picked = selectColumns(
-        described.map((d) => ({ name: String(d.column_name), type: String(d.column_type) })).filter((c) => c.name !== hiveColumn),
+        detected,
         spec.select,
         read[0]!.display,
         spec.rename,
@@ -554,6 +564,44 @@ function probeOn(connection: DuckDBConnection): Probe {
     ok: (sql, params) => connection.run(sql, [...params]).then(() => true, () => false),
     rows: async (sql, params) => (await connection.runAndReadAll(sql, [...params])).getRows(),
   };
+}
+
+/**
+ * DuckDB reads a CSV timestamp with more than six fractional digits by cutting them off. Each column it detects as a
+ * timestamp is read once more as text (one more pass over the partition's files); one holding a finer value is typed
+ * TIMESTAMP_NS, so that the partition is refused naming its file and the column instead of losing the digits.
+ */
+async function withNanosecondCsvColumns(
+  describer: DuckDBConnection,
+  detected: readonly { readonly name: string; readonly type: string }[],
+  readFrom: (columns: readonly (readonly [string, string])[]) => { from: string; params: Param[] },
+): Promise<{ name: string; type: string }[]> {
+  const timestamps = detected.filter((c) => c.type.startsWith('TIMESTAMP'));
+  if (timestamps.length === 0) return [...detected];
+  const { from, params } = readFrom(timestamps.map((c) => [c.name, 'VARCHAR'] as const));
+  // A digit other than 0 after the sixth of the fraction: trailing zeros lose nothing.
+  const finer = timestamps.map((c, i) => `bool_or(regexp_matches(${quoteIdent(c.name)}, '[.,][0-9]{6}[0-9]*[1-9]')) AS f${i}`).join(', ');
+  const found = (await describer.runAndReadAll(`SELECT ${finer} FROM ${from}`, bindValues(params))).getRows()[0] ?? [];
+  const nanos = new Set(timestamps.flatMap((c, i) => (found[i] === true ? [c.name] : [])));
+  return detected.map((c) => (nanos.has(c.name) ? { ...c, type: 'TIMESTAMP_NS' } : { ...c }));
+}
+
+/**
+ * DuckDB detects a JSON integer column holding a negative value as HUGEINT, and one without as BIGINT: two months
+ * of one column would then differ in type (an unbounded decimal, then int64) though every value is an int64. A
+ * HUGEINT column whose values all fit in BIGINT is read as BIGINT.
+ */
+async function withJsonBigints(
+  describer: DuckDBConnection,
+  detected: readonly { readonly name: string; readonly type: string }[],
+  read: { readonly from: string; readonly params: readonly Param[] },
+): Promise<{ name: string; type: string }[]> {
+  const huge = detected.filter((c) => c.type === 'HUGEINT');
+  if (huge.length === 0) return [...detected];
+  const fits = huge.map((c, i) => `bool_and(${quoteIdent(c.name)} BETWEEN -9223372036854775808 AND 9223372036854775807) AS f${i}`).join(', ');
+  const found = (await describer.runAndReadAll(`SELECT ${fits} FROM ${read.from}`, bindValues(read.params))).getRows()[0] ?? [];
+  const bigints = new Set(huge.flatMap((c, i) => (found[i] !== false ? [c.name] : [])));
+  return detected.map((c) => (bigints.has(c.name) ? { ...c, type: 'BIGINT' } : { ...c }));
 }
 
 /** File lists bind as `VARCHAR[]`; the rest as text. Called only after `connections()` loaded DuckDB. */

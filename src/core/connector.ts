@@ -309,7 +309,24 @@ export interface Source {
   readonly changeLog?: ChangeLogSource;
   /** Whether a stream can be read incrementally (an Airbyte connector's supported sync modes); absent: it can. */
   readsIncrementally?(stream: StreamSpec): Promise<boolean>;
+  /** Present on SQL sources whose tables `tidemark verify` can checksum in place. */
+  verifyAccess?(): Promise<VerifyAccess>;
   close(): Promise<void>;
+}
+
+/** The SQL dialects `tidemark verify` writes its checksum queries in (src/shared/verify-sql.ts). */
+export type VerifyEngine = 'postgres' | 'mysql' | 'sqlite' | 'duckdb';
+
+/**
+ * Read-only SQL access to a stream's table for `tidemark verify`: the engine writes the queries (counts and checksums
+ * of canonical values computed inside the database), the connector only runs them on its own connection.
+ */
+export interface VerifyAccess {
+  readonly engine: VerifyEngine;
+  /** The quoted relation holding a table's rows (a source table, or the destination table of a stream). */
+  relation(table: string): string;
+  /** Runs a read-only query whose `?` placeholders are bound as text; every selected value comes back as text or null. */
+  query(sql: string, params: readonly string[]): Promise<(string | null)[][]>;
 }
 
 export interface DestinationCapabilities {
@@ -489,6 +506,8 @@ export interface Destination {
   fenceToken?(lease: string): Promise<number>;
   /** The partition ledger, on destinations that keep one beside the data (needed by `strategy: partitioned`). */
   readonly ledger?: LedgerStore;
+  /** Present on destinations whose stream tables `tidemark verify` can checksum in place. */
+  verifyAccess?(): Promise<VerifyAccess>;
   close(): Promise<void>;
 }
 

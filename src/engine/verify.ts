@@ -5,9 +5,11 @@
  */
 import type { Destination, Source, VerifyAccess } from '../core/connector.js';
 import { UsageError } from '../core/errors.js';
-import type { Column, PipelineState, StreamState } from '../core/types.js';
+import type { Column, PipelineState, StreamSchema, StreamState } from '../core/types.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
-import { openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
+import { leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
+import { aboveFence } from './lease-fence.js';
+import { repairRefusal, repairStream, type StreamRepair } from './verify-repair.js';
 import { asText, bindText, columnSql, param, type BoundSql, type VerifyColumn } from '../shared/verify-sql.js';
 import { DEFAULT_TUNING, diffTable, rowsByKey, type ChangedRow, type DiffShape, type DiffTuning, type TableSide } from './table-diff.js';
 
@@ -15,6 +17,8 @@ export interface VerifyOptions extends OpenDestinationOptions {
   /** Only these streams (default: every table stream). */
   readonly streams?: readonly string[];
   readonly tuning?: Partial<DiffTuning>;
+  /** Reload the differing keys of merge streams (under the pipeline lease), then verify them again. */
+  readonly repair?: boolean;
 }
 
 /** A key as column → canonical text. */
@@ -37,6 +41,8 @@ export interface StreamVerify {
   readonly notYetLoaded: number;
   readonly ranges: number;
   readonly rowsFetched: number;
+  /** `--repair` of a drifted stream: what was reloaded (or why not), and the verify that followed it. */
+  readonly repair?: StreamRepair & { readonly after?: 'ok' | 'drift' };
 }
 
 export interface VerifyReport {
@@ -57,14 +63,61 @@ export interface VerifyTarget {
 }
 
 export async function verifyPipeline(pipeline: PipelineConfig, options: VerifyOptions = {}): Promise<VerifyReport> {
-  return withEnds(pipeline, options, async (ends) => {
-    const results: StreamVerify[] = [];
-    for (const stream of selectedStreams(pipeline, options.streams)) {
-      const target = await verifyTarget(ends, stream);
-      results.push(typeof target === 'string' ? skipped(stream.name, target) : await verifyStream(target, { ...DEFAULT_TUNING, ...options.tuning }));
-    }
-    return { pipeline: pipeline.name, ok: results.every((r) => r.status !== 'drift'), streams: results };
-  });
+  const tuning = { ...DEFAULT_TUNING, ...options.tuning };
+  const streams = selectedStreams(pipeline, options.streams);
+  if (!options.repair) {
+    return withEnds(pipeline, options, async (ends) => {
+      const results: StreamVerify[] = [];
+      for (const stream of streams) {
+        const target = await verifyTarget(ends, stream);
+        results.push(typeof target === 'string' ? skipped(stream.name, target) : await verifyStream(target, tuning));
+      }
+      return report(pipeline.name, results);
+    });
+  }
+  // A repair verifies under the lease too, so no run moves the destination between finding the keys and reloading them.
+  const provider = leaseProviderFor(pipeline.destination, pipeline.state);
+  let lease = await provider.acquire(pipeline.name, { ttlMs: pipeline.lockTtlMs });
+  try {
+    return await withEnds(pipeline, options, async (ends) => {
+      lease = await aboveFence(provider, lease, ends.destination, pipeline.lockTtlMs);
+      let state = ends.state;
+      const results: StreamVerify[] = [];
+      for (const stream of streams) {
+        const target = await verifyTarget(ends, stream);
+        if (typeof target === 'string') {
+          results.push(skipped(stream.name, target));
+          continue;
+        }
+        const found = await verifyStream(target, tuning);
+        const refused = repairRefusal(target);
+        if (found.status !== 'drift' || state === undefined) results.push(found);
+        else if (refused !== undefined) results.push({ ...found, repair: { refused } });
+        else {
+          const schema = await tableSchema(ends.source, stream, state.streams[stream.name]!);
+          const repaired = await repairStream({ pipeline: pipeline.name, destination: ends.destination, lease, state }, target, found, schema);
+          state = repaired.state;
+          const after = await verifyStream(target, tuning);
+          results.push({ ...found, repair: { ...repaired.repair, after: after.status === 'drift' ? 'drift' : 'ok' } });
+        }
+      }
+      return report(pipeline.name, results);
+    });
+  } finally {
+    await lease.release();
+  }
+}
+
+function report(pipeline: string, streams: readonly StreamVerify[]): VerifyReport {
+  const settled = (s: StreamVerify) => s.status !== 'drift' || s.repair?.after === 'ok';
+  return { pipeline, ok: streams.every(settled), streams };
+}
+
+/** The destination table's schema as committed (the columns the source dropped included: the table keeps them). */
+async function tableSchema(source: Source, stream: StreamConfig, state: StreamState): Promise<StreamSchema> {
+  if (state.schema !== undefined) return { name: stream.name, columns: state.schema.columns, primaryKey: state.schema.primaryKey };
+  const discovered = await source.discover(stream);
+  return { ...discovered, name: stream.name };
 }
 
 export interface OpenEnds {

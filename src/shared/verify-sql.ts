@@ -45,7 +45,8 @@ export function canonicalSql(engine: VerifyEngine, column: VerifyColumn): string
       return trimDecimalZeros(engine, asText(engine, c));
     case 'float32':
     case 'float64':
-      return engine === 'postgres' ? `${c}::float8::text` : asText(engine, engine === 'duckdb' ? `CAST(${c} AS DOUBLE)` : c);
+      // Each engine's own shortest text of the stored width (a float32 as a float32), read back in JS.
+      return asText(engine, c);
     case 'bytes':
       return engine === 'postgres' ? `encode(${c}, 'hex')` : `LOWER(HEX(${c}))`;
     case 'uuid':

@@ -38,6 +38,8 @@ Exit codes, the same for every command: \`0\` every stream committed · \`1\` a 
 after the last commit; also a run that lost its own lease; \`verify\` and \`ledger verify\` found a difference) · \`2\` invalid usage or config · \`3\` another live run holds the
 pipeline (nothing was done; safe to skip) · \`143\` /
 \`130\` stopped by SIGTERM / SIGINT between batches (the uncommitted part rolled back, the lease released).
+\`tidemark verify\`, which compares destination tables with their sources and repairs them, is explained in
+[Verifying a copy](verify.md).
 
 Environment variables:
 

@@ -13,7 +13,6 @@ import {
   keyOrderSql,
   keyEqualsSql,
   keysetSql,
-  md5Halves,
   rowText,
   rowTextSql,
   type BoundSql,
@@ -61,7 +60,7 @@ export interface TableDiff {
   readonly changed: readonly ChangedRow[];
   /** Ranges checksummed on both sides (the initial ones and every split). */
   readonly ranges: number;
-  /** Rows fetched to this process, both sides together (leaf comparisons and float columns). */
+  /** Rows fetched to this process, both sides together (the rows of the small differing ranges). */
   readonly rowsFetched: number;
 }
 
@@ -91,7 +90,7 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     state.rowsFetched += rows.length;
     const out = new Map<string, RowTexts>();
     for (const raw of rows) {
-      const row = raw.map((v, i) => (isFloat(shape.columns[i]!.kind) ? canonicalFloat(v) : v));
+      const row = raw.map((v, i) => (isFloat(shape.columns[i]!.kind) ? canonicalFloat(v, shape.columns[i]!.kind) : v));
       out.set(keyText(row), row);
     }
     return out;
@@ -100,31 +99,8 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
   async function digest(side: TableSide, range: KeyRange): Promise<Digest> {
     const engine = side.access.engine;
     const where = whereOf(side, shape, range);
-    const plain = shape.columns.filter((c) => !isFloat(c.kind));
-    const [main] = await side.access.query(digestSql(engine, side.relation, rowTextSql(engine, plain), where.sql), where.params);
-    const floats = shape.columns.filter((c) => isFloat(c.kind));
-    let floatSum = '';
-    if (floats.length > 0) {
-      const keyed = [...shape.key, ...floats];
-      if (engine === 'sqlite') {
-        const [f] = await side.access.query(digestSql(engine, side.relation, rowTextSql(engine, keyed), where.sql), where.params);
-        floatSum = `${f![1] ?? 0}/${f![2] ?? 0}`;
-      } else {
-        // Postgres, MySQL and DuckDB print floats in different shortest forms: their raw text is canonicalised here.
-        const select = keyed.map((c, i) => `${canonicalSql(engine, c)} AS c${i}`).join(', ');
-        const rows = await side.access.query(`SELECT ${select} FROM ${side.relation} WHERE ${where.sql}`, where.params);
-        state.rowsFetched += rows.length;
-        let h1 = 0n;
-        let h2 = 0n;
-        for (const r of rows) {
-          const [a, b] = md5Halves(rowText(r.map((v, i) => (i < shape.key.length ? v : canonicalFloat(v)))));
-          h1 += a;
-          h2 += b;
-        }
-        floatSum = `${h1}/${h2}`;
-      }
-    }
-    return { rows: Number(main![0]), sum: `${BigInt(main![1] ?? 0)}/${BigInt(main![2] ?? 0)}/${floatSum}` };
+    const [main] = await side.access.query(digestSql(engine, side.relation, rowTextSql(engine, shape.columns), where.sql), where.params);
+    return { rows: Number(main![0]), sum: `${BigInt(main![1] ?? 0)}/${BigInt(main![2] ?? 0)}` };
   }
 
   /** Key values cutting `range` of `side` into about `parts` parts of equal row counts. */
@@ -231,7 +207,7 @@ export async function rowsByKey(side: TableSide, shape: DiffShape, keys: readonl
     const filter = side.filter ? { sql: `${side.filter.sql} AND ${where.sql}`, params: [...side.filter.params, ...where.params] } : where;
     const select = shape.columns.map((c, j) => `${canonicalSql(engine, c)} AS c${j}`).join(', ');
     const rows = await side.access.query(`SELECT ${select} FROM ${side.relation} WHERE ${filter.sql}`, filter.params);
-    out.push(...rows.map((r) => r.map((v, j) => (isFloat(shape.columns[j]!.kind) ? canonicalFloat(v) : v))));
+    out.push(...rows.map((r) => r.map((v, j) => (isFloat(shape.columns[j]!.kind) ? canonicalFloat(v, shape.columns[j]!.kind) : v))));
   }
   return out;
 }

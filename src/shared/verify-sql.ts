@@ -1,8 +1,7 @@
 /**
  * The SQL `tidemark verify` runs inside each engine: the canonical text of a column (the same text on every engine
  * for equal values), a row's checksum, and keyset range predicates. Values are bound as text and cast in SQL, never
- * spliced. Floats are the exception to "inside the engine": Postgres, MySQL and DuckDB print them in different
- * shortest forms, so their raw text is fetched and canonicalised in JS (`canonicalFloat`); SQLite runs JS itself.
+ * spliced. Floats are written in JavaScript's shortest round-trip form in every engine (SQLite runs JS itself).
  */
 import { createHash } from 'node:crypto';
 import type { VerifyEngine } from '../core/connector.js';
@@ -44,9 +43,11 @@ export function canonicalSql(engine: VerifyEngine, column: VerifyColumn): string
       if (engine === 'postgres') return `trim_scale(${c})::text`;
       return trimDecimalZeros(engine, asText(engine, c));
     case 'float32':
+      // A float32 as the double it is exactly (`Math.fround`): MariaDB prints FLOAT with 6 digits, and a SQLite REAL
+      // holding one keeps whichever double the loader read.
+      return jsFloatText(engine, asText(engine, `CAST(${c} AS ${engine === 'postgres' ? 'float8' : 'DOUBLE'})`));
     case 'float64':
-      // Each engine's own shortest text of the stored width (a float32 as a float32), read back in JS.
-      return asText(engine, c);
+      return jsFloatText(engine, asText(engine, c));
     case 'bytes':
       return engine === 'postgres' ? `encode(${c}, 'hex')` : `LOWER(HEX(${c}))`;
     case 'uuid':
@@ -62,6 +63,41 @@ export function canonicalSql(engine: VerifyEngine, column: VerifyColumn): string
     default:
       return asText(engine, c);
   }
+}
+
+/**
+ * An engine's shortest round-trip text of a float (a float32 printed as a float32) rewritten in SQL into JavaScript's
+ * form (`String(x)`): Postgres writes `1e+15` and `1.5e-07`, DuckDB `100.0` and `1e-05`, MariaDB `1e15` and
+ * `0.00000015`; JS writes positionally for exponents -7 < e < 21. Most values need no rewrite and skip it.
+ */
+function jsFloatText(engine: Exclude<VerifyEngine, 'sqlite'>, t: string): string {
+  const len = (x: string) => (engine === 'mysql' ? `CHAR_LENGTH(${x})` : `length(${x})`);
+  const trim0 = (x: string, side: 'LEADING' | 'TRAILING') => (engine === 'mysql' ? `TRIM(${side} '0' FROM ${x})` : `${side === 'LEADING' ? 'ltrim' : 'rtrim'}(${x}, '0')`);
+  const rx = (x: string, pattern: string) => `${engine === 'mysql' ? 'REGEXP_REPLACE' : 'regexp_replace'}(${x}, '${pattern}', '')`;
+  const int = (x: string) => `CAST(${x} AS ${engine === 'mysql' ? 'SIGNED' : 'INTEGER'})`;
+  const cat = (...parts: string[]) => concat(engine, parts);
+  const negative = `(${t} LIKE '-%')`;
+  const unsigned = `LOWER(CASE WHEN ${negative} THEN SUBSTR(${t}, 2) ELSE ${t} END)`;
+  const mantissa = rx(unsigned, '[e].*$');
+  const exponent = `(CASE WHEN ${unsigned} LIKE '%e%' THEN ${int(rx(unsigned, '^.*e[+]{0,1}'))} ELSE 0 END)`;
+  const whole = rx(mantissa, '[.].*$');
+  const raw = cat(whole, rx(mantissa, '^[^.]*[.]{0,1}'));
+  const leadingZeros = `(${len(raw)} - ${len(trim0(raw, 'LEADING'))})`;
+  const digits = trim0(trim0(raw, 'LEADING'), 'TRAILING');
+  const e = `(${len(whole)} + ${exponent} - ${leadingZeros} - 1)`;
+  const n = len(digits);
+  const positional =
+    `CASE WHEN ${e} >= ${n} - 1 THEN ${cat(digits, `REPEAT('0', ${e} - ${n} + 1)`)} ` +
+    `WHEN ${e} >= 0 THEN ${cat(`SUBSTR(${digits}, 1, ${e} + 1)`, `'.'`, `SUBSTR(${digits}, ${e} + 2)`)} ` +
+    `ELSE ${cat(`'0.'`, `REPEAT('0', -${e} - 1)`, digits)} END`;
+  const scientific = cat(`SUBSTR(${digits}, 1, 1)`, `CASE WHEN ${n} > 1 THEN ${cat(`'.'`, `SUBSTR(${digits}, 2)`)} ELSE '' END`, `'e'`, `CASE WHEN ${e} > 0 THEN '+' ELSE '-' END`, asText(engine, `ABS(${e})`));
+  const rewritten = cat(`CASE WHEN ${negative} THEN '-' ELSE '' END`, `CASE WHEN ${digits} = '' THEN '0' WHEN ${e} > -7 AND ${e} < 21 THEN ${positional} ELSE ${scientific} END`);
+  const lower = `LOWER(${t})`;
+  return (
+    `CASE WHEN ${t} IS NULL THEN NULL WHEN ${lower} IN ('nan', '-nan') THEN 'NaN' WHEN ${lower} IN ('inf', 'infinity', '+inf') THEN 'Infinity' ` +
+    `WHEN ${lower} IN ('-inf', '-infinity') THEN '-Infinity' ` +
+    `WHEN ${lower} LIKE '%e%' OR ${t} LIKE '%.0' OR ${t} LIKE '%0.000000%' OR ${t} = '-0' THEN ${rewritten} ELSE ${t} END`
+  );
 }
 
 function trimDecimalZeros(engine: VerifyEngine, text: string): string {
@@ -136,12 +172,6 @@ export function digestSql(engine: VerifyEngine, relation: string, rowText: strin
   );
 }
 
-/** The two 32-bit halves of a text's md5, as `digestSql` sums them. */
-export function md5Halves(text: string): [bigint, bigint] {
-  const hex = createHash('md5').update(text, 'utf8').digest('hex');
-  return [BigInt(`0x${hex.slice(0, 8)}`), BigInt(`0x${hex.slice(8, 16)}`)];
-}
-
 const CAST_TYPE: Record<Exclude<VerifyEngine, 'sqlite'>, Partial<Record<ColumnKind, string>>> = {
   postgres: { int16: 'smallint', int32: 'integer', int64: 'bigint', uint64: 'numeric', decimal: 'numeric', float32: 'real', float64: 'double precision', uuid: 'uuid', date: 'date', time: 'time', timestamp: 'timestamp', timestamptz: 'timestamptz', boolean: 'boolean' },
   mysql: { int16: 'SIGNED', int32: 'SIGNED', int64: 'SIGNED', uint64: 'UNSIGNED', decimal: 'DECIMAL(65,30)', float32: 'DOUBLE', float64: 'DOUBLE', date: 'DATE', time: 'TIME(6)', timestamp: 'DATETIME(6)', timestamptz: 'DATETIME(6)' },
@@ -186,7 +216,7 @@ export function keysetSql(engine: VerifyEngine, key: readonly VerifyColumn[], va
   return { sql: `(${ors.join(' OR ')})`, params };
 }
 
-/** `?` placeholders → Postgres' `$1`, `$2`, … (the verify SQL has no `?` inside string literals). */
+/** `?` placeholders → Postgres' `$1`, `$2`, … (the verify SQL keeps `?` out of its literals, regular expressions too). */
 export function numberedPlaceholders(sql: string): string {
   let n = 0;
   return sql.replace(/\?/g, () => `$${(n += 1)}`);
@@ -209,14 +239,14 @@ export function columnSql(engine: VerifyEngine, name: string): string {
   return quoted(engine, name);
 }
 
-/** A float's raw text from any engine (`inf`, `Infinity`, `-0`, `1e+15`) → JS's shortest round-trip text. */
-export function canonicalFloat(text: string | null): string | null {
+/** A float's text from any engine (`inf`, `Infinity`, `-0`, `1e+15`) → JS's shortest round-trip text. */
+export function canonicalFloat(text: string | null, kind: ColumnKind = 'float64'): string | null {
   if (text === null) return null;
   const t = text.trim().toLowerCase();
   if (t === 'nan' || t === '-nan') return 'NaN';
   if (t === 'inf' || t === 'infinity' || t === '+inf' || t === '+infinity') return 'Infinity';
   if (t === '-inf' || t === '-infinity') return '-Infinity';
-  const n = Number(t);
+  const n = kind === 'float32' ? Math.fround(Number(t)) : Number(t);
   return Object.is(n, -0) ? '-0' : String(n);
 }
 
@@ -233,7 +263,7 @@ export function sqliteCanonical(kind: ColumnKind, value: unknown): string | null
         return canonicalDecimal(text);
       case 'float32':
       case 'float64':
-        return canonicalFloat(text);
+        return canonicalFloat(text, kind);
       case 'bytes':
         return Buffer.from(text, 'utf8').toString('hex');
       case 'uuid':

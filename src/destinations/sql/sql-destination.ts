@@ -79,7 +79,7 @@ export abstract class SqlDestination implements Destination {
 
   /** `tidemark verify`: its queries on this destination's connection; every selected value comes back as text. */
   async verifyAccess(): Promise<VerifyAccess> {
-    this.prepareVerify();
+    await this.prepareVerify();
     return {
       engine: this.dialect.name as VerifyEngine,
       relation: (table) => this.dialect.table(table),
@@ -88,7 +88,7 @@ export abstract class SqlDestination implements Destination {
   }
 
   /** Registers what the verify SQL needs beyond the engine's own functions (SQLite: JS functions). */
-  protected prepareVerify(): void {}
+  protected async prepareVerify(): Promise<void> {}
 
   /**
    * What the dialect can convert in place (asked with stand-in names: the answer depends on the types only). Every

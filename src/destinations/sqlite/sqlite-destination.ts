@@ -248,7 +248,7 @@ export class SqliteDestination extends SqlDestination {
     return undefined;
   }
 
-  protected override prepareVerify(): void {
+  protected override async prepareVerify(): Promise<void> {
     registerSqliteVerifyFunctions(this.executor.db);
   }
 

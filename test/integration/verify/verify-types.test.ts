@@ -60,5 +60,5 @@ describe.each(Object.keys(DESTINATIONS) as (keyof typeof DESTINATIONS)[])('Postg
     expect({ missing: s.missing.length, extra: s.extra.length, changedColumns: [...new Set(s.changed.flatMap((c) => c.columns))] }).toEqual({ missing: 0, extra: 0, changedColumns: [] });
     expect(s).toMatchObject({ status: 'ok', sourceRows: ROWS, destinationRows: ROWS, rowsFetched: 0 });
     expect(s.ranges).toBeGreaterThanOrEqual(ROWS / 500);
-  }, 300_000);
+  }, 600_000);
 });

@@ -209,6 +209,6 @@ describe.each(Object.keys(SOURCES) as (keyof typeof SOURCES)[])('verify: %s sour
       expect(repaired.streams[0]!.repair).toEqual({ upserted: 6, deleted: 2, after: 'ok' });
       const after = await verifyPipeline(pipeline, { tuning: TUNING });
       expect(after.streams[0]).toMatchObject({ status: 'ok', sourceRows: ROWS - 1, destinationRows: ROWS - 1, notYetLoaded: 2 });
-    }, 240_000);
+    }, 600_000);
   });
 });

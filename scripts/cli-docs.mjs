@@ -35,9 +35,11 @@ Generated from the commands' own \`--help\` by \`node scripts/cli-docs.mjs\`; \`
 when this page and the CLI differ. Run \`tidemark <command> --help\` for the same text in a terminal.
 
 Exit codes, the same for every command: \`0\` every stream committed · \`1\` a run failed (state and data are as
-after the last commit; also a run that lost its own lease) · \`2\` invalid usage or config · \`3\` another live run holds the
+after the last commit; also a run that lost its own lease; \`verify\` and \`ledger verify\` found a difference) · \`2\` invalid usage or config · \`3\` another live run holds the
 pipeline (nothing was done; safe to skip) · \`143\` /
 \`130\` stopped by SIGTERM / SIGINT between batches (the uncommitted part rolled back, the lease released).
+\`tidemark verify\`, which compares destination tables with their sources and repairs them, is explained in
+[Verifying a copy](verify.md).
 
 Environment variables:
 

@@ -19,6 +19,8 @@ export type { SchemaChange, SchemaPolicy, SchemaVersionChange, TypeChange } from
 export { deleteStoredPipeline, listStoredPipelines, openStateStore, stateCommands, storedPipeline } from './engine/state-admin.js';
 export type { ShownState, StoredPipeline } from './engine/state-admin.js';
 export { ledgerCommands } from './engine/ledger-admin.js';
+export { verifyPipeline } from './engine/verify.js';
+export type { KeyValues, StreamVerify, VerifyOptions, VerifyReport } from './engine/verify.js';
 export { compactLake, parseByteSize } from './engine/lake-compact.js';
 export type { CompactLakeOptions, CompactResult } from './engine/lake-compact.js';
 export type { LedgerCheck, LedgerGridEntry, LedgerListEntry, PartitionState } from './engine/ledger-admin.js';

@@ -30,6 +30,7 @@ const commands = {
   check: () => import('./commands/check.js'),
   state: () => import('./commands/state.js'),
   ledger: () => import('./commands/ledger.js'),
+  verify: () => import('./commands/verify.js'),
   lake: () => import('./commands/lake.js'),
   runs: () => import('./commands/runs.js'),
   cdc: () => import('./commands/cdc.js'),
@@ -171,6 +172,20 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
     .action(
       act(async (action: string, partitions: string[], o: { config?: string; pipeline?: string; dir?: string; stream?: string; json?: boolean }) =>
         (await commands.ledger()).ledgerCommand(action, partitions, await pipelineOption(o)),
+      ),
+    );
+
+  cli
+    .command('verify')
+    .description('compare each table stream with its source by ranges of checksums; print missing, extra and changed keys; exit 1 on drift')
+    .argument('<pipeline>', 'pipeline name or YAML file')
+    .option('--stream <name>', 'only this stream (repeatable)', collect)
+    .option('--repair', 'reload exactly the differing keys (merge streams), under the pipeline lease')
+    .option('--dir <dir>', DIR_HELP)
+    .option('--json', 'print JSON')
+    .action(
+      act(async (given: string, o: { stream?: string[]; json?: boolean; repair?: boolean; dir?: string }) =>
+        (await commands.verify()).verifyCommand((await pipelineOption({ config: given, ...(o.dir !== undefined ? { dir: o.dir } : {}) })).config!, o),
       ),
     );
 

@@ -388,7 +388,24 @@ export interface Source {
    * LEGACY or GLOBAL state), which the engine stores for all of them once every one committed.
    */
   sharedResume?(): { readonly streams: readonly string[]; readonly resume: JsonValue } | undefined;
+  /** Present on SQL sources whose tables `tidemark verify` can checksum in place. */
+  verifyAccess?(): Promise<VerifyAccess>;
   close(): Promise<void>;
+}
+
+/** The SQL dialects `tidemark verify` writes its checksum queries in (src/shared/verify-sql.ts). */
+export type VerifyEngine = 'postgres' | 'mysql' | 'sqlite' | 'duckdb';
+
+/**
+ * Read-only SQL access to a stream's table for `tidemark verify`: the engine writes the queries (counts and checksums
+ * of canonical values computed inside the database), the connector only runs them on its own connection.
+ */
+export interface VerifyAccess {
+  readonly engine: VerifyEngine;
+  /** The quoted relation holding a table's rows (a source table, or the destination table of a stream). */
+  relation(table: string): string;
+  /** Runs a read-only query whose `?` placeholders are bound as text; every selected value comes back as text or null. */
+  query(sql: string, params: readonly string[]): Promise<(string | null)[][]>;
 }
 
 export interface DestinationCapabilities {
@@ -572,6 +589,8 @@ export interface Destination {
   fenceToken?(lease: string): Promise<number>;
   /** The partition ledger, on destinations that keep one beside the data (needed by `strategy: partitioned`). */
   readonly ledger?: LedgerStore;
+  /** Present on destinations whose stream tables `tidemark verify` can checksum in place. */
+  verifyAccess?(): Promise<VerifyAccess>;
   close(): Promise<void>;
 }
 

@@ -367,6 +367,11 @@ function postgresDialect(exec: PostgresExecutor, schema: string): SqlDialect {
 
 export class PostgresDestination extends SqlDestination {
   override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, bulkFormats: ['pg-text', 'csv'], changes: ['merge', 'append'] };
+
+  /** Floats print their shortest round-trip text whatever the server's default (the verify SQL rewrites that form). */
+  protected override async prepareVerify(): Promise<void> {
+    await this.exec.run('SET extra_float_digits = 1');
+  }
   private constructor(
     private readonly executor: PostgresExecutor,
     readonly schema: string,

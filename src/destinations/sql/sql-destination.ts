@@ -18,6 +18,8 @@ import type {
   NativeScan,
   StateStore,
   TableChanges,
+  VerifyAccess,
+  VerifyEngine,
 } from '../../core/connector.js';
 import { DestinationError, TidemarkError } from '../../core/errors.js';
 import { failpoint } from '../../core/failpoints.js';
@@ -74,6 +76,19 @@ export abstract class SqlDestination implements Destination {
   fenceToken(lease: string): Promise<number> {
     return this.meta.fenceToken(lease);
   }
+
+  /** `tidemark verify`: its queries on this destination's connection; every selected value comes back as text. */
+  async verifyAccess(): Promise<VerifyAccess> {
+    await this.prepareVerify();
+    return {
+      engine: this.dialect.name as VerifyEngine,
+      relation: (table) => this.dialect.table(table),
+      query: async (sql, params) => (await this.exec.query(sql, params)).map((row) => Object.values(row).map((v) => (v === null || v === undefined ? null : String(v)))),
+    };
+  }
+
+  /** Registers what the verify SQL needs beyond the engine's own functions (SQLite: JS functions). */
+  protected async prepareVerify(): Promise<void> {}
 
   /**
    * What the dialect can convert in place (asked with stand-in names: the answer depends on the types only). Every

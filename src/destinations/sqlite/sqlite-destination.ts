@@ -7,6 +7,7 @@
  * leaves nothing. It holds the file's write lock while the partition is read (local files, seconds); other writers
  * wait up to the busy timeout.
  */
+import { registerSqliteVerifyFunctions } from '../../shared/verify-sql.js';
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
@@ -244,6 +245,10 @@ export class SqliteDestination extends SqlDestination {
       return `${value} exceeds SQLite's signed 64-bit INTEGER`;
     }
     return undefined;
+  }
+
+  protected override async prepareVerify(): Promise<void> {
+    registerSqliteVerifyFunctions(this.executor.db);
   }
 
   mayReject(type: ColumnType): boolean {

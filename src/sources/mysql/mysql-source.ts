@@ -4,7 +4,7 @@
  * server-side prepared statement with every watermark value bound and cast to its column's type.
  */
 import mysql from 'mysql2/promise';
-import { rangeCount, type Batch, type BulkChunk, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec } from '../../core/connector.js';
+import { rangeCount, type Batch, type BulkChunk, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
@@ -213,6 +213,18 @@ export class MysqlSource implements Source {
       ? await conn.execute<mysql.RowDataPacket[]>({ ...options, values: values as Param[] })
       : await conn.query<mysql.RowDataPacket[]>(options);
     return rows;
+  }
+
+  /** `tidemark verify`: its queries on this source's connection (time_zone UTC, values as text). */
+  async verifyAccess(): Promise<VerifyAccess> {
+    return {
+      engine: 'mysql',
+      relation: (table) => quoteQualified(table, 'backtick'),
+      query: async (sql, params) => {
+        const [rows] = await (await this.connection()).query<mysql.RowDataPacket[]>({ sql, values: [...params], rowsAsArray: true });
+        return (rows as unknown as unknown[][]).map((r) => r.map((v) => (v === null ? null : Buffer.isBuffer(v) ? v.toString('utf8') : String(v))));
+      },
+    };
   }
 
   async discover(stream: StreamSpec): Promise<StreamSchema> {

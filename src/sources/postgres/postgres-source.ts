@@ -11,7 +11,7 @@ import type pg from 'pg';
 import { loadPg } from '../../shared/pg-driver.js';
 import { copyFormatOption } from '../../shared/postgres-client.js';
 import { to as copyTo } from 'pg-copy-streams';
-import { rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec } from '../../core/connector.js';
+import { rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
@@ -22,6 +22,7 @@ import { bulkChunkOf, ChunkQueue, CsvChunker, type RowKey } from './csv-chunks.j
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { PostgresChangeLog } from './pg-change-log.js';
+import { numberedPlaceholders } from '../../shared/verify-sql.js';
 import { capAtCallerBound } from '../../core/caller-bound.js';
 import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
 
@@ -123,6 +124,15 @@ export class PostgresSource implements Source {
 
   private async query<R extends pg.QueryResultRow>(sql: string, values: readonly unknown[] = []): Promise<pg.QueryResult<R>> {
     return (await this.connection()).query<R>(sql, values as unknown[]);
+  }
+
+  /** `tidemark verify`: its queries on this source's connection (TimeZone UTC, every value as text). */
+  async verifyAccess(): Promise<VerifyAccess> {
+    return {
+      engine: 'postgres',
+      relation: (table) => quoteQualified(table),
+      query: async (sql, params) => (await (await this.connection()).query<(string | null)[]>({ text: numberedPlaceholders(sql), values: [...params], rowMode: 'array' })).rows,
+    };
   }
 
   async discover(stream: StreamSpec): Promise<StreamSchema> {

@@ -3,7 +3,8 @@
  * the rows all come from the same snapshot (WAL mode). Ordering and comparisons are done by SQLite.
  */
 import Database from 'better-sqlite3';
-import { rangeCount, type Batch, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec } from '../../core/connector.js';
+import { rangeCount, type Batch, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
+import { registerSqliteVerifyFunctions } from '../../shared/verify-sql.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue } from '../../core/types.js';
 import { decodeValue } from '../../core/values.js';
@@ -95,6 +96,16 @@ export class SqliteSource implements Source {
       throw new SourceError(`cannot open SQLite source ${options.path}: ${(cause as Error).message}`, { cause, context: { phase: 'connect' } });
     }
     this.db.defaultSafeIntegers(true);
+  }
+
+  /** `tidemark verify`: its queries on this file, with the JS functions they call registered. */
+  async verifyAccess(): Promise<VerifyAccess> {
+    registerSqliteVerifyFunctions(this.db);
+    return {
+      engine: 'sqlite',
+      relation: (table) => quoteQualified(table),
+      query: async (sql, params) => this.db.prepare(sql).raw(true).all(...params).map((r) => (r as unknown[]).map((v) => (v === null ? null : String(v)))),
+    };
   }
 
   private relation(stream: StreamSpec): string {

@@ -1,0 +1,129 @@
+/**
+ * `tidemark verify` benchmark (issue 33): a Postgres taxi table against its DuckDB copy.
+ *   no difference   `tidemark verify` vs a full reload of the same stream (`tidemark run --full`), both as CLI processes
+ *   10 differences  scattered over the key space (4 destination rows changed, 3 deleted from the destination, 3
+ *                   deleted from the source): exactly those 10 keys must be found; the rows moved to the client are
+ *                   reported against the table's size (target ≤ 5 %)
+ *
+ * Usage: npm run build && npx tsx bench/verify-bench.ts [--rows 3000000]
+ * Needs the machine's PostgreSQL at 127.0.0.1:5432 (or BENCH_PG_URL). The database has a unique name per run.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { Readable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { DuckDBInstance } from '@duckdb/node-api';
+import pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import { taxiCopyChunks, taxiTableDdl } from './taxi.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const BIN = join(ROOT, 'bin/tidemark.js');
+const BASE = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432';
+const DB = `tidemark_verify_bench_${process.pid}_${Date.now().toString(36)}`;
+const SEED = 20240101;
+
+function arg(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1]! : fallback;
+}
+
+async function sql(url: string, text: string): Promise<void> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    await c.query(text);
+  } finally {
+    await c.end();
+  }
+}
+
+function timedCli(args: readonly string[], okCodes: readonly number[] = [0]): { seconds: number; stdout: string } {
+  const started = process.hrtime.bigint();
+  const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  if (!okCodes.includes(r.status ?? -1)) throw new Error(`tidemark ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
+  return { seconds, stdout: r.stdout };
+}
+
+async function duck(path: string, statements: readonly string[]): Promise<void> {
+  const instance = await DuckDBInstance.create(path);
+  const c = await instance.connect();
+  try {
+    for (const s of statements) await c.run(s);
+  } finally {
+    c.closeSync();
+    instance.closeSync();
+  }
+}
+
+interface StreamReport {
+  readonly status: string;
+  readonly missing: readonly { trip_id: string }[];
+  readonly extra: readonly { trip_id: string }[];
+  readonly changed: readonly { key: { trip_id: string }; columns: readonly string[] }[];
+  readonly ranges: number;
+  readonly rows_fetched: number;
+}
+
+async function main(): Promise<void> {
+  const rows = Number(arg('rows', '3000000'));
+  const url = `${BASE}/${DB}`;
+  const dir = await mkdtemp(join(tmpdir(), 'tidemark-verify-bench-'));
+  const warehouse = join(dir, 'warehouse.duckdb');
+  const config = join(dir, 'trips.yaml');
+  await writeFile(
+    config,
+    `name: trips\nsource:\n  type: postgres\n  url: ${url}\nstreams:\n  - table: public.trips\n    primary_key: trip_id\n    cursor: updated_at\n    write: merge\n` +
+      `destination:\n  type: duckdb\n  path: ${warehouse}\n  memory_limit: 128MB\n`,
+  );
+  await sql(`${BASE}/postgres`, `CREATE DATABASE ${DB}`);
+  try {
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    await c.query(taxiTableDdl('trips'));
+    await pipeline(Readable.from(taxiCopyChunks(1, rows, SEED)), c.query(copyFrom('COPY trips FROM STDIN')));
+    await c.query('VACUUM ANALYZE trips');
+    await c.end();
+
+    timedCli(['run', config]);
+    const reload = timedCli(['run', config, '--full']);
+    const clean = timedCli(['verify', config, '--json']);
+    const cleanStream = (JSON.parse(clean.stdout) as { streams: StreamReport[] }).streams[0]!;
+    if (cleanStream.status !== 'ok') throw new Error(`equal copies reported ${cleanStream.status}`);
+
+    const spread = (i: number) => Math.floor(((i + 0.5) * rows) / 10) + 1;
+    const changed = [0, 1, 2, 3].map(spread);
+    const missing = [4, 5, 6].map(spread);
+    const extra = [7, 8, 9].map(spread);
+    await duck(warehouse, [
+      ...changed.map((id) => `UPDATE trips SET fare_amount = fare_amount + 0.01 WHERE trip_id = ${id}`),
+      `DELETE FROM trips WHERE trip_id IN (${missing.join(', ')})`,
+    ]);
+    await sql(url, `DELETE FROM trips WHERE trip_id IN (${extra.join(', ')})`);
+    const drift = timedCli(['verify', config, '--json'], [1]);
+    const found = (JSON.parse(drift.stdout) as { streams: StreamReport[] }).streams[0]!;
+    const ids = (keys: readonly { trip_id: string }[]) => keys.map((k) => Number(k.trip_id)).sort((a, b) => a - b);
+    const exact =
+      JSON.stringify(ids(found.changed.map((c) => c.key))) === JSON.stringify(changed) &&
+      JSON.stringify(ids(found.missing)) === JSON.stringify(missing) &&
+      JSON.stringify(ids(found.extra)) === JSON.stringify(extra);
+
+    const share = (100 * found.rows_fetched) / rows;
+    console.log(`| rows | full reload (run --full) | verify, equal | ratio | verify, 10 differences | keys found exactly | rows moved to the client |`);
+    console.log(`|---|---|---|---|---|---|---|`);
+    console.log(
+      `| ${rows.toLocaleString('en')} | ${reload.seconds.toFixed(1)} s | ${clean.seconds.toFixed(1)} s (${cleanStream.ranges} ranges) | ${(clean.seconds / reload.seconds).toFixed(2)}× | ` +
+        `${drift.seconds.toFixed(1)} s (${found.ranges} ranges) | ${exact ? 'yes' : 'NO'} | ${found.rows_fetched.toLocaleString('en')} (${share.toFixed(3)} %) |`,
+    );
+    if (!exact) process.exitCode = 1;
+  } finally {
+    await sql(`${BASE}/postgres`, `DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,213 @@
+/**
+ * Finds the rows in which two copies of a table differ without moving the table: both sides count and checksum the
+ * same key ranges inside their own engine; equal ranges cost one aggregate query a side, differing ones are split by
+ * the key's quantiles until small, and only then are their rows fetched and compared by key.
+ */
+import type { VerifyAccess } from '../core/connector.js';
+import {
+  asText,
+  canonicalFloat,
+  canonicalSql,
+  digestSql,
+  isFloat,
+  keyOrderSql,
+  keyEqualsSql,
+  keysetSql,
+  rowText,
+  rowTextSql,
+  type BoundSql,
+  type VerifyColumn,
+} from '../shared/verify-sql.js';
+
+/** One copy of the table: where it lives and which of its rows take part (`filter`: e.g. up to the watermark). */
+export interface TableSide {
+  readonly access: VerifyAccess;
+  readonly relation: string;
+  readonly filter?: BoundSql;
+}
+
+export interface DiffShape {
+  /** The columns compared, key columns included. */
+  readonly columns: readonly VerifyColumn[];
+  readonly key: readonly VerifyColumn[];
+}
+
+export interface DiffTuning {
+  /** Rows per initial range (taken from the source's key quantiles). */
+  readonly rangeRows: number;
+  /** A differing range with at most this many rows a side has its rows fetched and compared. */
+  readonly leafRows: number;
+  /** Parts a differing larger range is split into. */
+  readonly fanout: number;
+}
+
+export const DEFAULT_TUNING: DiffTuning = { rangeRows: 50_000, leafRows: 256, fanout: 16 };
+
+/** A fetched row: its canonical texts in `DiffShape.columns` order (null for NULL). */
+type RowTexts = readonly (string | null)[];
+
+export interface ChangedRow {
+  readonly key: readonly string[];
+  readonly columns: readonly string[];
+}
+
+export interface TableDiff {
+  readonly sourceRows: number;
+  readonly destinationRows: number;
+  /** Keys (canonical texts in key order) of rows only the source has / only the destination has / both differently. */
+  readonly missing: readonly (readonly string[])[];
+  readonly extra: readonly (readonly string[])[];
+  readonly changed: readonly ChangedRow[];
+  /** Ranges checksummed on both sides (the initial ones and every split). */
+  readonly ranges: number;
+  /** Rows fetched to this process, both sides together (the rows of the small differing ranges). */
+  readonly rowsFetched: number;
+}
+
+/** Lower bound exclusive, upper bound inclusive; absent: open. */
+interface KeyRange {
+  readonly after?: readonly string[];
+  readonly upTo?: readonly string[];
+}
+
+interface Digest {
+  readonly rows: number;
+  readonly sum: string;
+}
+
+export async function diffTable(source: TableSide, destination: TableSide, shape: DiffShape, tuning: DiffTuning = DEFAULT_TUNING): Promise<TableDiff> {
+  const state = { ranges: 0, rowsFetched: 0, sourceRows: 0, destinationRows: 0 };
+  const onlySource = new Map<string, RowTexts>();
+  const onlyDestination = new Map<string, RowTexts>();
+  const changed: ChangedRow[] = [];
+  const keyAt = shape.key.map((k) => shape.columns.findIndex((c) => c.name === k.name));
+  const keyText = (row: RowTexts) => rowText(keyAt.map((i) => row[i]!));
+
+  async function fetchRows(side: TableSide, range: KeyRange): Promise<Map<string, RowTexts>> {
+    const where = whereOf(side, shape, range);
+    const select = shape.columns.map((c, i) => `${canonicalSql(side.access.engine, c)} AS c${i}`).join(', ');
+    const rows = await side.access.query(`SELECT ${select} FROM ${side.relation} WHERE ${where.sql}`, where.params);
+    state.rowsFetched += rows.length;
+    const out = new Map<string, RowTexts>();
+    for (const raw of rows) {
+      const row = raw.map((v, i) => (isFloat(shape.columns[i]!.kind) ? canonicalFloat(v, shape.columns[i]!.kind) : v));
+      out.set(keyText(row), row);
+    }
+    return out;
+  }
+
+  async function digest(side: TableSide, range: KeyRange): Promise<Digest> {
+    const engine = side.access.engine;
+    const where = whereOf(side, shape, range);
+    const [main] = await side.access.query(digestSql(engine, side.relation, rowTextSql(engine, shape.columns), where.sql), where.params);
+    return { rows: Number(main![0]), sum: `${BigInt(main![1] ?? 0)}/${BigInt(main![2] ?? 0)}` };
+  }
+
+  /** Key values cutting `range` of `side` into about `parts` parts of equal row counts. */
+  async function splitPoints(side: TableSide, range: KeyRange, rows: number, parts: number): Promise<string[][]> {
+    const engine = side.access.engine;
+    const step = Math.max(1, Math.ceil(rows / parts));
+    const where = whereOf(side, shape, range);
+    const keys = shape.key.map((k, i) => `${canonicalSql(engine, k)} AS k${i}`).join(', ');
+    const sql =
+      `SELECT ${shape.key.map((_, i) => `k${i}`).join(', ')} FROM (SELECT ${keys}, ROW_NUMBER() OVER (ORDER BY ${keyOrderSql(engine, shape.key)}) AS tm_rn ` +
+      `FROM ${side.relation} WHERE ${where.sql}) tm_ranked WHERE tm_rn % ${step} = 0 AND tm_rn < ${rows} ORDER BY tm_rn`;
+    const points = await side.access.query(sql, where.params);
+    return points.map((p) => p.map((v) => v ?? ''));
+  }
+
+  function rangesBetween(range: KeyRange, points: readonly string[][]): KeyRange[] {
+    const out: KeyRange[] = [];
+    let after = range.after;
+    for (const p of points) {
+      out.push({ ...(after ? { after } : {}), upTo: p });
+      after = p;
+    }
+    out.push({ ...(after ? { after } : {}), ...(range.upTo ? { upTo: range.upTo } : {}) });
+    return out;
+  }
+
+  async function compareLeaf(range: KeyRange): Promise<void> {
+    const [here, there] = await Promise.all([fetchRows(source, range), fetchRows(destination, range)]);
+    for (const [key, row] of here) {
+      const other = there.get(key);
+      if (other === undefined) onlySource.set(key, row);
+      else noteChange(row, other);
+    }
+    for (const [key, row] of there) if (!here.has(key)) onlyDestination.set(key, row);
+  }
+
+  function noteChange(sourceRow: RowTexts, destinationRow: RowTexts): void {
+    const columns = shape.columns.filter((_, i) => sourceRow[i] !== destinationRow[i]).map((c) => c.name);
+    if (columns.length > 0) changed.push({ key: keyAt.map((i) => sourceRow[i]!), columns });
+  }
+
+  async function compareRange(range: KeyRange, depth: number): Promise<void> {
+    state.ranges += 1;
+    const [a, b] = await Promise.all([digest(source, range), digest(destination, range)]);
+    if (depth === 0) {
+      state.sourceRows += a.rows;
+      state.destinationRows += b.rows;
+    }
+    if (a.rows === b.rows && a.sum === b.sum) return;
+    const larger = a.rows >= b.rows ? { side: source, rows: a.rows } : { side: destination, rows: b.rows };
+    if (larger.rows <= tuning.leafRows) return compareLeaf(range);
+    const points = await splitPoints(larger.side, range, larger.rows, tuning.fanout);
+    if (points.length === 0) return compareLeaf(range);
+    for (const sub of rangesBetween(range, points)) await compareRange(sub, depth + 1);
+  }
+
+  const total = await count(source, shape);
+  const initial = total > tuning.rangeRows ? await splitPoints(source, {}, total, Math.ceil(total / tuning.rangeRows)) : [];
+  for (const range of rangesBetween({}, initial)) await compareRange(range, 0);
+
+  // A key both sides have, in ranges cut differently (engines order text keys by their own collations).
+  for (const [key, row] of onlySource) {
+    const other = onlyDestination.get(key);
+    if (other === undefined) continue;
+    onlySource.delete(key);
+    onlyDestination.delete(key);
+    noteChange(row, other);
+  }
+  return {
+    sourceRows: state.sourceRows,
+    destinationRows: state.destinationRows,
+    missing: [...onlySource.values()].map((r) => keyAt.map((i) => r[i]!)),
+    extra: [...onlyDestination.values()].map((r) => keyAt.map((i) => r[i]!)),
+    changed,
+    ranges: state.ranges,
+    rowsFetched: state.rowsFetched,
+  };
+}
+
+async function count(side: TableSide, shape: DiffShape): Promise<number> {
+  const where = whereOf(side, shape, {});
+  const [row] = await side.access.query(`SELECT ${asText(side.access.engine, 'COUNT(*)')} FROM ${side.relation} WHERE ${where.sql}`, where.params);
+  return Number(row![0]);
+}
+
+function whereOf(side: TableSide, shape: DiffShape, range: KeyRange): BoundSql {
+  const engine = side.access.engine;
+  const parts: BoundSql[] = [];
+  if (side.filter) parts.push(side.filter);
+  if (range.after) parts.push(keysetSql(engine, shape.key, range.after, '>'));
+  if (range.upTo) parts.push(keysetSql(engine, shape.key, range.upTo, '<='));
+  if (parts.length === 0) return { sql: '1 = 1', params: [] };
+  return { sql: parts.map((p) => p.sql).join(' AND '), params: parts.flatMap((p) => p.params) };
+}
+
+/** Rows of `side` whose key is one of `keys` (canonical texts), in `DiffShape.columns` order; for repairs and reports. */
+export async function rowsByKey(side: TableSide, shape: DiffShape, keys: readonly (readonly string[])[]): Promise<(string | null)[][]> {
+  const engine = side.access.engine;
+  const out: (string | null)[][] = [];
+  for (let i = 0; i < keys.length; i += 200) {
+    const chunk = keys.slice(i, i + 200);
+    const ors = chunk.map((k) => keyEqualsSql(engine, shape.key, k));
+    const where = { sql: `(${ors.map((o) => o.sql).join(' OR ')})`, params: ors.flatMap((o) => o.params) };
+    const filter = side.filter ? { sql: `${side.filter.sql} AND ${where.sql}`, params: [...side.filter.params, ...where.params] } : where;
+    const select = shape.columns.map((c, j) => `${canonicalSql(engine, c)} AS c${j}`).join(', ');
+    const rows = await side.access.query(`SELECT ${select} FROM ${side.relation} WHERE ${filter.sql}`, filter.params);
+    out.push(...rows.map((r) => r.map((v, j) => (isFloat(shape.columns[j]!.kind) ? canonicalFloat(v, shape.columns[j]!.kind) : v))));
+  }
+  return out;
+}

@@ -31,6 +31,9 @@ const serverSourceFields = {
   password: z.string().optional().describe('The password; write it as `${env:NAME}` so it is treated as a secret.'),
   database: z.string().min(1).optional().describe('The database to read.'),
   max_skew: durationText.optional().describe("How far writers' clocks may run ahead of the source's clock; the safe mark stays this far below it (default 0s)."),
+  read_timeout: durationText
+    .optional()
+    .describe('A read that receives nothing from the server for this long fails (a stalled network, a dead server); raise it for a query whose first rows take longer; 0s: no limit (default 30s).'),
 };
 
 const needsUrlOrDatabase = (s: { url?: string | undefined; database?: string | undefined }): boolean => s.url !== undefined || s.database !== undefined;

@@ -112,6 +112,7 @@ export const postgresDestinationSchema = z
     type: z.literal('postgres').describe('A PostgreSQL database.'),
     url: z.string().min(1).describe('A connection URL; write the password as `${env:NAME}` so it is treated as a secret.'),
     schema: z.string().min(1).default('public').describe('Tables go into this schema, created when missing.'),
+    lock_timeout: durationText.optional().describe('How long a statement waits for a lock another session holds before the run fails saying so (default 1m).'),
   })
   .strict()
   .describe('Loads into PostgreSQL; data, state and run records commit in one transaction.');

@@ -69,8 +69,10 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
     const { destination, source } = await openEnds(pipeline, logger);
     try {
       // A shared lease only carries the current token; the exclusive ones are taken above the destination's fence.
-      if (leases.partitions === undefined) leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
-      else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
+      if (leases.partitions === undefined) {
+        leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
+        await cutOffOlderHolders(destination, leases.pipeline, logger);
+      } else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
       const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger });
       return { pipeline: pipeline.name, run_id: runId, started_at: startedAt, finished_at: finishedAt(startedAt), ok: results.every((r) => r.outcome === 'committed'), streams: results };
     } finally {
@@ -83,6 +85,20 @@ export async function run(pipeline: PipelineConfig, options: RunOptions = {}): P
   } finally {
     for (const own of leases.partitions?.values() ?? []) await own.release();
     await leases.pipeline.release();
+  }
+}
+
+/** Ends the destination sessions a holder frozen past its lease left behind (see Destination.cutOffOlderHolders). */
+async function cutOffOlderHolders(destination: Destination, lease: Lease, logger: Logger): Promise<void> {
+  if (destination.cutOffOlderHolders === undefined) return;
+  try {
+    const ended = await destination.cutOffOlderHolders(lease.pipeline, lease.token);
+    if (ended.length) {
+      logger.log('warn', `pipeline ${lease.pipeline}: ended ${ended.length} destination session(s) of an earlier run whose lease passed: ${ended.join(', ')}`, { pipeline: lease.pipeline });
+    }
+  } catch (error) {
+    // Without the right to end them, this run waits for their locks up to the destination's lock_timeout.
+    logger.log('warn', `pipeline ${lease.pipeline}: cannot end the destination sessions of earlier runs: ${errorMessage(error)}`, { pipeline: lease.pipeline });
   }
 }
 

@@ -116,6 +116,12 @@ export class PipelineWorker {
           await job.moveToDelayed(Date.now() + LEASE_RETRY_MS + Math.floor(Math.random() * LEASE_RETRY_MS), token);
           throw new DelayedError();
         }
+        if (controller.signal.aborted && token !== undefined) {
+          // Stopped by this worker's shutdown, rolled back: not a failed attempt. The job waits for the next worker.
+          logger.log('info', `${label}: ${what}: stopped by the worker's shutdown, rolled back; the job goes back to the queue (not a failed attempt)`);
+          await job.moveToDelayed(Date.now(), token);
+          throw new DelayedError();
+        }
         if (error instanceof LeaseLostError) logger.log('warn', `${label}: ${what}: fenced, nothing committed by this attempt after the takeover: ${errorMessage(error)}`);
         else logger.log('error', `${label}: ${what}: ${errorMessage(error)}`);
         if (error instanceof TidemarkError && (error.kind === 'config' || error.kind === 'usage')) throw new UnrecoverableError(errorMessage(error));

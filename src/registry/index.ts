@@ -93,7 +93,8 @@ export async function openDestination(config: DestinationConfig, options: OpenDe
     }
     case 'postgres': {
       const { PostgresDestination } = await import('../destinations/postgres/postgres-destination.js');
-      return PostgresDestination.open({ url: config.url, schema: config.schema });
+      const lockTimeoutMs = config.lock_timeout !== undefined ? parseDuration(config.lock_timeout) : undefined;
+      return PostgresDestination.open({ url: config.url, schema: config.schema, ...(lockTimeoutMs !== undefined ? { lockTimeoutMs } : {}) });
     }
     case 'files': {
       // The AWS SDK loads only for s3:// locations (see shared/object-store.ts).

@@ -1,8 +1,9 @@
 /**
  * Bounds on the waits of a source read, on the driver's socket. TCP alone never ends a read whose network stalls
  * (packets dropped, connection open) or whose process is asked to stop while the driver waits for the server:
- *  - a socket that delivers nothing for `readTimeoutMs` while the driver wants data is destroyed with an error that
- *    names the server; time the driver spends paused (the destination is still loading earlier rows) does not count;
+ *  - a socket that delivers nothing for `readTimeoutMs` while the driver waits for a statement's data is destroyed
+ *    with an error that names the server; time when bytes wait unread (the destination is still loading earlier
+ *    rows) or no statement runs (the engine is committing) does not count;
  *  - an abort (SIGTERM, SIGINT, SIGHUP) destroys the socket at once, so a read stuck inside the driver ends too.
  * The driver then fails its running statement with that error, and the engine rolls the destination back.
  */
@@ -19,26 +20,29 @@ export interface ReadGuardOptions {
   readonly signal?: AbortSignal;
   /** The server as messages name it: host, port and database, never a password. */
   readonly server: string;
+  /** A statement is running on the connection: the driver expects data from the server. */
+  readonly waiting: () => boolean;
 }
 
-/** Watches `socket` until the returned function is called. */
+/**
+ * Watches `socket` until the returned function is called. It reads the socket's counters only: a 'data' listener
+ * would switch a socket the driver reads in paused mode (pg's COPY) into flowing mode and steal its bytes.
+ */
 export function guardRead(socket: Socket | undefined, options: ReadGuardOptions): () => void {
   if (socket === undefined) return () => undefined;
+  const { readTimeoutMs, signal, server, waiting } = options;
+  let lastBytes = socket.bytesRead;
   let lastActive = performance.now();
-  const onData = (): void => {
-    lastActive = performance.now();
+  const check = (): void => {
+    // Bytes arrived, bytes wait unread (the driver holds back while the destination loads), or nothing is asked.
+    if (socket.bytesRead !== lastBytes || socket.readableLength > 0 || !waiting()) {
+      lastBytes = socket.bytesRead;
+      lastActive = performance.now();
+    } else if (performance.now() - lastActive > readTimeoutMs) {
+      socket.destroy(new ReadStalledError(`no data from ${server} for ${formatSeconds(readTimeoutMs)} while reading (read_timeout)`));
+    }
   };
-  socket.on('data', onData);
-  const { readTimeoutMs, signal, server } = options;
-  const timer =
-    readTimeoutMs > 0
-      ? setInterval(() => {
-          if (socket.readableFlowing === false) lastActive = performance.now();
-          else if (performance.now() - lastActive > readTimeoutMs) {
-            socket.destroy(new ReadStalledError(`no data from ${server} for ${formatSeconds(readTimeoutMs)} while reading (read_timeout)`));
-          }
-        }, Math.min(1000, Math.max(50, readTimeoutMs / 4)))
-      : undefined;
+  const timer = readTimeoutMs > 0 ? setInterval(check, Math.min(1000, Math.max(50, readTimeoutMs / 4))) : undefined;
   timer?.unref();
   const onAbort = (): void => {
     socket.destroy(new Error(`read from ${server} stopped: ${reasonOf(signal)}`));
@@ -47,7 +51,6 @@ export function guardRead(socket: Socket | undefined, options: ReadGuardOptions)
   else signal?.addEventListener('abort', onAbort, { once: true });
   return () => {
     if (timer !== undefined) clearInterval(timer);
-    socket.off('data', onData);
     signal?.removeEventListener('abort', onAbort);
   };
 }

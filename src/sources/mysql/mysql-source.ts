@@ -79,6 +79,8 @@ interface StreamingConnection {
   once(event: 'error', listener: (error: Error) => void): unknown;
   off(event: 'error', listener: (error: Error) => void): unknown;
   readonly stream: Socket;
+  /** The statement running on the connection, if any. */
+  readonly _command: unknown;
 }
 
 function streaming(conn: mysql.Connection): StreamingConnection {
@@ -182,7 +184,8 @@ export class MysqlSource implements Source {
 
   /** Bounds the waits of a streamed read on `conn` (see shared/read-guard.ts). */
   private guard(conn: mysql.Connection, signal: AbortSignal | undefined): () => void {
-    return guardRead(streaming(conn).stream, { readTimeoutMs: this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS, server: this.server(), ...(signal ? { signal } : {}) });
+    const connection = streaming(conn);
+    return guardRead(connection.stream, { waiting: () => connection._command !== null && connection._command !== undefined, readTimeoutMs: this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS, server: this.server(), ...(signal ? { signal } : {}) });
   }
 
   private async rows(sql: string, values: readonly Param[] = []): Promise<mysql.RowDataPacket[]> {

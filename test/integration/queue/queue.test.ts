@@ -121,3 +121,34 @@ describe('tidemark worker / enqueue on BullMQ', () => {
     }
   });
 });
+
+describe('a worker stopped gracefully', () => {
+  it('SIGTERM past --grace rolls the job back without counting a failed attempt; another worker loads it', async () => {
+    const name = uniqueQueueName('term');
+    const { queue, close } = openQueue(name);
+    const { config, target } = await monthsFixture(join(root, 'term'), 1);
+    const workers: Started[] = [];
+    try {
+      await cli(['enqueue', config, ...queueArgs(name)]);
+      // After its first commit the job sleeps past the worker's 5 s grace; the shutdown then aborts it.
+      const stopping = startWorker(name, 'stopping', { TIDEMARK_FAILPOINTS: 'load.after_commit=1:sleep(8000)' });
+      workers.push(stopping);
+      await waitFor('the first checkpoint', () => landed(target, 'm01').rows >= 500);
+      stopping.child.kill('SIGTERM');
+      await stopping.done;
+      expect(stopping.stderr()).toMatch(/stopped by the worker's shutdown, rolled back; the job goes back to the queue \(not a failed attempt\)/);
+      const [job] = await queue.getJobs(['waiting', 'delayed', 'wait', 'prioritized']);
+      expect(job, 'the job is queued again').toBeDefined();
+      expect(job!.attemptsMade).toBe(0);
+      expect((await queue.getJobCounts('failed')).failed).toBe(0);
+      workers.push(startWorker(name, 'next'));
+      await waitFor('the job to complete on the next worker', async () => (await queue.getJobCounts('completed')).completed === 1);
+      expect(landed(target, 'm01')).toEqual({ rows: ROWS, distinct: ROWS });
+      const runs = JSON.parse((await cli(['runs', '--config', config, '--json'])).stdout) as { outcome: string; worker: string }[];
+      expect(runs.find((r) => r.worker.startsWith('stopping#'))?.outcome).toBe('stopped');
+    } finally {
+      await stopAll(workers);
+      await close();
+    }
+  });
+});

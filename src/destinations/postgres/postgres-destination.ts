@@ -158,7 +158,7 @@ class PostgresExecutor implements SqlExecutor {
    */
   private async ready(): Promise<void> {
     if (!this.broken) return;
-    if (this.inTransaction) throw new Error('the connection to Postgres was lost inside the transaction');
+    if (this.inTransaction) throw new Error(`the connection to ${describeUrl(this.url)} was lost inside the transaction`);
     await this.reconnect();
   }
 
@@ -431,11 +431,13 @@ export class PostgresDestination extends SqlDestination {
     this.executor.applicationName = dataSessionName(pipeline, token);
     const client = this.executor.client;
     await client.query(`SELECT set_config('application_name', $1, false)`, [this.executor.applicationName]);
+    // The candidates first (a MATERIALIZED CTE): Postgres may evaluate the conditions of one WHERE in any order.
     const ended = await client.query<{ pid: number; application_name: string; state: string | null }>(
-      `SELECT pid, application_name, state FROM pg_stat_activity
-        WHERE datname = current_database() AND pid <> pg_backend_pid() AND starts_with(application_name, $1)
-          AND split_part(application_name, ':', 3) ~ '^[0-9]+$' AND split_part(application_name, ':', 3)::bigint < $2
-          AND pg_terminate_backend(pid)`,
+      `WITH older AS MATERIALIZED (
+         SELECT pid, application_name, state FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid() AND starts_with(application_name, $1)
+            AND CASE WHEN split_part(application_name, ':', 3) ~ '^[0-9]{1,18}$' THEN split_part(application_name, ':', 3)::bigint < $2 ELSE false END)
+       SELECT pid, application_name, state FROM older WHERE pg_terminate_backend(pid)`,
       [dataSessionName(pipeline, undefined), token],
     );
     return ended.rows.map((r) => `pid ${r.pid} (lease token ${r.application_name.split(':')[2]}, ${r.state ?? 'unknown state'})`);

@@ -45,23 +45,23 @@ destination: {type: postgres, url: ${JSON.stringify(dst.url)}, schema: mirror}
   // The first commit waits before COMMIT with its table created in the open transaction (its locks held).
   const frozen = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'load.before_commit=1:sleep(60000)' });
   const tagged = `SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'tidemark-data:%' AND state = 'idle in transaction'`;
-  for (const deadline = Date.now() + 60_000; ; await new Promise((r) => setTimeout(r, 100))) {
-    if (Date.now() > deadline) throw new Error(`no open transaction: ${JSON.stringify(frozen.output())}`);
-    if (Number((await dst.sql(tagged))[0]!.n) > 0) break;
-  }
-  frozen.child.kill('SIGSTOP');
   try {
+    for (const deadline = Date.now() + 60_000; ; await new Promise((r) => setTimeout(r, 100))) {
+      if (Date.now() > deadline) throw new Error(`no open transaction: ${JSON.stringify(frozen.output())}`);
+      if (Number((await dst.sql(tagged))[0]!.n) > 0) break;
+    }
+    frozen.child.kill('SIGSTOP');
     await new Promise((r) => setTimeout(r, 3000)); // past lock_ttl
-    const killer = setTimeout(() => next.child.kill('SIGKILL'), 60_000);
     const next = startCli(['run', '--json', config]);
+    const killer = setTimeout(() => next.child.kill('SIGKILL'), 60_000);
     const out = await next.done;
     clearTimeout(killer);
     expect(out.code, out.stderr).toBe(0);
     expect(out.stderr).toMatch(/ended 1 destination session\(s\) of an earlier run whose lease passed: pid \d+ \(lease token 1, idle in transaction\)/);
   } finally {
     frozen.child.kill('SIGCONT');
+    frozen.child.kill('SIGTERM');
   }
-  frozen.child.kill('SIGTERM');
   const old = await frozen.done;
   expect(old.code).not.toBe(0);
   expect(await dst.sql(`SELECT count(*) AS n, count(DISTINCT id) AS d FROM mirror.items`)).toEqual([{ n: String(ROWS), d: String(ROWS) }]);

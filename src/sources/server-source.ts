@@ -23,7 +23,7 @@ export interface ServerSourceOptions {
   readonly readTimeoutMs?: number;
 }
 
-/** The server as messages name it: `MariaDB at host:port/database`, from the URL or the parts, never the password. */
+/** The server as messages name it: `MySQL/MariaDB at host:port/database`, from the URL or the parts, never the password. */
 export function describeServer(product: string, options: Pick<ServerSourceOptions, 'url' | 'host' | 'port' | 'database'>, defaultPort: number): string {
   let host = options.host ?? 'localhost';
   let port = options.port ?? defaultPort;

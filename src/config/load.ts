@@ -11,7 +11,7 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import type { ColumnSelection, CsvOptions, FileFormat, FilesStreamSpec, StreamSpec } from '../core/connector.js';
 import { DURATION_HINT, parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
-import { registerSecret } from '../core/logger.js';
+import { registerUrlSecrets } from '../shared/url-secrets.js';
 import { nodeCrypto } from '../shared/lazy-modules.js';
 import { DEFAULT_SCHEMA_POLICY, type SchemaPolicy } from '../core/schema-diff.js';
 import type { NullCursorPolicy, OnChange, OnMissing, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
@@ -311,7 +311,8 @@ export function interpolate(value: unknown, env: NodeJS.ProcessEnv, file: string
     return value.replace(ENV_RE, (_m, name: string) => {
       const v = env[name];
       if (v === undefined) throw new ConfigError(`${file}: ${path || '(document)'}: environment variable ${name} is not set`);
-      registerSecret(v);
+      // A whole database URL keeps its host and database readable: only its password is hidden.
+      registerUrlSecrets(v);
       return v;
     });
   }

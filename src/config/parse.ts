@@ -7,7 +7,8 @@ import { parseDocument } from 'yaml';
 import type { z } from 'zod';
 import { formatIssue } from './config-issues.js';
 import { ConfigError } from '../core/errors.js';
-import { redact, registerSecret } from '../core/logger.js';
+import { redact } from '../core/logger.js';
+import { registerUrlSecrets } from '../shared/url-secrets.js';
 import { ENV_RE, applyCoercions, interpolate, resolvePipeline, resolveStateStore, type Coercion, type PipelineConfig } from './load.js';
 import { pipelineSchema, stateSchema, targetPipelineSchema, type PipelineDocument, type StateConfig } from './schema.js';
 
@@ -91,7 +92,7 @@ export function parseStateSpec(spec: string, baseDir: string = process.cwd()): S
       throw new ConfigError(`state store ${JSON.stringify(redact(text))}: not valid JSON`, { cause });
     }
   } else if (/^postgres(ql)?:\/\//.test(text)) {
-    registerSecret(text);
+    registerUrlSecrets(text);
     const url = new URL(text);
     const schema = url.searchParams.get('schema');
     url.searchParams.delete('schema');

@@ -31,6 +31,9 @@ const serverSourceFields = {
   password: z.string().optional().describe('The password; write it as `${env:NAME}` so it is treated as a secret.'),
   database: z.string().min(1).optional().describe('The database to read.'),
   max_skew: durationText.optional().describe("How far writers' clocks may run ahead of the source's clock; the safe mark stays this far below it (default 0s)."),
+  read_timeout: durationText
+    .optional()
+    .describe('A read that receives nothing from the server for this long fails (a stalled network, a dead server); raise it for a query whose first rows take longer; 0s: no limit (default 30s).'),
 };
 
 const needsUrlOrDatabase = (s: { url?: string | undefined; database?: string | undefined }): boolean => s.url !== undefined || s.database !== undefined;
@@ -109,6 +112,7 @@ export const postgresDestinationSchema = z
     type: z.literal('postgres').describe('A PostgreSQL database.'),
     url: z.string().min(1).describe('A connection URL; write the password as `${env:NAME}` so it is treated as a secret.'),
     schema: z.string().min(1).default('public').describe('Tables go into this schema, created when missing.'),
+    lock_timeout: durationText.optional().describe('How long a statement waits for a lock another session holds before the run fails saying so (default 1m).'),
   })
   .strict()
   .describe('Loads into PostgreSQL; data, state and run records commit in one transaction.');

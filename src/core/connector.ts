@@ -587,6 +587,11 @@ export interface Destination {
   dropBuild(stream: string): Promise<void>;
   /** The highest fencing token a commit recorded for this lease name (0 when none): leases must start above it. */
   fenceToken?(lease: string): Promise<number>;
+  /**
+   * Ends the sessions of earlier holders of `pipeline`'s lease (tokens below `token`) that still hold locks in the
+   * destination (a frozen process whose lease passed), and tags this run's own; returns a line for each one ended.
+   */
+  cutOffOlderHolders?(pipeline: string, token: number): Promise<readonly string[]>;
   /** The partition ledger, on destinations that keep one beside the data (needed by `strategy: partitioned`). */
   readonly ledger?: LedgerStore;
   /** Present on destinations whose stream tables `tidemark verify` can checksum in place. */

@@ -97,8 +97,10 @@ async function observedRun(pipeline: PipelineConfig, runId: string, observer: Ru
     const destination = observer === NO_OBSERVER ? ends.destination : observedDestination(ends.destination, observer);
     try {
       // A shared lease only carries the current token; the exclusive ones are taken above the destination's fence.
-      if (leases.partitions === undefined) leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
-      else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
+      if (leases.partitions === undefined) {
+        leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
+        await cutOffOlderHolders(destination, leases.pipeline, logger);
+      } else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
       const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger, observer });
       return { pipeline: pipeline.name, runId, startedAt, finishedAt: finishedAt(startedAt), ok: results.every((r) => r.outcome === 'committed'), streams: results };
     } finally {
@@ -111,6 +113,20 @@ async function observedRun(pipeline: PipelineConfig, runId: string, observer: Ru
   } finally {
     for (const own of leases.partitions?.values() ?? []) await own.release();
     await leases.pipeline.release();
+  }
+}
+
+/** Ends the destination sessions a holder frozen past its lease left behind (see Destination.cutOffOlderHolders). */
+async function cutOffOlderHolders(destination: Destination, lease: Lease, logger: Logger): Promise<void> {
+  if (destination.cutOffOlderHolders === undefined) return;
+  try {
+    const ended = await destination.cutOffOlderHolders(lease.pipeline, lease.token);
+    if (ended.length) {
+      logger.log('warn', `pipeline ${lease.pipeline}: ended ${ended.length} destination session(s) of an earlier run whose lease passed: ${ended.join(', ')}`, { pipeline: lease.pipeline });
+    }
+  } catch (error) {
+    // Without the right to end them, this run waits for their locks up to the destination's lock_timeout.
+    logger.log('warn', `pipeline ${lease.pipeline}: cannot end the destination sessions of earlier runs: ${errorMessage(error)}`, { pipeline: lease.pipeline });
   }
 }
 

@@ -329,6 +329,10 @@ class MirroredDestination implements Destination {
     return (await this.inner.fenceToken?.(lease)) ?? 0;
   }
 
+  async cutOffOlderHolders(pipeline: string, token: number): Promise<readonly string[]> {
+    return (await this.inner.cutOffOlderHolders?.(pipeline, token)) ?? [];
+  }
+
   dropBuild(stream: string): Promise<void> {
     return this.inner.dropBuild(stream);
   }

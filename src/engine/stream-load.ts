@@ -96,7 +96,9 @@ async function loadStreamOnce(ctx: StreamContext, configured: StreamConfig, stat
   const stream = await withSourceKey(ctx.source, configured);
   const prior = state.streams[stream.name];
   const planned = planStream(stream, prior, { full: ctx.full, runId: ctx.runId });
-  const plan = ctx.until !== undefined && planned.request.incremental ? { ...planned, request: { ...planned.request, untilAtMost: ctx.until } } : planned;
+  const bounded = ctx.until !== undefined && planned.request.incremental ? { ...planned, request: { ...planned.request, untilAtMost: ctx.until } } : planned;
+  // A stop signal reaches the source too: a read stuck in its driver ends at once.
+  const plan = ctx.signal !== undefined ? { ...bounded, request: { ...bounded.request, signal: ctx.signal } } : bounded;
   const read = await ctx.source.open(plan.request).catch((e: unknown) => {
     throw withContext(e, { pipeline: ctx.pipeline, stream: stream.name, phase: 'extract' }, 'source');
   });

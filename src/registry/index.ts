@@ -10,6 +10,7 @@ import type { ObjectStoreOptions } from '../shared/object-store.js';
 import { parseDuration } from '../core/duration.js';
 import { ConfigError } from '../core/errors.js';
 import { DEFAULT_MAX_SKEW_MS, type ServerSourceOptions } from '../sources/server-source.js';
+import { DEFAULT_READ_TIMEOUT_MS } from '../shared/read-guard.js';
 import { FileLeaseProvider } from '../state/file/file-lease.js';
 import type { ExternalStateStore } from '../state/state-store.js';
 import type { Logger } from '../core/logger.js';
@@ -54,10 +55,14 @@ export async function openSource(config: SourceConfig, logger?: Logger): Promise
   }
 }
 
-/** The connection settings of a server source, with `max_skew` in milliseconds. */
+/** The connection settings of a server source, with `max_skew` and `read_timeout` in milliseconds. */
 function serverSourceOptions(config: Extract<SourceConfig, { type: 'postgres' | 'mysql' | 'mariadb' }>): ServerSourceOptions {
-  const { type: _type, max_skew, ...connection } = config;
-  return { ...connection, maxSkewMs: max_skew !== undefined ? (parseDuration(max_skew) ?? 0) : DEFAULT_MAX_SKEW_MS };
+  const { type: _type, max_skew, read_timeout, ...connection } = config;
+  return {
+    ...connection,
+    maxSkewMs: max_skew !== undefined ? (parseDuration(max_skew) ?? 0) : DEFAULT_MAX_SKEW_MS,
+    readTimeoutMs: read_timeout !== undefined ? (parseDuration(read_timeout) ?? DEFAULT_READ_TIMEOUT_MS) : DEFAULT_READ_TIMEOUT_MS,
+  };
 }
 
 /** Options of opening a destination; `openTimeoutMs` bounds the wait for a file another process holds (DuckDB). */
@@ -88,7 +93,8 @@ export async function openDestination(config: DestinationConfig, options: OpenDe
     }
     case 'postgres': {
       const { PostgresDestination } = await import('../destinations/postgres/postgres-destination.js');
-      return PostgresDestination.open({ url: config.url, schema: config.schema });
+      const lockTimeoutMs = config.lock_timeout !== undefined ? parseDuration(config.lock_timeout) : undefined;
+      return PostgresDestination.open({ url: config.url, schema: config.schema, ...(lockTimeoutMs !== undefined ? { lockTimeoutMs } : {}) });
     }
     case 'files': {
       // The AWS SDK loads only for s3:// locations (see shared/object-store.ts).

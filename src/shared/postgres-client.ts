@@ -5,7 +5,8 @@
 import type pg from 'pg';
 import { loadPg } from './pg-driver.js';
 import type { BulkFormat } from '../core/connector.js';
-import { registerSecret, redact } from '../core/logger.js';
+import { redact } from '../core/logger.js';
+import { registerUrlSecrets } from './url-secrets.js';
 
 /** Types whose default `pg` parsers lose information (Date drops microseconds and zones) or change shape (json). */
 const RAW_TEXT_OIDS = new Set([
@@ -26,19 +27,7 @@ const rawTypes = {
     RAW_TEXT_OIDS.has(oid) && format !== 'binary' ? (value: string) => value : loadPg().types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
 
-/** Registers the password (and the whole URL) of a connection URL as secrets, so no log or error shows them. */
-export function registerUrlSecrets(url: string): void {
-  registerSecret(url);
-  try {
-    const parsed = new URL(url);
-    if (parsed.password) {
-      registerSecret(parsed.password);
-      registerSecret(decodeURIComponent(parsed.password));
-    }
-  } catch {
-    // Not a URL (a key=value connection string): the whole string is already registered.
-  }
-}
+export { registerUrlSecrets };
 
 /** A URL for messages: user and host, never the password. */
 export function describeUrl(url: string): string {

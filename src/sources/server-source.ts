@@ -5,6 +5,7 @@
 import type { ReadRequest } from '../core/connector.js';
 import type { ColumnKind, TypedValue } from '../core/types.js';
 import { compareCanonical, formatMicros, timestampMicros } from '../core/values.js';
+import { SourceError, TidemarkError } from '../core/errors.js';
 
 /** Writers and the source are assumed to agree on the clock unless `max_skew` says otherwise. */
 export const DEFAULT_MAX_SKEW_MS = 0;
@@ -18,6 +19,36 @@ export interface ServerSourceOptions {
   readonly database?: string;
   /** The safe mark of a time cursor stays this far below the source's clock. */
   readonly maxSkewMs: number;
+  /** How long a read may receive nothing from the server before it fails (0: no limit); see shared/read-guard.ts. */
+  readonly readTimeoutMs?: number;
+}
+
+/** The server as messages name it: `MySQL/MariaDB at host:port/database`, from the URL or the parts, never the password. */
+export function describeServer(product: string, options: Pick<ServerSourceOptions, 'url' | 'host' | 'port' | 'database'>, defaultPort: number): string {
+  let host = options.host ?? 'localhost';
+  let port = options.port ?? defaultPort;
+  let database = options.database;
+  if (options.url !== undefined) {
+    try {
+      const url = new URL(options.url);
+      host = url.hostname || host;
+      port = url.port ? Number(url.port) : port;
+      database = decodeURIComponent(url.pathname.replace(/^\//, '')) || database;
+    } catch {
+      // A key=value connection string: named by its parts, if any.
+    }
+  }
+  return `${product} at ${host}:${port}${database !== undefined ? `/${database}` : ''}`;
+}
+
+/**
+ * A read that failed inside the driver (the connection killed, cut or stalled, the read stopped), as a source
+ * error naming the server; errors already typed keep their own words.
+ */
+export function readFailure(error: unknown, server: string, stream: string): unknown {
+  if (error instanceof TidemarkError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new SourceError(`reading from ${server} failed: ${message}`, { cause: error, context: { stream, phase: 'extract' }, retryable: true });
 }
 
 /**

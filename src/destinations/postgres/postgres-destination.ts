@@ -3,6 +3,7 @@
  * into the target in one transaction together with state, runs, rejects and the load id. A COMMIT whose reply is
  * lost is settled by asking, on a new session, whether the load id committed.
  */
+import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { Writable } from 'node:stream';
 import { pipeline as pipe } from 'node:stream/promises';
@@ -31,6 +32,20 @@ export interface PostgresDestinationOptions {
   readonly url: string;
   /** Created when missing. */
   readonly schema?: string;
+  /** How long a statement waits for a lock another session holds before it fails (default 1 minute). */
+  readonly lockTimeoutMs?: number;
+}
+
+/** The default `lock_timeout` of the data session: a wait on a lock is reported, never endless. */
+export const DEFAULT_LOCK_TIMEOUT_MS = 60_000;
+
+/**
+ * The application_name of a run's data session: the pipeline (hashed: names may pass Postgres' 63 bytes) and the
+ * lease token it holds, so that a later holder can find the sessions of a holder whose lease passed.
+ */
+function dataSessionName(pipeline: string, token: number | undefined): string {
+  const tag = `tidemark-data:${createHash('sha256').update(pipeline).digest('hex').slice(0, 12)}:`;
+  return token === undefined ? tag : `${tag}${token}`;
 }
 
 export function postgresColumnType(type: ColumnType): string {
@@ -87,13 +102,22 @@ const COPY_CHUNK_BYTES = 1 << 20;
 class PostgresExecutor implements SqlExecutor {
   private inTransaction = false;
   private broken = false;
+  /** Kept across reconnects: the session stays findable by the next holder of the lease. */
+  applicationName = 'tidemark';
 
   constructor(
     public client: pg.Client,
     private readonly url: string,
     private readonly schema: string,
+    private readonly lockTimeoutMs: number,
   ) {
     this.watch(client);
+  }
+
+  /** Session settings of every data session: its schema first on the search path, and a bounded lock wait. */
+  async prepare(client: pg.Client): Promise<void> {
+    await client.query(`SET search_path = ${quoteIdent(this.schema)}, public`);
+    await client.query(`SELECT set_config('lock_timeout', $1, false)`, [`${this.lockTimeoutMs}ms`]);
   }
 
   /** Only the current session's loss counts: the old one ends after a reconnect, and must not trigger another. */
@@ -134,7 +158,7 @@ class PostgresExecutor implements SqlExecutor {
    */
   private async ready(): Promise<void> {
     if (!this.broken) return;
-    if (this.inTransaction) throw new Error('the connection to Postgres was lost inside the transaction');
+    if (this.inTransaction) throw new Error(`the connection to ${describeUrl(this.url)} was lost inside the transaction`);
     await this.reconnect();
   }
 
@@ -145,8 +169,8 @@ class PostgresExecutor implements SqlExecutor {
     let lastError: unknown;
     for (let attempt = 0, delay = 100; attempt < 6; attempt += 1, delay *= 2) {
       try {
-        this.client = await connectPostgres(this.url);
-        await this.client.query(`SET search_path = ${quoteIdent(this.schema)}, public`);
+        this.client = await connectPostgres(this.url, this.applicationName);
+        await this.prepare(this.client);
         this.broken = false;
         this.watch(this.client);
         return;
@@ -388,10 +412,11 @@ export class PostgresDestination extends SqlDestination {
     } catch (error) {
       throw new DestinationError((error as Error).message, { context: { phase: 'connect' }, cause: error, retryable: true });
     }
+    const executor = new PostgresExecutor(client, options.url, schema, options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS);
     try {
       await ensureSchema(client, schema, quoteIdent(schema));
       // Unqualified names resolve to the temp stage first, then to this schema.
-      await client.query(`SET search_path = ${quoteIdent(schema)}, public`);
+      await executor.prepare(client);
     } catch (error) {
       await client.end().catch(() => undefined);
       throw new DestinationError(`cannot prepare schema ${schema} in ${describeUrl(options.url)}: ${redact((error as Error).message)}`, {
@@ -399,7 +424,28 @@ export class PostgresDestination extends SqlDestination {
         cause: error,
       });
     }
-    return new PostgresDestination(new PostgresExecutor(client, options.url, schema), schema);
+    return new PostgresDestination(executor, schema);
+  }
+
+  /**
+   * Tags this session with the pipeline's lease token and ends the data sessions of older tokens: a holder frozen
+   * past its lease (SIGSTOP, a paused VM) commits nothing more, but its open transaction keeps its locks, and this
+   * run would wait on them (CREATE INDEX, ALTER TABLE). Returns what was ended, for the run to report.
+   */
+  async cutOffOlderHolders(pipeline: string, token: number): Promise<string[]> {
+    this.executor.applicationName = dataSessionName(pipeline, token);
+    const client = this.executor.client;
+    await client.query(`SELECT set_config('application_name', $1, false)`, [this.executor.applicationName]);
+    // The candidates first (a MATERIALIZED CTE): Postgres may evaluate the conditions of one WHERE in any order.
+    const ended = await client.query<{ pid: number; application_name: string; state: string | null }>(
+      `WITH older AS MATERIALIZED (
+         SELECT pid, application_name, state FROM pg_stat_activity
+          WHERE datname = current_database() AND pid <> pg_backend_pid() AND starts_with(application_name, $1)
+            AND CASE WHEN split_part(application_name, ':', 3) ~ '^[0-9]{1,18}$' THEN split_part(application_name, ':', 3)::bigint < $2 ELSE false END)
+       SELECT pid, application_name, state FROM older WHERE pg_terminate_backend(pid)`,
+      [dataSessionName(pipeline, undefined), token],
+    );
+    return ended.rows.map((r) => `pid ${r.pid} (lease token ${r.application_name.split(':')[2]}, ${r.state ?? 'unknown state'})`);
   }
 
   /** Every logical type maps onto an exact Postgres type (NUL in text is refused earlier, by the value codec). */

@@ -9,7 +9,9 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, describeServer, heldBackWarning, readFailure, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { DEFAULT_READ_TIMEOUT_MS, guardRead } from '../../shared/read-guard.js';
+import type { Socket } from 'node:net';
 import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
 import { exactTextSettings } from './mysql-settings.js';
@@ -72,13 +74,34 @@ interface RowEvents {
 
 /** The callback-style connection under mysql2's promise wrapper: the one that streams a prepared statement. */
 interface StreamingConnection {
-  execute(options: { sql: string; values: Param[]; rowsAsArray: boolean }): RowEvents;
+  execute(options: { sql: string; values: Param[]; rowsAsArray: boolean }): RowEvents & { emit(event: 'error', error: Error): boolean; listenerCount(event: string): number };
   pause(): void;
   resume(): void;
+  once(event: 'error', listener: (error: Error) => void): unknown;
+  off(event: 'error', listener: (error: Error) => void): unknown;
+  readonly stream: Socket;
+  /** The statement running on the connection, if any. */
+  readonly _command: unknown;
 }
 
 function streaming(conn: mysql.Connection): StreamingConnection {
   return (conn as unknown as { connection: StreamingConnection }).connection;
+}
+
+/**
+ * Runs a streamed statement whose failures all reach its listeners: mysql2 reports a connection lost under a
+ * statement without a callback (killed, reset, closed) on the connection only, and the statement would wait forever.
+ */
+function executeStreamed(connection: StreamingConnection, sql: string, values: Param[]): RowEvents {
+  const statement = connection.execute({ sql, values, rowsAsArray: true });
+  const lost = (error: Error): void => {
+    if (statement.listenerCount('error') > 0) statement.emit('error', error);
+  };
+  connection.once('error', lost);
+  const settle = (): void => void connection.off('error', lost);
+  statement.on('end', settle);
+  statement.on('error', settle);
+  return statement;
 }
 
 export class MysqlSource implements Source {
@@ -196,13 +219,24 @@ export class MysqlSource implements Source {
       await conn.query(`SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ`);
     } catch (cause) {
       await conn?.end().catch(() => undefined);
-      throw new SourceError(`cannot connect to MySQL: ${(cause as Error).message}`, { cause, context: { phase: 'connect' }, retryable: true });
+      throw new SourceError(`cannot connect to ${this.server()}: ${(cause as Error).message}`, { cause, context: { phase: 'connect' }, retryable: true });
     }
     conn.on('error', () => {
       this.conn = undefined;
     });
     this.conn = conn;
     return conn;
+  }
+
+  /** This source's server in messages (host, port, database; never the password). */
+  private server(): string {
+    return describeServer('MySQL/MariaDB', this.options, 3306);
+  }
+
+  /** Bounds the waits of a streamed read on `conn` (see shared/read-guard.ts). */
+  private guard(conn: mysql.Connection, signal: AbortSignal | undefined): () => void {
+    const connection = streaming(conn);
+    return guardRead(connection.stream, { waiting: () => connection._command !== null && connection._command !== undefined, readTimeoutMs: this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS, server: this.server(), ...(signal ? { signal } : {}) });
   }
 
   private async rows(sql: string, values: readonly Param[] = []): Promise<mysql.RowDataPacket[]> {
@@ -495,7 +529,7 @@ export class MysqlSource implements Source {
       ...(read.warnings.length ? { warnings: read.warnings } : {}),
       ...(read.estimatedRows !== undefined ? { estimatedRows: read.estimatedRows } : {}),
       close,
-      batches: () => this.streamBatches(queries, described.bits, request.batchRows, close),
+      batches: () => this.streamBatches(queries, described.bits, request, close),
       // Rows with a NULL cursor come from a second query: those reads keep the row path.
       ...(queries.length === 1 ? { bulk: this.bulkRead(described, read.incremental, [`SELECT ${bulkLine(schema.columns, schema.columns.map((c) => `${ALIAS}.${q(c.name)}`), described.bits)} ${tail}`, queries[0]![1]], close) } : {}),
     };
@@ -510,16 +544,18 @@ export class MysqlSource implements Source {
       schema.primaryKey.length > 0 && described.tableKey.length === schema.primaryKey.length && described.tableKey.every((name) => schema.primaryKey.includes(name));
     return {
       formats: ['csv'],
-      chunks: (options) => this.bulkChunks(query, { ...options, keys, uniqueKey }, close),
+      chunks: (options) => this.bulkChunks(query, { ...options, keys, uniqueKey }, schema.name, close),
     };
   }
 
   private async *bulkChunks(
     [sql, values]: [string, Param[]],
     options: { chunkRows: number; signal?: AbortSignal; keys: ReturnType<typeof chunkKeys>; uniqueKey: boolean },
+    stream: string,
     close: () => Promise<void>,
   ): AsyncIterable<BulkChunk> {
     const conn = await this.connection();
+    const unguard = this.guard(conn, options.signal);
     try {
       const maxLineBytes = Number((await this.rows('SELECT @@max_allowed_packet AS m'))[0]!.m);
       yield* mysqlChunks({
@@ -527,11 +563,14 @@ export class MysqlSource implements Source {
         maxLineBytes,
         start: () => {
           const connection = streaming(conn);
-          return { statement: connection.execute({ sql, values, rowsAsArray: true }), pause: () => connection.pause(), resume: () => connection.resume() };
+          return { statement: executeStreamed(connection, sql, values), pause: () => connection.pause(), resume: () => connection.resume() };
         },
         abandon: () => this.dropConnection(),
       });
+    } catch (error) {
+      throw readFailure(error, this.server(), stream);
     } finally {
+      unguard();
       await close();
     }
   }
@@ -539,22 +578,26 @@ export class MysqlSource implements Source {
   private async *streamBatches(
     queries: readonly [string, Param[]][],
     bits: readonly BitColumn[],
-    batchRows: number,
+    request: ReadRequest,
     close: () => Promise<void>,
   ): AsyncIterable<Batch> {
     const conn = await this.connection();
+    const unguard = this.guard(conn, request.signal);
     let completed = false;
     try {
       for (const [sql, values] of queries) {
         // A prepared statement: real bound parameters, and the binary protocol reads numbers without text parsing.
         const connection = streaming(conn);
-        for await (const rows of rowBatches(connection.execute({ sql, values, rowsAsArray: true }), connection, batchRows)) {
+        for await (const rows of rowBatches(executeStreamed(connection, sql, values), connection, request.batchRows)) {
           decodeBits(rows, bits);
           yield { rows };
         }
       }
       completed = true;
+    } catch (error) {
+      throw readFailure(error, this.server(), request.stream.name);
     } finally {
+      unguard();
       // An abandoned result set leaves rows on the wire: drop the connection, the next read reconnects.
       if (!completed) this.dropConnection();
       await close();

@@ -16,7 +16,9 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, heldBackWarning, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, describeServer, heldBackWarning, readFailure, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { DEFAULT_READ_TIMEOUT_MS, guardRead } from '../../shared/read-guard.js';
+import type { Socket } from 'node:net';
 import { CopyTextParser } from './copy-text.js';
 import { bulkChunkOf, ChunkQueue, CsvChunker, type RowKey } from './csv-chunks.js';
 import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, type PgTypeInfo } from './pg-types.js';
@@ -113,13 +115,24 @@ export class PostgresSource implements Source {
       await client.query(`SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'iso_8601'; SET extra_float_digits = 1; SET bytea_output = 'hex'`);
     } catch (cause) {
       await client.end().catch(() => undefined);
-      throw new SourceError(`cannot connect to Postgres: ${(cause as Error).message}`, { cause, context: { phase: 'connect' }, retryable: true });
+      throw new SourceError(`cannot connect to ${this.server()}: ${(cause as Error).message}`, { cause, context: { phase: 'connect' }, retryable: true });
     }
     client.on('error', () => {
       this.client = undefined;
     });
     this.client = client;
     return client;
+  }
+
+  /** This source's server in messages (host, port, database; never the password). */
+  private server(): string {
+    return describeServer('Postgres', this.options, 5432);
+  }
+
+  /** Bounds the waits of a COPY on `client` (see shared/read-guard.ts). */
+  private guard(client: pg.Client, signal: AbortSignal | undefined): () => void {
+    const driver = client as unknown as { connection: { stream: Socket }; _activeQuery: unknown };
+    return guardRead(driver.connection.stream, { waiting: () => driver._activeQuery !== null && driver._activeQuery !== undefined, readTimeoutMs: this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS, server: this.server(), ...(signal ? { signal } : {}) });
   }
 
   private async query<R extends pg.QueryResultRow>(sql: string, values: readonly unknown[] = []): Promise<pg.QueryResult<R>> {
@@ -417,7 +430,7 @@ export class PostgresSource implements Source {
       ...(read.warnings.length ? { warnings: read.warnings } : {}),
       ...(read.estimatedRows !== undefined ? { estimatedRows: read.estimatedRows } : {}),
       close,
-      batches: () => this.copyBatches(queries, decoders, request.batchRows, close),
+      batches: () => this.copyBatches(queries, decoders, request, close),
       // Rows with a NULL cursor come from a second query: those reads keep the row path.
       ...(queries.length === 1 ? { bulk: this.bulkRead(queries[0]!, described, read.incremental, close) } : {}),
     };
@@ -467,7 +480,7 @@ export class PostgresSource implements Source {
     return {
       // COPY writes either: CSV for a reader like DuckDB's, its own text format for Postgres' COPY FROM.
       formats: ['csv', 'pg-text'],
-      chunks: (options) => this.csvChunks(sql, { ...options, keyOf, sameGroup, uniqueKey }, close),
+      chunks: (options) => this.csvChunks(sql, { ...options, keyOf, sameGroup, uniqueKey }, schema.name, close),
     };
   }
 
@@ -482,9 +495,11 @@ export class PostgresSource implements Source {
       sameGroup: (a: string, b: string) => boolean;
       uniqueKey: () => Promise<boolean>;
     },
+    stream: string,
     close: () => Promise<void>,
   ): AsyncIterable<BulkChunk> {
     const client = await this.connection();
+    const unguard = this.guard(client, options.signal);
     const uniqueKey = await options.uniqueKey();
     // Chunk directories of runs that were killed are removed by the next bulk read.
     await removeOrphanTempDirs(CHUNK_DIR_PREFIX);
@@ -499,10 +514,10 @@ export class PostgresSource implements Source {
       sameGroup: options.sameGroup,
       onChunk: (c) => queue.push(bulkChunkOf(c, uniqueKey)),
     });
-    const stream = client.query(copyTo(`COPY (${sql}) TO STDOUT${copyFormatOption(options.format)}`));
+    const copy = client.query(copyTo(`COPY (${sql}) TO STDOUT${copyFormatOption(options.format)}`));
     const pump = (async () => {
       try {
-        for await (const chunk of stream as AsyncIterable<Buffer>) {
+        for await (const chunk of copy as AsyncIterable<Buffer>) {
           if (queue.ended) break;
           chunker.push(chunk);
           await queue.roomOrEnd();
@@ -519,11 +534,14 @@ export class PostgresSource implements Source {
     try {
       yield* queue.chunks(options.signal);
       completed = true;
+    } catch (error) {
+      throw readFailure(error, this.server(), stream);
     } finally {
+      unguard();
       // Stops the extraction if the load stopped first.
       queue.end();
       if (!completed) {
-        (stream as unknown as { destroy(): void }).destroy();
+        (copy as unknown as { destroy(): void }).destroy();
         await this.dropConnection();
       }
       await pump;
@@ -533,8 +551,10 @@ export class PostgresSource implements Source {
     }
   }
 
-  private async *copyBatches(queries: readonly string[], decoders: readonly Decoder[], batchRows: number, close: () => Promise<void>): AsyncIterable<Batch> {
+  private async *copyBatches(queries: readonly string[], decoders: readonly Decoder[], request: ReadRequest, close: () => Promise<void>): AsyncIterable<Batch> {
+    const { batchRows } = request;
     const client = await this.connection();
+    const unguard = this.guard(client, request.signal);
     let completed = false;
     try {
       for (const sql of queries) {
@@ -552,7 +572,10 @@ export class PostgresSource implements Source {
         if (rows.length) yield { rows: rows as Row[] };
       }
       completed = true;
+    } catch (error) {
+      throw readFailure(error, this.server(), request.stream.name);
     } finally {
+      unguard();
       // A COPY abandoned half-way leaves the connection mid-protocol: drop it, the next read reconnects.
       if (!completed) await this.dropConnection();
       await close();
@@ -562,7 +585,12 @@ export class PostgresSource implements Source {
   private async dropConnection(): Promise<void> {
     const client = this.client;
     this.client = undefined;
-    if (client) await client.end().catch(() => undefined);
+    if (!client) return;
+    // A stalled or half-dead connection may never answer the goodbye: its socket is destroyed after a moment.
+    const socket = (client as unknown as { connection: { stream: Socket } }).connection.stream;
+    const gone = setTimeout(() => socket.destroy(), 2000);
+    await client.end().catch(() => undefined);
+    clearTimeout(gone);
   }
 
   async close(): Promise<void> {

@@ -128,7 +128,7 @@ describe.each([
     expect(lines[0]).toContain(`pipeline ${name}, stream orders, phase schema: column total changed decimal(14,4) → decimal(10,2) (narrowed)`);
     expect(lines[0]).toContain(`tidemark run ${name} --full --stream orders`);
     expect(await dest.totals()).toEqual(loaded);
-  }, 60_000);
+  }, 180_000);
 });
 
 describe('MariaDB DECIMAL(12,2) → DECIMAL(14,4)', () => {
@@ -161,7 +161,7 @@ describe('MariaDB DECIMAL(12,2) → DECIMAL(14,4)', () => {
     expect(loaded).toEqual(source);
     expect(second.stream).toMatchObject({ rows_loaded: 202, rows_rejected: 0, schema_changes: ['total decimal(12,2) → decimal(14,4) (widened)'] });
     expect(await dest.totalType()).toBe('DECIMAL(14,4)');
-  }, 60_000);
+  }, 180_000);
 });
 
 describe('Postgres numeric(12,2) → numeric(14,4) into a lake', () => {
@@ -191,7 +191,7 @@ describe('Postgres numeric(12,2) → numeric(14,4) into a lake', () => {
     expect(third.code).not.toBe(0);
     expect(third.stderr).toContain('column total changed decimal(14,4) → decimal(10,2) (narrowed)');
     expect(await tableRows(lake, 'lake', 'orders', `CAST(id AS VARCHAR)`)).toHaveLength(501);
-  }, 60_000);
+  }, 180_000);
 });
 
 describe('dropped and new columns, plan and state history', () => {
@@ -238,7 +238,7 @@ describe('dropped and new columns, plan and state history', () => {
     expect(history.stdout).toContain('  orders: total decimal(12,2) → decimal(14,4) (widened)');
     expect(history.stdout).toContain('  orders: column note text dropped in the source');
     expect(history.stdout.match(/dropped in the source/g)).toHaveLength(1);
-  }, 60_000);
+  }, 180_000);
 
   it('dropped_columns: stop stops the stream; freeze stops on a new column; new_columns: ignore leaves it out; plan says which', async () => {
     await seed();
@@ -268,5 +268,5 @@ describe('dropped and new columns, plan and state history', () => {
     expect(ignored.stderr).toContain('schema change: new column extra int64 left out (schema_changes new_columns: ignore)');
     const columns = await duckdbQuery(join(dir, 'ignore.duckdb'), "SELECT column_name FROM duckdb_columns() WHERE table_name = 'orders' ORDER BY column_index");
     expect(columns.map((c) => c.column_name)).toEqual(['id', 'total', 'note', 'updated_at']);
-  }, 60_000);
+  }, 180_000);
 });

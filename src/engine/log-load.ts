@@ -16,12 +16,13 @@ import type { BulkFormat, ColumnWidening, LoadTransaction, OpenedRead, TableChan
 import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type { Column, LogState, PipelineState, Reject, Row, RunRecord, StreamResult, StreamSchema, StreamState, TypedValue, Value } from '../core/types.js';
-import { ValueRejection, coerceValue, compareCanonical, encodeValue, rowToJson } from '../core/values.js';
+import { compareCanonical, encodeValue } from '../core/values.js';
 import { classifyType, typeName } from '../core/schema-diff.js';
 import type { StreamConfig } from '../config/load.js';
 import { withSourceKey } from './plan.js';
 import { runMarks } from './run-marks.js';
 import { bulkFormat, runRecordFor, type StreamContext } from './stream-load.js';
+import { checkRow, isReject } from './row-check.js';
 
 export const DELETED_AT = '_tidemark_deleted_at';
 export const OP_COLUMN = '_tidemark_op';
@@ -281,23 +282,11 @@ class LogLoader {
 
   /** Canonical, destination-checked values of the source columns; undefined (and a reject) when one does not fit. */
   private checked(s: LogStream, columns: readonly Column[], raw: readonly unknown[]): Row | undefined {
-    const row: Row = new Array<Value>(columns.length);
-    for (let i = 0; i < columns.length; i += 1) {
-      const column = columns[i]!;
-      try {
-        const value = coerceValue(column.type, raw[i]);
-        if (value === null && s.keyIndexes.includes(i)) throw new ValueRejection(`primary key column ${column.name} is NULL`);
-        const refused = value === null ? undefined : this.ctx.destination.rejectReason(column.type, value);
-        if (refused !== undefined) throw new ValueRejection(refused);
-        row[i] = value;
-      } catch (error) {
-        if (!(error instanceof ValueRejection)) throw error;
-        s.rowsRejected += 1;
-        s.rejects.push({ column: column.name, reason: `column ${column.name}: ${error.message}`, row: rowToJson(columns, raw as Row) });
-        return undefined;
-      }
-    }
-    return row;
+    const row = checkRow(columns, raw as Row, this.ctx.destination, s.keyIndexes);
+    if (!isReject(row)) return row;
+    s.rowsRejected += 1;
+    s.rejects.push(row);
+    return undefined;
   }
 
   /** The log phase: transactions after each stream's position, up to the position at start (or until stopped). */

@@ -9,11 +9,12 @@ import { partitionLeaseName, type ColumnBatch, type Lease, type LedgerStore, typ
 import { ConflictError, DestinationError, SourceError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type { Column, CommittedSchema, LedgerEntry, PartitionFailure, PartitionFile, PipelineState, Reject, Row, RunRecord, StreamResult } from '../core/types.js';
-import { ValueRejection, coerceValue, rowToJson } from '../core/values.js';
+import { rowToJson } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
 import { refuseRejects, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 import type { PartitionProgress } from './progress.js';
 import { partitionSchemaStep, partitionWithout } from './partition-schema.js';
+import { checkRow, isReject } from './row-check.js';
 
 /** `missing`: the ledger has the partition, the source lists none of its files any more ("source missing"). */
 export type PartitionStatus = 'new' | 'changed' | 'unchanged' | 'reload' | 'missing';
@@ -465,21 +466,10 @@ class PartitionLoader {
 
   /** A value the column or the destination cannot hold makes the row a reject, with its reason. */
   private check(columns: readonly Column[], raw: Row, rejects: Reject[]): Row | undefined {
-    const row: Row = new Array(columns.length);
-    for (let i = 0; i < columns.length; i += 1) {
-      const column = columns[i]!;
-      try {
-        const value = coerceValue(column.type, raw[i]);
-        const refused = value === null ? undefined : this.ctx.destination.rejectReason(column.type, value);
-        if (refused !== undefined) throw new ValueRejection(refused);
-        row[i] = value;
-      } catch (error) {
-        if (!(error instanceof ValueRejection)) throw error;
-        rejects.push({ column: column.name, reason: `column ${column.name}: ${error.message}`, row: rowToJson(columns, raw) });
-        return undefined;
-      }
-    }
-    return row;
+    const row = checkRow(columns, raw, this.ctx.destination);
+    if (!isReject(row)) return row;
+    rejects.push(row);
+    return undefined;
   }
 
   /** `checkCanonical` for a batch of columns: the batch itself when every row fits, else the rows that do. */

@@ -12,13 +12,14 @@ import { SourceError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { elapsedMs } from '../core/run-clock.js';
 import type { LedgerEntry, PipelineState, RangedLoadState, Reject, Row, StreamResult, StreamSchema, StreamState, TableRange, Watermark } from '../core/types.js';
-import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
+import { encodeValue } from '../core/values.js';
 import { describeChange } from '../core/schema-diff.js';
 import type { StreamConfig } from '../config/load.js';
 import { maxWatermark, type StreamPlan } from './plan.js';
 import { runMarks } from './run-marks.js';
 import { withoutColumns, type SchemaStep } from './schema-check.js';
 import { bulkFormat, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
+import { checkRow, isReject } from './row-check.js';
 
 /** Rows per range when `range_rows` is not set. */
 export const DEFAULT_RANGE_ROWS = 250_000;
@@ -294,10 +295,9 @@ class RangeLoader {
       for (const raw of batch.rows) {
         rows += 1;
         this.rowsRead += 1;
-        const checked = this.checkRow(raw, columns);
-        if (typeof checked === 'string') {
-          const column = checked.slice(0, checked.indexOf(':')).replace(/^column /, '');
-          rejects.push({ column, reason: checked, row: rowToJson(columns, raw) });
+        const checked = checkRow(columns, raw, this.ctx.destination);
+        if (isReject(checked)) {
+          rejects.push(checked);
           this.rowsRejected += 1;
           continue;
         }
@@ -312,23 +312,6 @@ class RangeLoader {
     return { rows, rejects };
   }
 
-  /** The row with every value coerced, or why the destination cannot hold one of them. */
-  private checkRow(raw: Row, columns: OpenedRead['schema']['columns']): Row | string {
-    const row: Row = new Array(columns.length);
-    for (let i = 0; i < columns.length; i += 1) {
-      const column = columns[i]!;
-      try {
-        const value = coerceValue(column.type, raw[i]);
-        const refused = value === null ? undefined : this.ctx.destination.rejectReason(column.type, value);
-        if (refused !== undefined) throw new ValueRejection(refused);
-        row[i] = value;
-      } catch (error) {
-        if (!(error instanceof ValueRejection)) throw error;
-        return `column ${column.name}: ${error.message}`;
-      }
-    }
-    return row;
-  }
 
   private async transaction(): Promise<LoadTransaction> {
     const write = this.building && this.stream.write === 'replace' ? 'append' : this.stream.write;

@@ -34,6 +34,7 @@ import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type
 import { streamSchemaStep, withoutColumns, type SchemaStep } from './schema-check.js';
 import { emptyResult, reopenedOnSchemaGrowth } from './schema-growth.js';
 import { loadRanges, rangeAbilities, readsAsRanges } from './range-load.js';
+import { checkRow, isReject } from './row-check.js';
 
 export interface StreamContext {
   readonly pipeline: string;
@@ -517,23 +518,11 @@ class StreamLoader {
     this.position = position;
     this.highest = maxWatermark(this.highest, position.watermark);
     if (position.watermark !== undefined && position.inherited !== true) this.order.admit(position.watermark);
-    const row: Row = new Array(this.columns.length);
-    for (let i = 0; i < this.columns.length; i += 1) {
-      const column = this.columns[i]!;
-      try {
-        const value = coerceValue(column.type, raw[i]);
-        if (value === null && (this.pkIndexes.includes(i) && this.stream.write === 'merge')) {
-          throw new ValueRejection(`primary key column ${column.name} is NULL`);
-        }
-        const refused = value === null ? undefined : this.ctx.destination.rejectReason(column.type, value);
-        if (refused !== undefined) throw new ValueRejection(refused);
-        row[i] = value;
-      } catch (error) {
-        if (!(error instanceof ValueRejection)) throw error;
-        this.rowsRejected += 1;
-        this.pendingRejects.push({ column: column.name, reason: `column ${column.name}: ${error.message}`, row: rowToJson(this.columns, raw) });
-        return false;
-      }
+    const row = checkRow(this.columns, raw, this.ctx.destination, this.stream.write === 'merge' ? this.pkIndexes : []);
+    if (isReject(row)) {
+      this.rowsRejected += 1;
+      this.pendingRejects.push(row);
+      return false;
     }
     this.rowsLoaded += 1;
     this.pendingRows.push(row);

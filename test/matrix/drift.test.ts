@@ -19,6 +19,7 @@ import { driftCellId, driftCells, expectedRefusal, sampleCells, shuffled, type D
 import { DRIFT_DESTINATIONS, driftDestination } from './drift/destinations.js';
 import { runDriftCell } from './drift/run-cell.js';
 import { DRIFT_SOURCES } from './drift/sources.js';
+import { cellSlots } from './slots.js';
 
 const ALL = process.env.TIDEMARK_MATRIX === 'all';
 const SEED = Number(process.env.TIDEMARK_MATRIX_SEED ?? '2');
@@ -33,18 +34,7 @@ const cells = driftCells(DRIFT_SOURCES, [...destinations.keys()]);
 // Every cell in a seeded order, so a long run stopped part way has covered every source and destination alike.
 const chosen: DriftCell[] = ONLY ? cells.filter((c) => new RegExp(ONLY).test(driftCellId(c))) : ALL ? shuffled(cells, SEED) : sampleCells(cells, SIZE, SEED);
 
-let running = 0;
-const waiting: (() => void)[] = [];
-async function slot<T>(work: () => Promise<T>): Promise<T> {
-  while (running >= CONCURRENCY) await new Promise<void>((resolve) => waiting.push(resolve));
-  running += 1;
-  try {
-    return await work();
-  } finally {
-    running -= 1;
-    waiting.shift()?.();
-  }
-}
+const slot = cellSlots(CONCURRENCY);
 
 const tally = { passed: 0, refused: 0, failed: 0, notFired: 0 };
 let root: string;

@@ -29,6 +29,7 @@ import { endPg } from './pg.js';
 import { mannersApiYaml, startMannersApi, type MannersApi, type MannersApiOptions } from './sources/http-manners.js';
 import { yamlList } from './sources/table-source.js';
 import { WRITES, type DestinationAdapter, type DestinationInstance, type Write } from './types.js';
+import { cellSlots } from './slots.js';
 
 const TAP = fileURLToPath(new URL('./sources/tap-manners.mjs', import.meta.url));
 const LIBRARY = new URL('../../dist/index.js', import.meta.url).href;
@@ -422,18 +423,7 @@ async function play(scenario: Scenario, run: MannerRun, data: SourceData): Promi
   return 'passed';
 }
 
-let running = 0;
-const waiting: (() => void)[] = [];
-async function slot<T>(work: () => Promise<T>): Promise<T> {
-  while (running >= CONCURRENCY) await new Promise<void>((resolve) => waiting.push(resolve));
-  running += 1;
-  try {
-    return await work();
-  } finally {
-    running -= 1;
-    waiting.shift()?.();
-  }
-}
+const slot = cellSlots(CONCURRENCY);
 
 let root: string;
 let cleanup: () => Promise<void>;

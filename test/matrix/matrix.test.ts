@@ -30,6 +30,7 @@ import { airbyteSource } from './sources/airbyte.js';
 import { sqliteSource } from './sources/sqlite.js';
 import { codeSources } from './sources/code.js';
 import { cellId, FAILPOINTS, WRITES, type CellSpec, type Failpoint, type DestinationAdapter, type Fault, type SourceAdapter, type Verdict } from './types.js';
+import { cellSlots } from './slots.js';
 
 /** One local S3 server for the whole matrix, started by the first cell that needs it. */
 let s3: Promise<LocalS3> | undefined;
@@ -52,19 +53,7 @@ const LOG = process.env.TIDEMARK_MATRIX_LOG;
 /** With a LOG: the cells it records as passed or refused are counted from it, not run again (a long run resumed). */
 const RESUME = process.env.TIDEMARK_MATRIX_RESUME === '1';
 
-/** At most CONCURRENCY cell bodies at once, whatever vitest's maxConcurrency. */
-let running = 0;
-const waiting: (() => void)[] = [];
-async function slot<T>(work: () => Promise<T>): Promise<T> {
-  while (running >= CONCURRENCY) await new Promise<void>((resolve) => waiting.push(resolve));
-  running += 1;
-  try {
-    return await work();
-  } finally {
-    running -= 1;
-    waiting.shift()?.();
-  }
-}
+const slot = cellSlots(CONCURRENCY);
 const sources = new Map(SOURCES.map((s) => [s.name, s]));
 const destinations = new Map(DESTINATIONS.map((d) => [d.name, d]));
 

@@ -39,7 +39,7 @@ export function guardRead(socket: Socket | undefined, options: ReadGuardOptions)
       lastBytes = socket.bytesRead;
       lastActive = performance.now();
     } else if (performance.now() - lastActive > readTimeoutMs) {
-      socket.destroy(new ReadStalledError(`no data from ${server} for ${formatSeconds(readTimeoutMs)} while reading (read_timeout)`));
+      socket.destroy(new ReadStalledError(`no data from ${server} for ${formatSeconds(readTimeoutMs)} while reading (read_timeout; a query the server computes longer before its first row, such as a sort of a large table without an index, needs a larger read_timeout)`));
     }
   };
   const timer = readTimeoutMs > 0 ? setInterval(check, Math.min(1000, Math.max(50, readTimeoutMs / 4))) : undefined;

@@ -34,7 +34,7 @@ describe.each(cells)('%s months adding a column into %s under new_columns: ignor
     );
     const first = await run(await loadPipeline(file));
     expect(first.streams[0]!.error).toBeUndefined();
-    expect(first.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 3 * ROWS, rows_rejected: 0 });
+    expect(first.streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 3 * ROWS, rowsRejected: 0 });
     const columns = kind === 'duckdb' ? await destinationQuery(kind, target, "SELECT column_name AS name FROM duckdb_columns() WHERE table_name = 'm' ORDER BY column_index") : await destinationQuery(kind, target, "SELECT name FROM pragma_table_info('m') ORDER BY cid");
     expect(columns.map((c) => c.name)).toEqual(['id', 'v', 'month']);
     const months = await destinationQuery(kind, target, 'SELECT month, count(*) AS c, CAST(sum(v) AS VARCHAR) AS s FROM m GROUP BY month ORDER BY month');
@@ -47,7 +47,7 @@ describe.each(cells)('%s months adding a column into %s under new_columns: ignor
 
     // A later run finds nothing new and keeps the column out (the committed schema does not list it).
     const second = await run(await loadPipeline(file));
-    expect(second.streams[0]).toMatchObject({ rows_loaded: 0 });
+    expect(second.streams[0]).toMatchObject({ rowsLoaded: 0 });
     expect((await destinationQuery(kind, target, 'SELECT count(*) AS c FROM m'))[0]!.c).toBe(BigInt(3 * ROWS));
   }, 120_000);
 });

@@ -33,7 +33,7 @@ describe.each(['duckdb', 'sqlite', 'postgres'] as const)('a Postgres column rena
       'p.yaml',
       `name: cased\nsource: {type: postgres, url: ${JSON.stringify(SHARED_PG_URL)}}\nstreams:\n  - table: ${SOURCE}.orders\n    name: orders\n    cursor: updated_at\n    write: merge\n    checkpoint_rows: 1000\ndestination: ${target.yaml}\n`,
     );
-    expect((await run(await loadPipeline(file))).streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 3000 });
+    expect((await run(await loadPipeline(file))).streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 3000 });
     await sharedPg(`ALTER TABLE ${SOURCE}.orders RENAME COLUMN note TO "Note"`);
     await insert(3001, 6000, 'Note');
     const second = (await run(await loadPipeline(file))).streams[0]!;
@@ -44,7 +44,7 @@ describe.each(['duckdb', 'sqlite', 'postgres'] as const)('a Postgres column rena
       return;
     }
     expect(second.error).toBeUndefined();
-    expect(second).toMatchObject({ outcome: 'committed', rows_loaded: 3000 });
+    expect(second).toMatchObject({ outcome: 'committed', rowsLoaded: 3000 });
     const columns = await target.query(kind === 'duckdb' ? "SELECT column_name AS c FROM duckdb_columns() WHERE table_name = 'orders' ORDER BY column_index" : "SELECT name AS c FROM pragma_table_info('orders') ORDER BY cid");
     expect(columns.map((c) => c.c)).toEqual(['id', 'note', 'updated_at']);
     const notes = await target.query("SELECT count(*) AS c FROM orders WHERE note = 'note ' || CAST(id AS VARCHAR)");

@@ -72,14 +72,14 @@ describe.each(cells)('%s months changing type into %s', (format, kind) => {
       `name: months\nsource: {type: files, location: ${JSON.stringify(data)}}\nstreams:\n  - name: m\n    pattern: m-{month}.${format}\n    partition_column: month\n    batch_rows: 700\ndestination: ${target.yaml}\n`,
     );
     const nanos = (await run(await loadPipeline(file))).streams[0]!;
-    expect(nanos).toMatchObject({ outcome: 'failed', rows_loaded: ROWS });
+    expect(nanos).toMatchObject({ outcome: 'failed', rowsLoaded: ROWS });
     expect(nanos.error).toContain(`m-2024-03.${format}`);
     expect(nanos.error).toMatch(format === 'csv' ? /column at changed timestamp → timestamp\(9\)/ : /column at changed timestamp → text \(incompatible\)/);
 
     // A month before the refused one, whose integers became fractions, is refused first and named so.
     await writeMonth(data, 'm-2024-02', ROWS, `i AS id, (i + 0.5)::DOUBLE AS n, ${at} AS at`, format);
     const fractions = (await run(await loadPipeline(file))).streams[0]!;
-    expect(fractions).toMatchObject({ outcome: 'failed', rows_loaded: 0 });
+    expect(fractions).toMatchObject({ outcome: 'failed', rowsLoaded: 0 });
     expect(fractions.error).toContain(`column n changed int64 → float64 (incompatible), which would not hold every value exactly; nothing of this partition was loaded`);
     expect(fractions.error).toContain(`m-2024-02.${format}`);
     expect((await target.query('SELECT count(*) AS c FROM m'))[0]!.c).toBe(kind === 'postgres' ? String(ROWS) : BigInt(ROWS));
@@ -100,7 +100,7 @@ describe('JSONL months with and without negative integers', () => {
     );
     const result = await run(await loadPipeline(file));
     expect(result.streams[0]!.error).toBeUndefined();
-    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rows_loaded: 3 * ROWS });
+    expect(result.streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 3 * ROWS });
     const months = await target.query('SELECT month, CAST(sum(n) AS VARCHAR) AS s, CAST(max(n) AS VARCHAR) AS top FROM m GROUP BY month ORDER BY month');
     const sum = (f: (i: number) => bigint) => String(Array.from({ length: ROWS }, (_, i) => f(i)).reduce((a, b) => a + b, 0n));
     expect(months.map((r) => [r.month, r.s, r.top])).toEqual([

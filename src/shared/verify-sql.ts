@@ -169,7 +169,8 @@ function hex32Sql(engine: VerifyEngine, hex: string): string {
 export function digestSql(engine: VerifyEngine, relation: string, rowText: string, where: string): string {
   const md5 = md5Sql(engine, rowText);
   return (
-    `SELECT ${asText(engine, 'COUNT(*)')}, ${asText(engine, 'SUM(h1)')}, ${asText(engine, 'SUM(h2)')} FROM ` +
+    // Named: a driver returning rows as objects keeps one value per name (unnamed casts are all called `text`).
+    `SELECT ${asText(engine, 'COUNT(*)')} AS tm_rows, ${asText(engine, 'SUM(h1)')} AS tm_sum1, ${asText(engine, 'SUM(h2)')} AS tm_sum2 FROM ` +
     `(SELECT ${hex32Sql(engine, 'SUBSTR(m, 1, 8)')} AS h1, ${hex32Sql(engine, 'SUBSTR(m, 9, 8)')} AS h2 FROM ` +
     `(SELECT ${md5} AS m FROM ${relation} WHERE ${where}) tm_rows) tm_hashes`
   );

@@ -325,6 +325,11 @@ async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], 
     if (failure instanceof ConflictError) throw failure;
     if (ctx.options.signal?.aborted) {
       await recordFailure(ctx, failedResult(streams[0]!.name, failure, started, durable), 'stopped', stopReason(ctx.options.signal));
+      // A signal is how `run --follow` ends, also when it lands inside a source read: what committed stands (exit 0).
+      const last = durable as StreamResult | undefined;
+      if (ctx.options.follow === true && last !== undefined) {
+        return { state: (await ctx.destination.state.load(pipeline.name)) ?? state, results: streams.map((s) => ({ ...last, stream: s.name, outcome: 'committed' as const })) };
+      }
       throw failure;
     }
     // A config refusal (no change log, a destination that cannot apply it) stops the run like other config errors.

@@ -32,14 +32,16 @@ export function uniqueName(prefix: string): string {
 export interface Timing {
   readonly seconds: number;
   readonly rssMb: number;
+  /** user + system CPU seconds of the child: far steadier than wall time on a busy machine. */
+  readonly cpuSeconds: number;
   readonly stdout: string;
 }
 
-/** Runs a command through `/usr/bin/time` (wall seconds and the peak RSS of the largest process in the tree's leader). */
+/** Runs a command through `/usr/bin/time` (wall seconds, CPU seconds and the peak RSS of the largest process in the tree's leader). */
 export async function timed(command: string, args: readonly string[], env: Record<string, string> = {}, scratch = '/tmp'): Promise<Timing> {
   const out = join(scratch, `time-${process.pid}-${Math.random().toString(36).slice(2)}.txt`);
   const started = process.hrtime.bigint();
-  const child = spawn('/usr/bin/time', ['-f', '%M', '-o', out, command, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn('/usr/bin/time', ['-f', '%M %U %S', '-o', out, command, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d: Buffer) => {
@@ -50,10 +52,13 @@ export async function timed(command: string, args: readonly string[], env: Recor
   });
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  const rssKb = Number((await readFile(out, 'utf8').catch(() => '0')).trim().split('\n').pop());
+  // /usr/bin/time may print a note ("Command exited with non-zero status") before its own line: read the last one.
+  const [rssKb = 0, user = 0, system = 0] = ((await readFile(out, 'utf8').catch(() => '0 0 0')).trim().split('\n').pop() ?? '')
+    .split(' ')
+    .map(Number);
   await rm(out, { force: true });
   if (code !== 0) throw new Error(`${command} ${args.join(' ')} exited ${code}:\n${stderr.slice(-4000)}`);
-  return { seconds, rssMb: Math.round(rssKb / 1024), stdout };
+  return { seconds, rssMb: Math.round(rssKb / 1024), cpuSeconds: user + system, stdout };
 }
 
 export async function admin(sql: string, database = 'postgres'): Promise<Record<string, unknown>[]> {

@@ -142,6 +142,20 @@ export function digestSql(engine: VerifyEngine, relation: string, rowText: strin
   );
 }
 
+/**
+ * The count and checksum of the rows of `relation` whose `partitionColumn` is the one bound value, over `columns`:
+ * what a partition's load stores in the ledger and `ledger verify` computes again.
+ */
+export function partitionDigestSql(engine: VerifyEngine, relation: string, columns: readonly VerifyColumn[], partitionColumn: string): string {
+  return digestSql(engine, relation, rowTextSql(engine, columns), `${quoted(engine, partitionColumn)} = ?`);
+}
+
+/** A digest query's row as `PartitionChecksum` keeps it: the row count, and `<sum1>/<sum2>`. */
+export function digestOf(row: readonly unknown[]): { readonly rows: number; readonly checksum: string } {
+  const sum = (v: unknown) => (v === null || v === undefined ? 0n : BigInt(String(v)));
+  return { rows: Number(row[0]), checksum: `${sum(row[1])}/${sum(row[2])}` };
+}
+
 const CAST_TYPE: Record<Exclude<VerifyEngine, 'sqlite'>, Partial<Record<ColumnKind, string>>> = {
   postgres: { int16: 'smallint', int32: 'integer', int64: 'bigint', uint64: 'numeric', decimal: 'numeric', float32: 'real', float64: 'double precision', uuid: 'uuid', date: 'date', time: 'time', timestamp: 'timestamp', timestamptz: 'timestamptz', boolean: 'boolean' },
   mysql: { int16: 'SIGNED', int32: 'SIGNED', int64: 'SIGNED', uint64: 'UNSIGNED', decimal: 'DECIMAL(65,30)', float32: 'DOUBLE', float64: 'DOUBLE', date: 'DATE', time: 'TIME(6)', timestamp: 'DATETIME(6)', timestamptz: 'DATETIME(6)' },

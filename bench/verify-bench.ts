@@ -8,6 +8,10 @@
  *
  * Usage: npm run build && npx tsx bench/verify-bench.ts [--rows 3000000]
  * Needs the machine's PostgreSQL at 127.0.0.1:5432 (or BENCH_PG_URL). The database has a unique name per run.
+ *
+ * Figures (`npx tsx bench/verify-bench.ts --rows 100000`, 2026-12-07, load average ~25 on 2 shared cores): reload
+ * 8.9 s, verify equal 15.3 s (2 ranges, 1.72×); 10 differences found exactly in 155.5 s (194 ranges), 3,892 rows
+ * (3.9 %) moved; --repair 243.3 s, 7 upserted and 3 deleted, 3,899 rows moved, verify after it ok (9.4 s).
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';

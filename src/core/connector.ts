@@ -6,6 +6,7 @@ import type {
   Column,
   ColumnType,
   LedgerEntry,
+  PartitionChecksum,
   PartitionFailure,
   RejectRecord,
   NullCursorPolicy,
@@ -613,6 +614,8 @@ export interface LedgerStore {
    */
   recordFailure(failure: PartitionFailure): Promise<void>;
   failures(pipeline: string, stream?: string): Promise<readonly PartitionFailure[]>;
+  /** The checksums its loads stored per partition (destinations that compute them: DuckDB, SQLite, Postgres). */
+  checksums?(pipeline: string, stream: string): Promise<ReadonlyMap<string, PartitionChecksum>>;
 }
 
 export interface Lease {

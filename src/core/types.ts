@@ -342,6 +342,19 @@ export interface LedgerEntry {
 }
 
 /**
+ * A checksum of a partition's rows as its load committed them, computed by the destination's engine inside the load's
+ * transaction (the count and `tidemark verify`'s order-independent md5 sums over the columns named, in order):
+ * `ledger verify` computes it again and reports a partition whose rows changed since.
+ */
+export interface PartitionChecksum {
+  readonly partition: string;
+  readonly columns: readonly { readonly name: string; readonly kind: ColumnKind }[];
+  readonly rows: number;
+  /** `<sum of first md5 halves>/<sum of second halves>`. */
+  readonly checksum: string;
+}
+
+/**
  * The last failed load of a partition. Stored apart from its ledger row, after the failed load rolled back, so it
  * never hides the last good load; the next commit that loads (or deletes) the partition clears it.
  */

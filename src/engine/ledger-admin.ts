@@ -3,7 +3,9 @@
  * normal run (lease, one commit per partition); forget edits the ledger under the lease; verify only reads.
  */
 import { UsageError } from '../core/errors.js';
-import type { LedgerEntry, PartitionFailure, RunResult } from '../core/types.js';
+import type { VerifyAccess } from '../core/connector.js';
+import type { LedgerEntry, PartitionChecksum, PartitionFailure, RunResult } from '../core/types.js';
+import { digestOf, partitionDigestSql } from '../shared/verify-sql.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
 import { ledgerOf, planPartitions } from './partition-load.js';
@@ -16,6 +18,11 @@ export interface LedgerCheck {
   /** Null when the table has rows of this partition but the ledger has no row for it. */
   readonly ledgerRows: number | null;
   readonly tableRows: number;
+  /**
+   * The partition's rows against the checksum its load stored: `equal`, or `changed` (edited, added or deleted since
+   * the load). Absent when its load stored none (loaded before checksums were kept, or into the lake).
+   */
+  readonly checksum?: 'equal' | 'changed';
   readonly ok: boolean;
 }
 
@@ -169,23 +176,39 @@ export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinatio
     grid,
 
     /** Compares each partition's ledger row count with the rows in the destination that carry its partition value. */
-    verify(stream?: string): Promise<LedgerCheck[]> {
+    async verify(stream?: string): Promise<LedgerCheck[]> {
       const streams = streamsFor(stream, 'verify');
-      return withLedger(async (ledger) => {
+      const destination = await openDestination(pipeline.destination, options);
+      try {
+        const ledger = ledgerOf(destination, pipeline.name, partitioned[0]?.name ?? '');
         const checks: LedgerCheck[] = [];
         for (const s of streams) {
           const entries = await ledger.list(pipeline.name, s.name);
           const counts = await ledger.countRows(s.name, s.files!.partitionColumn);
+          const stored = (await ledger.checksums?.(pipeline.name, s.name)) ?? new Map<string, PartitionChecksum>();
+          const access = stored.size > 0 ? await destination.verifyAccess?.() : undefined;
           for (const e of entries) {
             const tableRows = counts.get(e.partition) ?? 0;
-            checks.push({ stream: s.name, partition: e.partition, ledgerRows: e.rows, tableRows, ok: tableRows === e.rows });
+            const kept = stored.get(e.partition);
+            const checksum = kept === undefined || access === undefined ? undefined : await partitionChecksum(access, s.name, s.files!.partitionColumn, kept);
+            const ok = tableRows === e.rows && checksum !== 'changed';
+            checks.push({ stream: s.name, partition: e.partition, ledgerRows: e.rows, tableRows, ...(checksum !== undefined ? { checksum } : {}), ok });
           }
           for (const [partition, tableRows] of counts) {
             if (!entries.some((e) => e.partition === partition)) checks.push({ stream: s.name, partition, ledgerRows: null, tableRows, ok: false });
           }
         }
         return checks.sort((a, b) => (a.stream === b.stream ? (a.partition < b.partition ? -1 : 1) : a.stream < b.stream ? -1 : 1));
-      });
+      } finally {
+        await destination.close();
+      }
     },
   };
+}
+
+/** The partition's rows now, checksummed as its load did (over the columns it stored), against that checksum. */
+async function partitionChecksum(access: VerifyAccess, table: string, column: string, kept: PartitionChecksum): Promise<'equal' | 'changed'> {
+  const [row] = await access.query(partitionDigestSql(access.engine, access.relation(table), kept.columns, column), [kept.partition]);
+  const now = digestOf(row!);
+  return now.rows === kept.rows && now.checksum === kept.checksum ? 'equal' : 'changed';
 }

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import type { VerifyEngine } from '../core/connector.js';
 import type { ColumnKind } from '../core/types.js';
 import { canonicalDate, canonicalDecimal, canonicalTime, canonicalTimestamp } from '../core/values.js';
+import { floatTextSql } from './float-text-sql.js';
 import { quoteIdent } from './sql.js';
 
 export interface VerifyColumn {
@@ -31,7 +32,7 @@ export function asText(engine: VerifyEngine, expression: string): string {
   return `CAST(${expression} AS ${TEXT_TYPE[engine]})`;
 }
 
-/** SQL for the canonical text of a column (NULL stays NULL); floats give their raw text, canonicalised in JS. */
+/** SQL for the canonical text of a column (NULL stays NULL); floats in JavaScript's form (see float-text-sql.ts). */
 export function canonicalSql(engine: VerifyEngine, column: VerifyColumn): string {
   const c = quoted(engine, column.name);
   if (engine === 'sqlite') return `tidemark_canonical('${column.kind}', ${c})`;
@@ -45,9 +46,9 @@ export function canonicalSql(engine: VerifyEngine, column: VerifyColumn): string
     case 'float32':
       // A float32 as the double it is exactly (`Math.fround`): MariaDB prints FLOAT with 6 digits, and a SQLite REAL
       // holding one keeps whichever double the loader read.
-      return jsFloatText(engine, asText(engine, `CAST(${c} AS ${engine === 'postgres' ? 'float8' : 'DOUBLE'})`));
+      return floatTextSql(engine, `CAST(${c} AS ${engine === 'postgres' ? 'float8' : 'DOUBLE'})`);
     case 'float64':
-      return jsFloatText(engine, asText(engine, c));
+      return floatTextSql(engine, c);
     case 'bytes':
       return engine === 'postgres' ? `encode(${c}, 'hex')` : `LOWER(HEX(${c}))`;
     case 'uuid':
@@ -66,41 +67,6 @@ export function canonicalSql(engine: VerifyEngine, column: VerifyColumn): string
     default:
       return asText(engine, c);
   }
-}
-
-/**
- * An engine's shortest round-trip text of a float (a float32 printed as a float32) rewritten in SQL into JavaScript's
- * form (`String(x)`): Postgres writes `1e+15` and `1.5e-07`, DuckDB `100.0` and `1e-05`, MariaDB `1e15` and
- * `0.00000015`; JS writes positionally for exponents -7 < e < 21. Most values need no rewrite and skip it.
- */
-function jsFloatText(engine: Exclude<VerifyEngine, 'sqlite'>, t: string): string {
-  const len = (x: string) => (engine === 'mysql' ? `CHAR_LENGTH(${x})` : `length(${x})`);
-  const trim0 = (x: string, side: 'LEADING' | 'TRAILING') => (engine === 'mysql' ? `TRIM(${side} '0' FROM ${x})` : `${side === 'LEADING' ? 'ltrim' : 'rtrim'}(${x}, '0')`);
-  const rx = (x: string, pattern: string) => `${engine === 'mysql' ? 'REGEXP_REPLACE' : 'regexp_replace'}(${x}, '${pattern}', '')`;
-  const int = (x: string) => `CAST(${x} AS ${engine === 'mysql' ? 'SIGNED' : 'INTEGER'})`;
-  const cat = (...parts: string[]) => concat(engine, parts);
-  const negative = `(${t} LIKE '-%')`;
-  const unsigned = `LOWER(CASE WHEN ${negative} THEN SUBSTR(${t}, 2) ELSE ${t} END)`;
-  const mantissa = rx(unsigned, '[e].*$');
-  const exponent = `(CASE WHEN ${unsigned} LIKE '%e%' THEN ${int(rx(unsigned, '^.*e[+]{0,1}'))} ELSE 0 END)`;
-  const whole = rx(mantissa, '[.].*$');
-  const raw = cat(whole, rx(mantissa, '^[^.]*[.]{0,1}'));
-  const leadingZeros = `(${len(raw)} - ${len(trim0(raw, 'LEADING'))})`;
-  const digits = trim0(trim0(raw, 'LEADING'), 'TRAILING');
-  const e = `(${len(whole)} + ${exponent} - ${leadingZeros} - 1)`;
-  const n = len(digits);
-  const positional =
-    `CASE WHEN ${e} >= ${n} - 1 THEN ${cat(digits, `REPEAT('0', ${e} - ${n} + 1)`)} ` +
-    `WHEN ${e} >= 0 THEN ${cat(`SUBSTR(${digits}, 1, ${e} + 1)`, `'.'`, `SUBSTR(${digits}, ${e} + 2)`)} ` +
-    `ELSE ${cat(`'0.'`, `REPEAT('0', -${e} - 1)`, digits)} END`;
-  const scientific = cat(`SUBSTR(${digits}, 1, 1)`, `CASE WHEN ${n} > 1 THEN ${cat(`'.'`, `SUBSTR(${digits}, 2)`)} ELSE '' END`, `'e'`, `CASE WHEN ${e} > 0 THEN '+' ELSE '-' END`, asText(engine, `ABS(${e})`));
-  const rewritten = cat(`CASE WHEN ${negative} THEN '-' ELSE '' END`, `CASE WHEN ${digits} = '' THEN '0' WHEN ${e} > -7 AND ${e} < 21 THEN ${positional} ELSE ${scientific} END`);
-  const lower = `LOWER(${t})`;
-  return (
-    `CASE WHEN ${t} IS NULL THEN NULL WHEN ${lower} IN ('nan', '-nan') THEN 'NaN' WHEN ${lower} IN ('inf', 'infinity', '+inf') THEN 'Infinity' ` +
-    `WHEN ${lower} IN ('-inf', '-infinity') THEN '-Infinity' ` +
-    `WHEN ${lower} LIKE '%e%' OR ${t} LIKE '%.0' OR ${t} LIKE '%0.000000%' OR ${t} = '-0' THEN ${rewritten} ELSE ${t} END`
-  );
 }
 
 function trimDecimalZeros(engine: VerifyEngine, text: string): string {
@@ -174,6 +140,20 @@ export function digestSql(engine: VerifyEngine, relation: string, rowText: strin
     `(SELECT ${hex32Sql(engine, 'SUBSTR(m, 1, 8)')} AS h1, ${hex32Sql(engine, 'SUBSTR(m, 9, 8)')} AS h2 FROM ` +
     `(SELECT ${md5} AS m FROM ${relation} WHERE ${where}) tm_rows) tm_hashes`
   );
+}
+
+/**
+ * The count and checksum of the rows of `relation` whose `partitionColumn` is the one bound value, over `columns`:
+ * what a partition's load stores in the ledger and `ledger verify` computes again.
+ */
+export function partitionDigestSql(engine: VerifyEngine, relation: string, columns: readonly VerifyColumn[], partitionColumn: string): string {
+  return digestSql(engine, relation, rowTextSql(engine, columns), `${quoted(engine, partitionColumn)} = ?`);
+}
+
+/** A digest query's row as `PartitionChecksum` keeps it: the row count, and `<sum1>/<sum2>`. */
+export function digestOf(row: readonly unknown[]): { readonly rows: number; readonly checksum: string } {
+  const sum = (v: unknown) => (v === null || v === undefined ? 0n : BigInt(String(v)));
+  return { rows: Number(row[0]), checksum: `${sum(row[1])}/${sum(row[2])}` };
 }
 
 const CAST_TYPE: Record<Exclude<VerifyEngine, 'sqlite'>, Partial<Record<ColumnKind, string>>> = {
@@ -267,7 +247,8 @@ export function sqliteCanonical(kind: ColumnKind, value: unknown): string | null
         return canonicalDecimal(text);
       case 'float32':
       case 'float64':
-        return canonicalFloat(text, kind);
+        // A number's text would lose the sign of -0.
+        return canonicalFloat(typeof value === 'number' && Object.is(value, -0) ? '-0' : text, kind);
       case 'bytes':
         return Buffer.from(text, 'utf8').toString('hex');
       case 'uuid':

@@ -29,7 +29,8 @@ function showEntries(entries: readonly LedgerListEntry[]): void {
 function showChecks(checks: readonly LedgerCheck[]): void {
   for (const c of checks) {
     const ledger = c.ledgerRows === null ? 'no ledger row' : `ledger ${formatCount(c.ledgerRows)}`;
-    print(`${c.ok ? 'ok      ' : 'MISMATCH'}  ${c.stream}  ${c.partition}  ${ledger}, table ${formatCount(c.tableRows)}`);
+    const checksum = c.checksum === undefined ? '' : c.checksum === 'equal' ? ', checksum equal' : ', rows changed since the load (checksum)';
+    print(`${c.ok ? 'ok      ' : 'MISMATCH'}  ${c.stream}  ${c.partition}  ${ledger}, table ${formatCount(c.tableRows)}${checksum}`);
   }
   const bad = checks.filter((c) => !c.ok).length;
   print(bad === 0 ? `${checks.length} partitions agree with the ledger` : `${bad} of ${checks.length} partitions disagree with the ledger`);

@@ -392,9 +392,13 @@ function postgresDialect(exec: PostgresExecutor, schema: string): SqlDialect {
 export class PostgresDestination extends SqlDestination {
   override readonly capabilities: DestinationCapabilities = { transactionalState: true, writes: ['append', 'merge', 'replace'], schemaEvolution: true, bulkFormats: ['pg-text', 'csv'], changes: ['merge', 'append'] };
 
-  /** Floats print their shortest round-trip text whatever the server's default (the verify SQL rewrites that form). */
+  /**
+   * Floats print their shortest round-trip text whatever the server's default (the verify SQL rewrites that form), and
+   * no checksum query is JIT-compiled (long expressions over whole tables: compiling costs more than it saves).
+   */
   protected override async prepareVerify(): Promise<void> {
     await this.exec.run('SET extra_float_digits = 1');
+    await this.exec.run('SET jit = off');
   }
   private constructor(
     private readonly executor: PostgresExecutor,

@@ -23,7 +23,8 @@ import type {
 } from '../../core/connector.js';
 import { DestinationError, TidemarkError } from '../../core/errors.js';
 import { failpoint } from '../../core/failpoints.js';
-import type { Column, ColumnType, Reject, Row, Value } from '../../core/types.js';
+import type { Column, ColumnType, LedgerEntry, PartitionChecksum, Reject, Row, Value } from '../../core/types.js';
+import { digestOf, partitionDigestSql } from '../../shared/verify-sql.js';
 import { ValueRejection, coerceValue } from '../../core/values.js';
 import { quoteIdent } from '../../shared/sql.js';
 import { DEFAULT_TIME_PRECISION, timePrecision, typeName } from '../../core/schema-diff.js';
@@ -110,7 +111,9 @@ export abstract class SqlDestination implements Destination {
     const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.stageType(c.type)}`), `${SEQ_COLUMN} BIGINT`].join(', ');
     await this.dialect.createStage(this.exec, STAGE, ddl);
     this.loadCounter += 1;
-    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${this.loadCounter}`, ddl, this.createdTables, this.capabilities.foldsCase === true);
+    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${this.loadCounter}`, ddl, this.createdTables, this.capabilities.foldsCase === true, () =>
+      this.prepareVerify(),
+    );
   }
 }
 
@@ -142,6 +145,8 @@ class SqlLoadTransaction implements LoadTransaction {
     private readonly createdTables: Map<string, Set<string>>,
     /** The destination's `capabilities.foldsCase`: a column differing from the table's only in case is that column. */
     private readonly foldsCase: boolean,
+    /** Readies the connection for the checksum SQL (SQLite: registers its functions). */
+    private readonly prepareChecksums: () => Promise<void>,
   ) {}
 
   /** The table this transaction created (it is empty until this load writes). */
@@ -305,6 +310,28 @@ class SqlLoadTransaction implements LoadTransaction {
     return { index, value: partition.value };
   }
 
+  /**
+   * Inside the commit, after the rows were applied: each loaded partition's count and checksum as this engine computes
+   * them over the table's rows of the partition (the ones `ledger verify` computes again); a deleted one loses its.
+   */
+  private async writeChecksums(table: string, entries: readonly LedgerEntry[]): Promise<void> {
+    const column = this.load.target.replacePartition?.column;
+    if (column === undefined) return;
+    const engine = this.dialect.name as VerifyEngine;
+    const columns = this.load.target.schema.columns.map((c) => ({ name: c.name, kind: c.type.kind }));
+    const sql = partitionDigestSql(engine, this.dialect.table(table), columns, column);
+    if (!this.checksumsReady) await this.prepareChecksums();
+    this.checksumsReady = true;
+    const out: (PartitionChecksum | { partition: string; removed: true })[] = [];
+    for (const e of entries) {
+      if (e.status !== 'loaded') out.push({ partition: e.partition, removed: true });
+      else out.push({ partition: e.partition, columns, ...digestOf(Object.values((await this.exec.query(sql, [e.partition]))[0]!)) });
+    }
+    await this.meta.writeChecksums(this.load.pipeline, this.load.target.schema.name, out);
+  }
+
+  private checksumsReady = false;
+
   private async deletePartition(table: string): Promise<void> {
     const partition = this.load.target.replacePartition;
     if (partition === undefined) return;
@@ -346,6 +373,7 @@ class SqlLoadTransaction implements LoadTransaction {
       for (const staged of changeStages) await this.applyChanges(staged);
       if (request.ledger?.length) await this.meta.clearPartitionRejects(request.ledger);
       await this.meta.writeRejects(pipeline, stream, runId, request.rejects);
+      if (request.ledger?.length) await this.writeChecksums(table, request.ledger);
       if (request.ledger?.length) await this.meta.writeLedger(request.ledger, request.ledgerExpect);
       await this.meta.writeRun(request.run);
       this.commits += 1;

@@ -2,7 +2,7 @@
  * tidemark's own tables inside a SQL destination: state, its history, runs, rejects, ledger, locks and loads.
  * They live beside the data so that one transaction commits both (DESIGN.md §1, promise 2).
  */
-import type { LedgerEntry, PartitionFailure, PartitionFile, PipelineState, PipelineStateVersion, Reject, RejectRecord, RunRecord } from '../../core/types.js';
+import type { LedgerEntry, PartitionChecksum, PartitionFailure, PartitionFile, PipelineState, PipelineStateVersion, Reject, RejectRecord, RunRecord } from '../../core/types.js';
 import { ConflictError, LeaseLostError, StateError } from '../../core/errors.js';
 import { partitionLeaseName, type LedgerMark, type LedgerStore, type SaveMeta, type StateStore } from '../../core/connector.js';
 import { quoteIdent } from '../../shared/sql.js';
@@ -15,6 +15,7 @@ export const META_TABLES = {
   rejects: '_tidemark_rejects',
   ledger: '_tidemark_ledger',
   failures: '_tidemark_ledger_failures',
+  checksums: '_tidemark_ledger_checksums',
   locks: '_tidemark_locks',
   loads: '_tidemark_loads',
 } as const;
@@ -26,6 +27,7 @@ const DDL: Record<keyof typeof META_TABLES, string> = {
   rejects: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, column_name TEXT, reason TEXT NOT NULL, "row" TEXT NOT NULL, rejected_at TEXT NOT NULL, "partition" TEXT)`,
   ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   failures: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, error TEXT NOT NULL, failed_at TEXT NOT NULL, run_id TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
+  checksums: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, columns TEXT NOT NULL, "rows" BIGINT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   locks: `(pipeline TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, updated_at TEXT NOT NULL)`,
   loads: `(load_id TEXT PRIMARY KEY, pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, state_version BIGINT NOT NULL, committed_at TEXT NOT NULL)`,
 };
@@ -241,6 +243,21 @@ export class SqlMeta {
     }
   }
 
+  /** Inside an open transaction (the load's): each partition's checksum replaces its previous one; null removes it. */
+  async writeChecksums(pipeline: string, stream: string, checksums: readonly (PartitionChecksum | { readonly partition: string; readonly removed: true })[]): Promise<void> {
+    for (const c of checksums) {
+      if ('removed' in c) {
+        await this.exec.run(`DELETE FROM ${this.t('checksums')} WHERE pipeline = ? AND stream = ? AND "partition" = ?`, [pipeline, stream, c.partition]);
+        continue;
+      }
+      await this.exec.run(
+        `INSERT INTO ${this.t('checksums')} (pipeline, stream, "partition", columns, "rows", checksum) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (pipeline, stream, "partition") DO UPDATE SET columns = excluded.columns, "rows" = excluded."rows", checksum = excluded.checksum`,
+        [pipeline, stream, c.partition, JSON.stringify(c.columns), c.rows, c.checksum],
+      );
+    }
+  }
+
   /** Inside an open transaction; `ensure()` made the table (a destination from before failures were kept gets it then). */
   private async clearFailure(pipeline: string, stream: string, partition: string): Promise<void> {
     await this.exec.run(`DELETE FROM ${this.t('failures')} WHERE pipeline = ? AND stream = ? AND "partition" = ?`, [pipeline, stream, partition]);
@@ -262,6 +279,7 @@ export class SqlMeta {
       forget: async (pipeline, stream, partitions) => {
         if (!(await this.exists()) || partitions.length === 0) return 0;
         const failures = await this.tableExists(META_TABLES.failures);
+        const checksums = await this.tableExists(META_TABLES.checksums);
         const where = `WHERE pipeline = ? AND stream = ? AND "partition" = ?`;
         let removed = 0;
         await this.exec.run(this.dialect.beginStatement);
@@ -275,6 +293,7 @@ export class SqlMeta {
             if (hit.length === 0) continue;
             await this.exec.run(`DELETE FROM ${this.t('ledger')} ${where}`, key);
             if (failures) await this.clearFailure(pipeline, stream, partition);
+            if (checksums) await this.exec.run(`DELETE FROM ${this.t('checksums')} ${where}`, key);
             removed += 1;
           }
           await this.exec.run('COMMIT');
@@ -315,6 +334,16 @@ export class SqlMeta {
             failedAt: String(r.failed_at),
             runId: String(r.run_id),
           }),
+        );
+      },
+      checksums: async (pipeline, stream) => {
+        if (!(await this.exists()) || !(await this.tableExists(META_TABLES.checksums))) return new Map();
+        const rows = await this.exec.query(`SELECT "partition", columns, "rows", checksum FROM ${this.t('checksums')} WHERE pipeline = ? AND stream = ?`, [pipeline, stream]);
+        return new Map(
+          rows.map((r): [string, PartitionChecksum] => [
+            String(r.partition),
+            { partition: String(r.partition), columns: JSON.parse(String(r.columns)) as PartitionChecksum['columns'], rows: Number(r.rows), checksum: String(r.checksum) },
+          ]),
         );
       },
       countRows: async (table, column) => {

@@ -141,6 +141,8 @@ export class PostgresSource implements Source {
 
   /** `tidemark verify`: its queries on this source's connection (TimeZone UTC, every value as text). */
   async verifyAccess(): Promise<VerifyAccess> {
+    // The checksum queries are long expressions over whole tables: JIT-compiling them costs more than it saves.
+    await (await this.connection()).query('SET jit = off');
     return {
       engine: 'postgres',
       relation: (table) => quoteQualified(table),

@@ -150,8 +150,8 @@ destination:
     const verify = await cli(['ledger', 'verify', '--json', '--config', config]);
     expect(verify.code, verify.stderr).toBe(0);
     expect(JSON.parse(verify.stdout)).toEqual([
-      { stream: 'trips', partition: '2024-01', ledger_rows: JAN - 100, table_rows: JAN - 100, ok: true },
-      { stream: 'trips', partition: '2024-02', ledger_rows: FEB, table_rows: FEB, ok: true },
+      { stream: 'trips', partition: '2024-01', ledger_rows: JAN - 100, table_rows: JAN - 100, checksum: 'equal', ok: true },
+      { stream: 'trips', partition: '2024-02', ledger_rows: FEB, table_rows: FEB, checksum: 'equal', ok: true },
     ]);
   });
 

@@ -3,6 +3,7 @@
  * connections. Killed mid-run (kill -9 after some commits of several streams), the next run finishes every stream
  * exactly; a destination with one writer is refused at config time (exit 2).
  */
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli } from '../helpers/cli.js';
@@ -51,6 +52,7 @@ async function rowsOf(db: PgTestDb, relation: string): Promise<string[]> {
 describe('streams side by side (concurrency)', () => {
   it('loads three streams at once; killed after some commits, the next run finishes each exactly once', async () => {
     const dir = join(root, 'kill');
+    await mkdir(dir, { recursive: true });
     const config = await writeYaml(dir, 'p.yaml', yaml('side_kill', 3));
     const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'load.after_commit=5:kill' } });
     expect(killed.signal).toBe('SIGKILL');
@@ -82,6 +84,7 @@ describe('streams side by side (concurrency)', () => {
 
   it('plan --json shows the concurrency', async () => {
     const dir = join(root, 'plan');
+    await mkdir(dir, { recursive: true });
     const config = await writeYaml(dir, 'p.yaml', yaml('side_plan', 2));
     const plan = await cli(['plan', config, '--json']);
     expect(plan.code, plan.stderr).toBe(0);
@@ -91,6 +94,7 @@ describe('streams side by side (concurrency)', () => {
 
   it('a destination with one writer is refused at config time (exit 2), naming concurrency', async () => {
     const dir = join(root, 'duckdb');
+    await mkdir(dir, { recursive: true });
     const config = await writeYaml(dir, 'p.yaml', yaml('x', 2, `  type: duckdb\n  path: ${JSON.stringify(join(dir, 'w.duckdb'))}\n`));
     const run = await cli(['run', config]);
     expect(run.code).toBe(2);

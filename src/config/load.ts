@@ -103,6 +103,8 @@ export interface PipelineConfig {
    */
   readonly stateless?: true;
   readonly streams: readonly StreamConfig[];
+  /** `concurrency:` streams loaded side by side (src/engine/side-by-side.ts); absent: one after another. */
+  readonly concurrency?: number;
   readonly lockTtlMs: number;
   readonly schedule?: string;
   /** IANA zone of `schedule`; absent: the scheduler's local zone. */
@@ -514,6 +516,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     destination: resolveDestination(doc.destination, file, baseDir),
     state: doc.state === 'destination' || doc.state === 'none' ? 'destination' : resolveStateStore(doc.state, baseDir),
     ...(doc.state === 'none' ? { stateless: true as const, streams: checkStateless(streams, file) } : { streams }),
+    ...(doc.concurrency !== undefined && doc.concurrency > 1 ? { concurrency: checkConcurrency(doc.concurrency, doc.destination.type, file) } : {}),
     lockTtlMs,
     ...(doc.schedule !== undefined ? { schedule: checkSchedule(doc.schedule, doc.timezone, file) } : {}),
     ...(doc.timezone !== undefined ? { timezone: doc.timezone } : {}),
@@ -522,6 +525,20 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     ...(doc.retry !== undefined ? { retry: retryPolicy(doc.retry, file) } : {}),
     ...(doc.notify !== undefined ? { notify: doc.notify } : {}),
   };
+}
+
+/**
+ * Streams side by side commit through connections of their own at once: a Postgres destination takes that. DuckDB and
+ * SQLite files have one writer, and a files destination's state object is written by one run at a time.
+ */
+function checkConcurrency(concurrency: number, destination: string, file: string): number {
+  if (destination !== 'postgres') {
+    throw new ConfigError(
+      `${file}: concurrency: ${concurrency} loads streams side by side, each committing on its own connection, which only a postgres destination takes (a ${destination} destination has one writer); remove concurrency or set it to 1`,
+      { context: { phase: 'config' } },
+    );
+  }
+  return concurrency;
 }
 
 function durationOf(text: string, at: string): number {

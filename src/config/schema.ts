@@ -427,6 +427,12 @@ export const pipelineSchema = z
       .describe(
         'Where state lives: `destination` (the default, committed with the data), a separate store reconciled with the destination at every run, or `none`: every run reads each stream from its start (merge and full streams only).',
       ),
+    concurrency: z
+      .number()
+      .int()
+      .positive()
+      .optional()
+      .describe("How many of the pipeline's streams load side by side, each with its own connections and commits (default 1: one after another). Postgres destinations only."),
     lock_ttl: z.string().optional().describe('The lease of a run, renewed while it runs; a dead run frees it after this long (default 2m).'),
     schedule: z.string().optional().describe('A cron pattern for `tidemark schedule` (`*/15 * * * *`).'),
     timezone: z.string().min(1).optional().describe("The IANA time zone the schedule is read in (default: the scheduler's local zone)."),

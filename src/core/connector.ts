@@ -189,6 +189,14 @@ export function rangeCount(rows: number, sizing: RangeSizing): number {
 /** Planned ranges and their readers. Every reader of one plan reads one snapshot where the source can share it. */
 export interface RangePlan {
   readonly ranges: readonly TableRange[];
+  /**
+   * Whether a row stays in one range for as long as it exists (a key range; a rowid that is the table's key), so a
+   * load resumed in a later snapshot still reads each row once. False for physical ranges (Postgres CTID): an UPDATE
+   * may move a row into a range already loaded, so such a load resumes only in the snapshot it was planned in.
+   */
+  readonly rowsKeepRange: boolean;
+  /** The snapshot every reader of this plan reads, where the source shares one (Postgres: the exported snapshot's id). */
+  readonly snapshot?: string;
   /** A reader on a connection of its own; `open` takes a request whose `range` is set. */
   reader(): Promise<RangeReader>;
   /** Ends the shared snapshot (after every reader has closed). */

@@ -162,6 +162,8 @@ export interface RangedLoadState {
   /** The run that planned the ranges: the prefix of their ledger rows. */
   readonly load: string;
   readonly ranges: readonly TableRange[];
+  /** The snapshot the ranges were planned in (`RangePlan.snapshot`): ranges whose rows move resume only in it. */
+  readonly snapshot?: string;
   /** Incremental first loads: the upper bound fixed before the first range (null: the table had no row). */
   readonly until?: TypedValue | null;
   /** Incremental first loads: the safe mark fixed before the first range. */

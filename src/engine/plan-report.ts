@@ -12,6 +12,7 @@ import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 import { withoutPosition } from './stateless.js';
 import { plannedRanges, readsAsRanges, type RangePlanReport } from './range-load.js';
+import { loadsAlone } from './side-by-side.js';
 
 /** A partition of a partitioned stream, as the next run would treat it. */
 export interface PartitionPlanReport {
@@ -65,7 +66,14 @@ export interface StreamPlanReport {
   /** How the source's schema differs from the committed one, and what the next run does about it (absent: no change). */
   readonly schema?: SchemaPlanReport;
   /** A read loaded as ranges (`parallel:`): how many readers, and each range with whether it is committed already. */
-  readonly ranged?: { readonly readers: number; readonly ranges: readonly RangePlanReport[] };
+  /** `concurrency:` this stream loads side by side with the pipeline's other streams, this many at once. */
+  readonly concurrency?: number;
+  readonly ranged?: {
+    readonly readers: number;
+    readonly ranges: readonly RangePlanReport[];
+    /** The load under way was planned in another snapshot and its rows may have moved: it starts over (docs/ranges.md). */
+    readonly startsOver?: true;
+  };
 }
 
 /** Pending schema changes of a stream (see src/engine/schema-check.ts). */
@@ -127,6 +135,9 @@ async function planStreams(
     await destination.close();
   }
   source ??= await openSource(pipeline.source);
+  // `concurrency:` the streams the run loads side by side (as run.ts picks them).
+  const alone = (pipeline.concurrency ?? 1) > 1 && source.readTogether === undefined ? streams.filter(loadsAlone) : [];
+  const sideBySide = new Set(alone.length > 1 ? alone.map((s) => s.name) : []);
   try {
     const reports: StreamPlanReport[] = [];
     const logged = await logReports(source, pipeline, streams.filter((s) => s.strategy === 'log'), states);
@@ -152,7 +163,7 @@ async function planStreams(
         const schema = schemaPlan(pipeline.name, stream, plan, prior, read.schema, options.full === true, widens);
         const ends = { sourceSplits: source.ranges !== undefined, destinationKeepsLedger: keepsLedger, boundedRun: false };
         const ranges = readsAsRanges(ends, stream, plan, prior)
-          ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set()).catch(inStreamContext)
+          ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set(), plan.generation !== undefined).catch(inStreamContext)
           : undefined;
         reports.push({
           stream: stream.name,
@@ -172,6 +183,7 @@ async function planStreams(
           ...(differs.has(stream.name) ? { stateDiffers: `${differs.get(stream.name)!}; the run uses the destination's` } : {}),
           ...(schema !== undefined ? { schema } : {}),
           ...(ranges !== undefined ? { ranged: ranges } : {}),
+          ...(sideBySide.has(stream.name) ? { concurrency: pipeline.concurrency! } : {}),
         });
       } finally {
         await read.close();

@@ -66,6 +66,19 @@ function sizing(stream: StreamConfig, readers: number): RangeSizing {
   return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS };
 }
 
+/**
+ * Whether a ranged load under way starts over instead of resuming: its ranges hold rows by where they lie (Postgres
+ * CTID), and this run reads another snapshot than the one they were planned in, so an UPDATE may have moved a row
+ * from a range still to load into one already loaded, where the resume would never read it. A build starts a new
+ * generation; an incremental first load that merges reads every range again (its upserts make the re-read exact). An
+ * append stream resumes in place: reading the committed ranges again would load their rows twice, and a row an UPDATE
+ * moved carries a new version that the next run reads when its cursor moved (see docs/ranges.md).
+ */
+export function startsOver(ranged: RangedLoadState, plan: Pick<RangePlan, 'rowsKeepRange' | 'snapshot'>, stream: StreamConfig, building: boolean): boolean {
+  if (plan.rowsKeepRange || (ranged.snapshot !== undefined && ranged.snapshot === plan.snapshot)) return false;
+  return building || stream.write === 'merge';
+}
+
 /** A range as `tidemark plan` shows it: its bounds, expected rows, and whether a commit of this load holds it. */
 export interface RangePlanReport {
   readonly id: string;
@@ -82,16 +95,17 @@ export async function plannedRanges(
   stream: StreamConfig,
   prior: StreamState | undefined,
   loaded: ReadonlySet<string>,
-): Promise<{ readonly readers: number; readonly ranges: readonly RangePlanReport[] }> {
+  building: boolean,
+): Promise<{ readonly readers: number; readonly ranges: readonly RangePlanReport[]; readonly startsOver?: true }> {
   const readers = await readerCount(source, stream);
   const report = (load: string, ranges: readonly TableRange[]) => ({
     readers,
     ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })),
   });
-  if (prior?.ranged !== undefined) return report(prior.ranged.load, prior.ranged.ranges);
   const planned = await source.ranges?.plan(stream, sizing(stream, readers));
   await planned?.close();
-  return report('', planned?.ranges ?? []);
+  if (prior?.ranged !== undefined && (planned === undefined || !startsOver(prior.ranged, planned, stream, building))) return report(prior.ranged.load, prior.ranged.ranges);
+  return { ...report('', planned?.ranges ?? []), ...(prior?.ranged !== undefined ? { startsOver: true as const } : {}) };
 }
 
 /** The range loads of one stream; `probe` is the opened whole read (closed here) that fixed the bounds and schema. */
@@ -107,22 +121,28 @@ export async function loadRanges(
   const prior = state.streams[stream.name];
   const context = { pipeline: ctx.pipeline, stream: stream.name };
   const readers = await readerCount(ctx.source, stream);
-  const shared = {
-    until: prior?.ranged?.until !== undefined ? prior.ranged.until : probe.until,
-    safeMark: prior?.ranged?.safeMark ?? probe.safeMark ?? undefined,
-  };
+  const fresh = { until: probe.until, safeMark: probe.safeMark ?? undefined };
   await probe.close();
   const rangePlan = await ctx.source.ranges!.plan(stream, sizing(stream, readers)).catch((e: unknown) => {
     throw withContext(e, { ...context, phase: 'plan' }, 'source');
   });
   if (rangePlan === undefined) throw new SourceError(`the source cannot split ${stream.table} into ranges; remove parallel`, { context: { ...context, phase: 'plan' } });
   try {
-    const ranged: RangedLoadState = prior?.ranged ?? {
-      load: plan.generation ?? ctx.runId,
+    const over = prior?.ranged !== undefined && startsOver(prior.ranged, rangePlan, stream, plan.generation !== undefined);
+    if (over) {
+      const what = plan.generation !== undefined ? 'builds a new generation' : 'reads every range again (merge makes the re-read exact)';
+      ctx.onWarning?.(stream.name, `the ranged load under way was planned in another snapshot, in which rows may have moved between ranges: it starts over and ${what}`);
+    }
+    const resumed = over ? undefined : prior?.ranged;
+    // A build that starts over is a new generation: its first commit replaces the build table of the old one.
+    const settled: StreamPlan = over && plan.generation !== undefined ? { ...plan, generation: ctx.runId, freshBuild: true } : plan;
+    const ranged: RangedLoadState = resumed ?? {
+      load: settled.generation ?? ctx.runId,
       ranges: rangePlan.ranges,
-      ...(stream.strategy === 'incremental' ? { until: shared.until, ...(shared.safeMark ? { safeMark: shared.safeMark } : {}) } : {}),
+      ...(rangePlan.snapshot !== undefined ? { snapshot: rangePlan.snapshot } : {}),
+      ...(stream.strategy === 'incremental' ? { until: fresh.until, ...(fresh.safeMark ? { safeMark: fresh.safeMark } : {}) } : {}),
     };
-    const loader = new RangeLoader(ctx, stream, plan, state, schemaStep, ranged, ctx.destination.ledger!, started, probe.schema);
+    const loader = new RangeLoader(ctx, stream, settled, state, schemaStep, ranged, resumed !== undefined, ctx.destination.ledger!, started, probe.schema);
     return await loader.load(rangePlan, readers, probe);
   } finally {
     await rangePlan.close();
@@ -175,6 +195,8 @@ class RangeLoader {
     state: PipelineState,
     private readonly schemaStep: SchemaStep,
     private readonly ranged: RangedLoadState,
+    /** The load continues one under way (not one starting over): the rows and high mark of its commits carry on. */
+    resumed: boolean,
     private readonly ledger: LedgerStore,
     private readonly started: number,
     /** The schema of the table as this load writes it (the probe's, with columns the schema policy leaves out gone). */
@@ -184,8 +206,8 @@ class RangeLoader {
     this.building = plan.generation !== undefined;
     this.freshBuild = plan.freshBuild;
     const prior = state.streams[stream.name];
-    this.buildRows = prior?.build?.rows ?? 0;
-    this.high = prior?.ranged?.high;
+    this.buildRows = resumed ? (prior?.build?.rows ?? 0) : 0;
+    this.high = resumed ? prior?.ranged?.high : undefined;
   }
 
   async load(rangePlan: RangePlan, readers: number, probe: OpenedRead): Promise<StreamOutcome> {

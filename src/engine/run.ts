@@ -29,6 +29,7 @@ import { NO_OBSERVER, allObservers, type RunObserver } from '../core/run-observe
 import { notifyObserver } from '../notify/notify.js';
 import { runTelemetry } from '../telemetry/telemetry.js';
 import { observedDestination } from './observed-destination.js';
+import { StateLine, loadSideBySide, loadsAlone, type Lane } from './side-by-side.js';
 import { destinationFileError } from './destination-file-errors.js';
 
 export interface RunOptions {
@@ -235,6 +236,9 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
   // Log streams read one change log together (a source transaction spanning tables commits once): loaded as one, at
   // the place of the first.
   const logStreams = ctx.streams.filter((s) => s.strategy === 'log');
+  // `concurrency:` streams of their own load side by side, at the place of the first; the others keep their order.
+  const sideStreams = sideBySideStreams(ctx);
+  const sideBySide = new Set(sideStreams.map((s) => s.name));
   for (const stream of ctx.streams) {
     if (stream.strategy === 'log') {
       if (stream !== logStreams[0]) continue;
@@ -245,55 +249,114 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
       for (const r of outcome.results) ctx.observer.streamFinished(r, 'log');
       continue;
     }
-    ctx.observer.streamStarted(stream.name, stream.strategy);
-    const started = monotonicMs();
-    let durable: StreamResult | undefined;
-    try {
-      const load = stream.strategy === 'partitioned' ? partitionLoader(ctx.options.reload, ctx.options.partitions, ctx.partitionLeases) : loadStream;
-      const outcome = await load(
-        {
-          pipeline: pipeline.name,
-          runId: ctx.runId,
-          startedAt: ctx.startedAt,
-          source: ctx.source,
-          destination,
-          lease: ctx.lease,
-          full: ctx.options.full === true,
-          ...(ctx.options.strict ? { strict: true } : {}),
-          ...(ctx.options.until !== undefined ? { until: ctx.options.until } : {}),
-          ...(ctx.options.signal ? { signal: ctx.options.signal } : {}),
-          ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
-          onCommit: (result: StreamResult) => (durable = result),
-          ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
-          onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`, { pipeline: pipeline.name, stream: name, run_id: ctx.runId }),
-        },
-        stream,
-        pipeline.stateless ? withoutPosition(state, stream.name) : state,
-      );
-      // A partition job writes no pipeline state (see Fence); its ledger rows are its record.
-      state = ctx.partitionLeases === undefined ? await recordQuietRuns(quietContext(ctx), outcome.state, [outcome.result]) : outcome.state;
-      results.push(outcome.result);
-      ctx.observer.streamFinished(outcome.result, stream.strategy);
-      warnOfRejects(ctx, stream, outcome.result);
-    } catch (error) {
-      const failure = withContext(destinationFileError(error, pipeline), { pipeline: pipeline.name, stream: stream.name }, 'source');
-      // A fenced or displaced run must stop touching the pipeline at once.
-      if (failure instanceof ConflictError) throw failure;
-      if (ctx.options.signal?.aborted) {
-        // Stopped on purpose: the record says so now, with what did commit, instead of staying 'running'.
-        await recordFailure(ctx, failedResult(stream.name, failure, started, durable), 'stopped', stopReason(ctx.options.signal));
-        throw failure;
-      }
-      // Not logged here: the result carries the failure and every caller prints it once (the CLI, the scheduler, a worker).
-      const failed = failedResult(stream.name, failure, started, durable);
-      await recordFailure(ctx, failed);
-      results.push(failed);
-      ctx.observer.streamFinished(failed, stream.strategy);
-      state = (await destination.state.load(pipeline.name)) ?? state;
+    if (sideBySide.has(stream.name)) {
+      if (stream !== sideStreams[0]) continue;
+      const line = new StateLine(state);
+      for (const r of await runSideBySide(ctx, sideStreams, line)) results.push(r);
+      state = await recordQuietRuns(quietContext(ctx), line.state, results.filter((r) => sideBySide.has(r.stream)));
+      continue;
     }
+    const loaded = await loadOne(ctx, stream, state);
+    state = loaded.state === undefined ? ((await destination.state.load(pipeline.name)) ?? state) : ctx.partitionLeases === undefined ? await recordQuietRuns(quietContext(ctx), loaded.state, [loaded.result]) : loaded.state;
+    results.push(loaded.result);
+    finished(ctx, stream, loaded.result);
   }
   await storeSharedResume(together, ctx.streams, state, results);
   return results;
+}
+
+/** The streams this run loads side by side: with `concurrency` above 1, those loading on their own, when two or more. */
+function sideBySideStreams(ctx: RunContext): StreamConfig[] {
+  const concurrency = ctx.pipeline.concurrency ?? 1;
+  // A partition job's and a read shared by streams (an Airbyte connector's one read) keep one lane.
+  if (concurrency <= 1 || ctx.partitionLeases !== undefined || ctx.source.readTogether !== undefined) return [];
+  const alone = ctx.streams.filter(loadsAlone);
+  return alone.length > 1 ? alone : [];
+}
+
+/**
+ * `streams` on up to `concurrency` lanes: the run's own ends, and for each further lane a source and a destination
+ * opened for it (closed again at the end). Every lane commits through `line`.
+ */
+async function runSideBySide(ctx: RunContext, streams: readonly StreamConfig[], line: StateLine): Promise<StreamResult[]> {
+  const count = Math.min(ctx.pipeline.concurrency ?? 1, streams.length);
+  const lanes: Lane[] = [{ source: ctx.source, destination: line.destination(ctx.destination) }];
+  const opened: { source: Source; destination: Destination }[] = [];
+  try {
+    while (lanes.length < count) {
+      const ends = await openEnds(ctx.pipeline, ctx.logger);
+      opened.push(ends);
+      // The lane's data session carries the lease token in its name, as the run's own does (Postgres: a later holder
+      // finds it by that name, and a source's safe mark does not mistake it for one of tidemark's read sessions).
+      await cutOffOlderHolders(ends.destination, ctx.lease, ctx.logger);
+      const destination = ctx.observer === NO_OBSERVER ? ends.destination : observedDestination(ends.destination, ctx.observer);
+      lanes.push({ source: ends.source, destination: line.destination(destination) });
+    }
+    return await loadSideBySide(streams, lanes, async (lane, stream) => {
+      const laneCtx: RunContext = { ...ctx, source: lane.source, destination: lane.destination };
+      const loaded = await loadOne(laneCtx, stream, line.state);
+      finished(ctx, stream, loaded.result);
+      return loaded.result;
+    });
+  } finally {
+    for (const ends of opened) {
+      await ends.source.close().catch(() => undefined);
+      await ends.destination.close().catch(() => undefined);
+    }
+  }
+}
+
+function finished(ctx: RunContext, stream: StreamConfig, result: StreamResult): void {
+  ctx.observer.streamFinished(result, stream.strategy);
+  if (result.outcome === 'committed') warnOfRejects(ctx, stream, result);
+}
+
+/**
+ * One stream of its own (not a log stream), through `ctx`'s ends. Its failure becomes its result (recorded), except
+ * a lost lease and a stop on purpose, which end the run. `state` undefined: the stream failed (reload the stored one).
+ */
+async function loadOne(ctx: RunContext, stream: StreamConfig, state: PipelineState): Promise<{ state?: PipelineState; result: StreamResult }> {
+  const { pipeline, destination } = ctx;
+  ctx.observer.streamStarted(stream.name, stream.strategy);
+  const started = monotonicMs();
+  let durable: StreamResult | undefined;
+  try {
+    const load = stream.strategy === 'partitioned' ? partitionLoader(ctx.options.reload, ctx.options.partitions, ctx.partitionLeases) : loadStream;
+    const outcome = await load(
+      {
+        pipeline: pipeline.name,
+        runId: ctx.runId,
+        startedAt: ctx.startedAt,
+        source: ctx.source,
+        destination,
+        lease: ctx.lease,
+        full: ctx.options.full === true,
+        ...(ctx.options.strict ? { strict: true } : {}),
+        ...(ctx.options.until !== undefined ? { until: ctx.options.until } : {}),
+        ...(ctx.options.signal ? { signal: ctx.options.signal } : {}),
+        ...(ctx.options.worker !== undefined ? { worker: ctx.options.worker } : {}),
+        onCommit: (result: StreamResult) => (durable = result),
+        ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
+        onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`, { pipeline: pipeline.name, stream: name, run_id: ctx.runId }),
+      },
+      stream,
+      pipeline.stateless ? withoutPosition(state, stream.name) : state,
+    );
+    return { state: outcome.state, result: outcome.result };
+  } catch (error) {
+    const failure = withContext(destinationFileError(error, pipeline), { pipeline: pipeline.name, stream: stream.name }, 'source');
+    // A fenced or displaced run must stop touching the pipeline at once.
+    if (failure instanceof ConflictError) throw failure;
+    if (ctx.options.signal?.aborted) {
+      // Stopped on purpose: the record says so now, with what did commit, instead of staying 'running'.
+      await recordFailure(ctx, failedResult(stream.name, failure, started, durable), 'stopped', stopReason(ctx.options.signal));
+      throw failure;
+    }
+    // Not logged here: the result carries the failure and every caller prints it once (the CLI, the scheduler, a worker).
+    const failed = failedResult(stream.name, failure, started, durable);
+    await recordFailure(ctx, failed);
+    return { result: failed };
+  }
 }
 
 async function runLogStreams(ctx: RunContext, streams: readonly StreamConfig[], state: PipelineState): Promise<{ state: PipelineState; results: readonly StreamResult[] }> {

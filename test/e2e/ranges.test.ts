@@ -97,7 +97,7 @@ describe.each(KINDS)('ranged full loads into %s', (kind) => {
   it.each([
     ['between ranges', 'range.after_commit=2:kill'],
     ['inside a range', 'range.after_write=8:kill'],
-  ])('killed %s, a rebuild keeps the old generation live and the resume loads only the ranges not committed', async (_where, failpoint) => {
+  ])('killed %s, a rebuild keeps the old generation live and the next run builds a new one', async (_where, failpoint) => {
     const table = `kill_${kind}_${failpoint.startsWith('range.after_commit') ? 'between' : 'inside'}`;
     await createItems(table, ROWS);
     const dir = join(root, `${table}`);
@@ -119,11 +119,15 @@ describe.each(KINDS)('ranged full loads into %s', (kind) => {
     if (failpoint.startsWith('range.after_commit')) expect(committed).toBe(2);
     else expect(committed).toBeGreaterThan(0), expect(committed).toBeLessThan(4);
     expect(build.rows).toBe(thisLoad.reduce((sum, e) => sum + e.rows, 0));
-    expect((await cli(['plan', config])).stdout).toContain(`ranges: 4 (${committed} committed)`);
+    // CTID ranges planned in the killed run's snapshot: the next run cannot resume them (rows may have moved), it
+    // builds a new generation, and plan says so.
+    const plan = (await cli(['plan', config])).stdout;
+    expect(plan).toContain('ranges: 4 (0 committed)');
+    expect(plan).toContain('it starts over');
 
     const resumed = await runJson(config);
     expect(resumed.code, resumed.stderr).toBe(0);
-    expect(resumed.result!.streams[0]).toMatchObject({ rows_read: ROWS - build.rows, ranges: { done: 4, total: 4 } });
+    expect(resumed.result!.streams[0]).toMatchObject({ rows_read: ROWS, ranges: { done: 4, total: 4 } });
     expect(await targetRows(kind, target, table, ITEM_COLUMNS)).toEqual(await sourceRows(table, itemsSqlOf(kind)));
     const after = await stateOf(config);
     expect(after.streams[table]!.ranged).toBeUndefined();
@@ -131,7 +135,7 @@ describe.each(KINDS)('ranged full loads into %s', (kind) => {
     // The finished load's ledger rows replace the earlier load's.
     const rows = JSON.parse((await cli(['ledger', 'list', '--json', '--config', config])).stdout) as { partition: string }[];
     expect(rows).toHaveLength(4);
-  });
+  }, 240_000);
 });
 
 describe('a ranged load that fails', () => {
@@ -197,7 +201,8 @@ describe('ranged first load of an incremental stream', () => {
     );
     await db.sql(`ANALYZE inc_items`);
     const dir = join(root, 'inc');
-    const { config, target } = await pipeline(dir, 'duckdb', [{ table: 'public.inc_items', cursor: 'at', ...RANGED }]);
+    // Append: resumed in place, in a new snapshot (see 'a CTID load resumed in a new snapshot' for merge).
+    const { config, target } = await pipeline(dir, 'duckdb', [{ table: 'public.inc_items', cursor: 'at', write: 'append', ...RANGED }]);
     const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'range.after_commit=3:kill' } });
     expect(killed.signal).toBe('SIGKILL');
     const mid = await stateOf(config);
@@ -205,7 +210,7 @@ describe('ranged first load of an incremental stream', () => {
     // No watermark before the last range: the ranges still to load hold rows below the highest committed.
     expect(mid.streams.inc_items!.watermark).toBeUndefined();
     // Rows added meanwhile lie above the bound fixed before the first range: the resume leaves them to the next run.
-    await db.sql(`INSERT INTO inc_items VALUES ('late-1', 1, 1, '2030-01-01 00:00:00.000002+00'), ('k000001x', 2, 2, '2030-01-01 00:00:00.000001+00')`);
+    await db.sql(`INSERT INTO inc_items VALUES ('late-1', 1, 1, '2025-01-01 00:00:00.000002+00'), ('k000001x', 2, 2, '2025-01-01 00:00:00.000001+00')`);
     const resumed = await runJson(config);
     expect(resumed.code, resumed.stderr).toBe(0);
     expect(await targetRows('duckdb', target, 'inc_items', ITEM_COLUMNS)).toHaveLength(ROWS);
@@ -217,7 +222,7 @@ describe('ranged first load of an incremental stream', () => {
     expect(next.result!.streams[0]).toMatchObject({ rows_read: 2 });
     expect(next.result!.streams[0]!.ranges).toBeUndefined();
     expect(await targetRows('duckdb', target, 'inc_items', ITEM_COLUMNS)).toEqual(await sourceRows('inc_items', itemsSql));
-  });
+  }, 240_000);
 
   it('a transaction that commits late during the ranged first load is picked up by the next run', async () => {
     await db.sql(`CREATE TABLE late_items (id text PRIMARY KEY, n bigint, v numeric(20,6), at timestamptz)`);
@@ -238,6 +243,105 @@ describe('ranged first load of an incremental stream', () => {
     expect(second.code, second.stderr).toBe(0);
     expect(await targetRows('duckdb', target, 'late_items', ITEM_COLUMNS)).toEqual(await sourceRows('late_items', itemsSql));
   });
+});
+
+describe('a CTID load resumed in a new snapshot', () => {
+  /** 24,000 rows in 8 ranges of ~3,000 rows, each of two chunks; killed after 3 ranges committed. */
+  const MOVING = { parallel: 3, range_rows: 3000, checkpoint_rows: 2048 };
+  const N = 24_000;
+
+  /**
+   * A table whose first blocks have room (every 4th of their rows deleted, then VACUUM records the space), so that an
+   * UPDATE of a row further on writes its new version there, into a range the killed load already committed.
+   */
+  async function createMoving(table: string): Promise<void> {
+    await db.sql(`CREATE TABLE ${table} (id text PRIMARY KEY, n bigint, v numeric(20,6), at timestamptz)`);
+    await db.sql(
+      `INSERT INTO ${table} SELECT 'k' || lpad(g::text, 6, '0'), g, g / 7.0, timestamptz '2024-01-01 00:00:00.000001+00' + g * interval '1 second'
+         FROM generate_series(1, ${N}) g`,
+    );
+    await db.sql(`DELETE FROM ${table} WHERE n <= 7000 AND n % 4 = 0`);
+    await db.sql(`VACUUM (ANALYZE) ${table}`);
+  }
+
+  /** The upper block of the ranges the killed load committed (`<load>:ctid a-b`, committed in order from block 0). */
+  async function committedBlocks(config: string, load: string): Promise<bigint> {
+    const ledger = JSON.parse((await cli(['ledger', 'list', '--json', '--config', config])).stdout) as { partition: string }[];
+    const ends = ledger.filter((e) => e.partition.startsWith(`${load}:`)).map((e) => BigInt(/ctid \d+-(\d+)$/.exec(e.partition)![1]!));
+    expect(ends.length).toBe(3);
+    return ends.reduce((a, b) => (a > b ? a : b));
+  }
+
+  /** Updates rows of the ranges not committed; returns how many of their new versions now lie in committed blocks. */
+  async function moveRows(table: string, below: bigint, set: string): Promise<number> {
+    await db.sql(`UPDATE ${table} SET ${set} WHERE n > 16000 AND n % 10 = 0`);
+    const moved = await db.sql(`SELECT count(*)::int AS n FROM ${table} WHERE n > 16000 AND n % 10 = 0 AND (ctid::text::point)[0] < $1`, [Number(below)]);
+    return Number(moved[0]!.n);
+  }
+
+  async function killAfterThreeRanges(config: string, table: string): Promise<{ load: string; below: bigint }> {
+    const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'range.after_commit=3:kill' } });
+    expect(killed.signal).toBe('SIGKILL');
+    const ranged = (await stateOf(config)).streams[table]!.ranged as { load: string; ranges: unknown[] };
+    expect(ranged.ranges).toHaveLength(8);
+    return { load: ranged.load, below: await committedBlocks(config, ranged.load) };
+  }
+
+  async function keysOnce(target: string, table: string): Promise<void> {
+    const rows = await destinationQuery('duckdb', target, `SELECT count(*) AS n, count(DISTINCT id) AS d FROM ${table}`);
+    const expected = BigInt(Number((await db.sql(`SELECT count(*)::int AS n FROM ${table}`))[0]!.n));
+    expect(rows[0]).toMatchObject({ n: expected, d: expected });
+  }
+
+  it('a full build starts over in a new generation: rows an UPDATE moved into committed ranges are all there, once', async () => {
+    const table = 'moving_full';
+    await createMoving(table);
+    const { config, target } = await pipeline(join(root, table), 'duckdb', [{ table: `public.${table}`, strategy: 'full', ...MOVING }]);
+    const { load, below } = await killAfterThreeRanges(config, table);
+    expect(await moveRows(table, below, 'v = v + 1'), 'new versions in committed blocks').toBeGreaterThan(100);
+    const resumed = await runJson(config);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    await keysOnce(target, table);
+    expect(await targetRows('duckdb', target, table, ITEM_COLUMNS)).toEqual(await sourceRows(table, itemsSql));
+    expect(resumed.result!.streams[0]).toMatchObject({ rows_read: N - 1750, ranges: { done: 8, total: 8 } });
+    // The killed load's ledger rows are gone with it.
+    const ledger = JSON.parse((await cli(['ledger', 'list', '--json', '--config', config])).stdout) as { partition: string }[];
+    expect(ledger).toHaveLength(8);
+    expect(ledger.some((e) => e.partition.startsWith(`${load}:`))).toBe(false);
+  }, 240_000);
+
+  it('an incremental first load that merges reads every range again: every row once, later rows with the next run', async () => {
+    const table = 'moving_merge';
+    await createMoving(table);
+    const { config, target } = await pipeline(join(root, table), 'duckdb', [{ table: `public.${table}`, cursor: 'at', write: 'merge', ...MOVING }]);
+    const { below } = await killAfterThreeRanges(config, table);
+    // The cursor stays: nothing above the watermark would bring these rows back later.
+    expect(await moveRows(table, below, 'v = v + 1')).toBeGreaterThan(100);
+    const resumed = await runJson(config);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    await keysOnce(target, table);
+    expect(await targetRows('duckdb', target, table, ITEM_COLUMNS)).toEqual(await sourceRows(table, itemsSql));
+    expect(resumed.result!.streams[0]).toMatchObject({ rows_read: N - 1750, ranges: { done: 8, total: 8 } });
+    await db.sql(`INSERT INTO ${table} VALUES ('late', 0, 0, '2030-01-01 00:00:00+00')`);
+    const next = await runJson(config);
+    expect(next.result!.streams[0]).toMatchObject({ rows_read: 1 });
+    expect(await targetRows('duckdb', target, table, ITEM_COLUMNS)).toEqual(await sourceRows(table, itemsSql));
+  }, 240_000);
+
+  it('an append first load resumes in place: a moved row whose cursor moved comes with the next run, once', async () => {
+    const table = 'moving_append';
+    await createMoving(table);
+    const { config, target } = await pipeline(join(root, table), 'duckdb', [{ table: `public.${table}`, cursor: 'at', write: 'append', ...MOVING }]);
+    const { below } = await killAfterThreeRanges(config, table);
+    expect(await moveRows(table, below, `v = v + 1, at = timestamptz '2025-01-01 00:00:00+00' + n * interval '1 microsecond'`)).toBeGreaterThan(100);
+    const resumed = await runJson(config);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect((resumed.result!.streams[0]!.ranges as { done: number }).done).toBe(8);
+    const next = await runJson(config);
+    expect(next.code, next.stderr).toBe(0);
+    await keysOnce(target, table);
+    expect(await targetRows('duckdb', target, table, ITEM_COLUMNS)).toEqual(await sourceRows(table, itemsSql));
+  }, 240_000);
 });
 
 describe('ranged loads from MariaDB (primary-key ranges)', () => {

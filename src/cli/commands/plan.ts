@@ -36,6 +36,7 @@ async function planOne(file: string, options: PlanCommandOptions): Promise<void>
     }
     print(`${pipeline.name}.${r.stream}: ${r.strategy}, write ${r.write}${r.mode === 'build' ? `, builds a new generation${r.resumesBuild ? ' (resuming)' : ''}` : ''}`);
     print(`  watermark: ${describeWatermark(r.watermark)}`);
+    if (r.concurrency !== undefined) print(`  side by side with the pipeline's other streams, ${r.concurrency} at once`);
     if (r.stateDiffers !== undefined) print(`  state: ${r.stateDiffers}`);
     if (r.from) print(`  lookback from: ${r.from.value}`);
     print(`  until (high mark): ${r.until?.value ?? '(none: nothing to read)'}`);
@@ -56,6 +57,7 @@ function printRanges(r: StreamPlanReport): void {
   const { readers, ranges } = r.ranged;
   const done = ranges.filter((range) => range.done).length;
   print(`  ranges: ${ranges.length} (${done} committed), ${readers} reader${readers === 1 ? '' : 's'} at once`);
+  if (r.ranged.startsOver) print('  the load under way was planned in another snapshot, in which rows may have moved between ranges: it starts over');
   for (const range of ranges) print(`    ${range.done ? 'done   ' : 'to load'}  ${range.id}${range.estimatedRows !== undefined ? `  ~${formatCount(range.estimatedRows)} rows` : ''}`);
 }
 

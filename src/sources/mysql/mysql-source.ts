@@ -158,6 +158,8 @@ export class MysqlSource implements Source {
     }));
     return {
       ranges,
+      // A row's key places it: an UPDATE leaves it where it was (a changed key is another row, see docs/ranges.md).
+      rowsKeepRange: true,
       reader: async () => {
         const reader = await MysqlSource.connect(this.options);
         return { open: (request) => reader.open(request), close: () => reader.close() };

@@ -282,6 +282,9 @@ export class PostgresSource implements Source {
     const snapshot = (await client.query<{ id: string }>('SELECT pg_export_snapshot() AS id')).rows[0]!.id;
     return {
       ranges,
+      // An UPDATE writes a row's new version wherever the heap has room, possibly in a block already loaded.
+      rowsKeepRange: false,
+      snapshot,
       reader: async () => {
         const reader = await PostgresSource.connect(this.options);
         return { open: (request) => reader.openInSnapshot(request, snapshot), close: () => reader.close() };
@@ -320,7 +323,11 @@ export class PostgresSource implements Source {
     ];
   }
 
-  /** Read in autocommit just before the read snapshot (see SnapshotHorizon). One statement: its snapshot precedes the activity scan. */
+  /**
+   * Read in autocommit just before the read snapshot (see SnapshotHorizon). One statement: its snapshot precedes the
+   * activity scan. tidemark's own source sessions (application_name 'tidemark', READ ONLY transactions) write no row,
+   * so none of them can commit one late: a stream loading side by side does not hold back its neighbours' safe marks.
+   */
   private async horizon(relation: string, cursor: PgColumn): Promise<SnapshotHorizon | undefined> {
     if (!this.seesAllSessions) return undefined;
     const sequence = ['int16', 'int32', 'int64', 'decimal'].includes(cursor.type.kind);
@@ -328,7 +335,8 @@ export class PostgresSource implements Source {
     const r = await this.query<{ now: string; oldest: string | null; offset_minutes: string; max: string | null }>(
       `SELECT to_char(statement_timestamp() AT TIME ZONE 'UTC', ${UTC_TEXT}) AS now,
               (SELECT to_char(min(xact_start) AT TIME ZONE 'UTC', ${UTC_TEXT}) FROM pg_stat_activity
-                WHERE pid <> pg_backend_pid() AND datname = current_database() AND backend_type = 'client backend' AND xact_start IS NOT NULL) AS oldest,
+                WHERE pid <> pg_backend_pid() AND datname = current_database() AND backend_type = 'client backend' AND xact_start IS NOT NULL
+                  AND application_name IS DISTINCT FROM 'tidemark') AS oldest,
               (extract(epoch FROM (statement_timestamp() AT TIME ZONE $1) - (statement_timestamp() AT TIME ZONE 'UTC')) / 60)::int::text AS offset_minutes,
               ${max} AS max`,
       [this.writerZone],

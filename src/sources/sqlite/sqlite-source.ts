@@ -271,6 +271,22 @@ export class SqliteSource implements Source {
   };
 
   /**
+   * Whether the table's rowid is its INTEGER PRIMARY KEY. Then a row keeps its rowid for as long as it exists; without
+   * one, VACUUM may renumber the rowids, moving rows into ranges already loaded.
+   */
+  private rowidIsKey(table: string): boolean {
+    const parts = table.split('.');
+    const [schema, name] = parts.length > 1 ? [parts[0]!, parts.slice(1).join('.')] : ['main', table];
+    try {
+      const info = this.db.prepare('SELECT type, pk FROM pragma_table_info(?, ?)').all(name.replace(/^"|"$/g, ''), schema.replace(/^"|"$/g, '')) as { type: string; pk: number }[];
+      const key = info.filter((c) => c.pk > 0);
+      return key.length === 1 && key[0]!.type.toUpperCase() === 'INTEGER';
+    } catch {
+      return false;
+    }
+  }
+
+  /**
    * Rowid ranges of a table: its rowid span cut into equal slices (the rowid is the INTEGER PRIMARY KEY where
    * the table has one). A table WITHOUT ROWID is one range. Each range reads in a read transaction of its own.
    */
@@ -301,6 +317,7 @@ export class SqliteSource implements Source {
     }
     return {
       ranges,
+      rowsKeepRange: this.rowidIsKey(stream.table),
       reader: async () => {
         const reader = new SqliteSource(this.options);
         return { open: (request) => reader.open(request), close: () => reader.close() };

@@ -1,9 +1,10 @@
 /**
- * Bounds on the waits of a source read, on the driver's socket. TCP alone never ends a read whose network stalls
- * (packets dropped, connection open) or whose process is asked to stop while the driver waits for the server:
- *  - a socket that delivers nothing for `readTimeoutMs` while the driver waits for a statement's data is destroyed
- *    with an error that names the server; time when bytes wait unread (the destination is still loading earlier
- *    rows) or no statement runs (the engine is committing) does not count;
+ * Bounds on the waits of a source connection, on the driver's socket. TCP alone never ends a statement whose network
+ * stalls (packets dropped, connection open) or whose process is asked to stop while the driver waits for the server:
+ *  - a socket that delivers nothing for `readTimeoutMs` while the driver waits for an answer (the handshake, a
+ *    planning query, a streamed read) is destroyed with an error that names the server; time when bytes wait unread
+ *    (the destination is still loading earlier rows) or no statement runs (the engine is committing) does not count;
+ *    a source that can ask the server whether it is still computing (`alive`) keeps waiting while it is;
  *  - an abort (SIGTERM, SIGINT, SIGHUP) destroys the socket at once, so a read stuck inside the driver ends too.
  * The driver then fails its running statement with that error, and the engine rolls the destination back.
  */
@@ -22,6 +23,14 @@ export interface ReadGuardOptions {
   readonly server: string;
   /** A statement is running on the connection: the driver expects data from the server. */
   readonly waiting: () => boolean;
+  /** What the connection waits for, in the stall message ("reading", "connecting"); "reading" by default. */
+  readonly activity?: () => string;
+  /**
+   * Asked when the stall detector fires, over another connection: true when the server is still working on the
+   * statement (a sort before its first row), so the wait goes on for another `readTimeoutMs`; false or a failure
+   * (that connection stalls too) ends the stalled one.
+   */
+  readonly alive?: () => Promise<boolean>;
 }
 
 /**
@@ -30,16 +39,37 @@ export interface ReadGuardOptions {
  */
 export function guardRead(socket: Socket | undefined, options: ReadGuardOptions): () => void {
   if (socket === undefined) return () => undefined;
-  const { readTimeoutMs, signal, server, waiting } = options;
+  const { readTimeoutMs, signal, server, waiting, alive } = options;
   let lastBytes = socket.bytesRead;
   let lastActive = performance.now();
+  let probing = false;
+  const stalled = (): void => {
+    const activity = options.activity?.() ?? 'reading';
+    const hint = alive === undefined ? '; a query the server computes longer before its first row, such as a sort of a large table without an index, needs a larger read_timeout' : '';
+    socket.destroy(new ReadStalledError(`no data from ${server} for ${formatSeconds(readTimeoutMs)} while ${activity} (read_timeout${hint})`));
+  };
   const check = (): void => {
+    if (probing || socket.destroyed) return;
     // Bytes arrived, bytes wait unread (the driver holds back while the destination loads), or nothing is asked.
     if (socket.bytesRead !== lastBytes || socket.readableLength > 0 || !waiting()) {
       lastBytes = socket.bytesRead;
       lastActive = performance.now();
     } else if (performance.now() - lastActive > readTimeoutMs) {
-      socket.destroy(new ReadStalledError(`no data from ${server} for ${formatSeconds(readTimeoutMs)} while reading (read_timeout; a query the server computes longer before its first row, such as a sort of a large table without an index, needs a larger read_timeout)`));
+      if (alive === undefined) return stalled();
+      probing = true;
+      void withTimeout(alive(), readTimeoutMs).then(
+        (working) => {
+          probing = false;
+          if (socket.destroyed) return;
+          // The server is computing: the silence is its work, not the network's; wait another read_timeout.
+          if (working && socket.bytesRead === lastBytes) lastActive = performance.now();
+          else if (!working) stalled();
+        },
+        () => {
+          probing = false;
+          if (!socket.destroyed) stalled();
+        },
+      );
     }
   };
   const timer = readTimeoutMs > 0 ? setInterval(check, Math.min(1000, Math.max(50, readTimeoutMs / 4))) : undefined;
@@ -53,6 +83,24 @@ export function guardRead(socket: Socket | undefined, options: ReadGuardOptions)
     if (timer !== undefined) clearInterval(timer);
     signal?.removeEventListener('abort', onAbort);
   };
+}
+
+/** `promise`, or a rejection after `ms`: a probe over a stalled network must not wait forever either. */
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('probe timed out')), ms);
+    timer.unref();
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error instanceof Error ? error : new Error(String(error)));
+      },
+    );
+  });
 }
 
 function formatSeconds(ms: number): string {

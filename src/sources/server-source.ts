@@ -52,6 +52,16 @@ export function readFailure(error: unknown, server: string, stream: string): unk
 }
 
 /**
+ * A failure while a read was planned (its catalog queries, bounds, safe mark: a lost or stalled connection among
+ * them) as a source error of phase `plan` naming the stream; errors already typed keep their own words.
+ */
+export function planFailure(error: unknown, stream: string): unknown {
+  if (error instanceof TidemarkError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new SourceError(`cannot plan the read of ${stream}: ${message}`, { cause: error, context: { stream, phase: 'plan' }, retryable: true });
+}
+
+/**
  * What the source saw just before it took the read snapshot (at instant T0). Every transaction still open at the
  * snapshot either was open at T0 (and is in `oldestOpen`) or began after T0.
  */

@@ -14,6 +14,8 @@ const run = promisify(execFile);
 export interface PrivateCluster {
   /** `postgres://postgres@127.0.0.1:<port>` */
   readonly base: string;
+  /** `pg_ctlcluster restart -m fast`: every session is terminated, the server comes back on the same port. */
+  restart(): Promise<void>;
   drop(): Promise<void>;
 }
 
@@ -45,5 +47,8 @@ export async function startPrivateCluster(settings: Readonly<Record<string, stri
     await drop();
     throw error;
   }
-  return { base: `postgres://postgres@127.0.0.1:${port}`, drop };
+  const restart = async () => {
+    await run('pg_ctlcluster', [version, name, 'restart', '-m', 'fast']);
+  };
+  return { base: `postgres://postgres@127.0.0.1:${port}`, restart, drop };
 }

@@ -14,6 +14,13 @@ export interface TcpProxy {
   cut(): void;
   /** Stops forwarding in both directions and accepts new connections without forwarding them. */
   stall(): void;
+  /**
+   * Stalls each connection, from then on, whose client sends bytes containing `text` (a query of that text: the
+   * packet carrying it is held, so the server never sees it); other connections keep passing.
+   */
+  stallOn(text: string): void;
+  /** Connections stalled by `stallOn` so far. */
+  readonly stalledOn: () => number;
   close(): Promise<void>;
 }
 
@@ -25,6 +32,8 @@ interface Pair {
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
   const pairs = new Set<Pair>();
   let stalled = false;
+  let trigger: Buffer | undefined;
+  let stalledOn = 0;
   let opened = 0;
   let servedBytes = 0;
   const waiting: { bytes: number; resolve: () => void }[] = [];
@@ -43,9 +52,21 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     upstream.on('error', () => client.destroy());
     const pair = { client, server: upstream };
     pairs.add(pair);
+    // The client's last bytes, so that a text split across two packets is still seen.
+    let tail = Buffer.alloc(0);
+    let held = false;
     const forward = (from: Socket, to: Socket) =>
       from.on('data', (chunk: Buffer) => {
-        if (stalled) return;
+        if (stalled || held) return;
+        if (from === client && trigger !== undefined) {
+          const seen = Buffer.concat([tail, chunk]);
+          if (seen.includes(trigger)) {
+            held = true;
+            stalledOn += 1;
+            return;
+          }
+          tail = seen.subarray(Math.max(0, seen.length - trigger.length));
+        }
         to.write(chunk);
         if (from === upstream) count(chunk.length);
       });
@@ -81,6 +102,10 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     stall() {
       stalled = true;
     },
+    stallOn(text) {
+      trigger = Buffer.from(text, 'utf8');
+    },
+    stalledOn: () => stalledOn,
     async close() {
       for (const socket of held) socket.destroy();
       for (const { client, server: upstream } of pairs) {

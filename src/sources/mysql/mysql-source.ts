@@ -9,7 +9,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, describeServer, heldBackWarning, readFailure, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, describeServer, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { DEFAULT_READ_TIMEOUT_MS, guardRead } from '../../shared/read-guard.js';
 import type { Socket } from 'node:net';
 import type { ChangeLogSource } from '../../core/change-log.js';
@@ -109,6 +109,8 @@ export class MysqlSource implements Source {
   private writerOffsetMinutes = 0;
   private warned = false;
   private warnedStale = false;
+  /** Reads streaming on the connection now (for the stall message). */
+  private reading = 0;
   private seesTransactions = true;
   /** How long each running statement has been running, in ms: MariaDB's TIME_MS, or MySQL's whole seconds rounded up. */
   private statementAge = 'TIME_MS';
@@ -209,25 +211,32 @@ export class MysqlSource implements Source {
     if (this.conn) return this.conn;
     if (this.heldSnapshot) throw new SourceError('the connection holding the log snapshot was lost; the next run takes the snapshot again', { context: { phase: 'snapshot' }, retryable: true });
     const { url } = this.options;
-    // BIT arrives as a Buffer and is decoded per batch (see bitDecoders).
-    const settings = exactTextSettings(this.options);
+    // BIT arrives as a Buffer and is decoded per batch (see bitDecoders). The handshake is bounded like any other wait.
+    const settings = { ...exactTextSettings(this.options), ...(this.readTimeoutMs() > 0 ? { connectTimeout: this.readTimeoutMs() } : {}) };
     let conn: mysql.Connection | undefined;
+    let unguard: (() => void) | undefined;
     try {
       conn = url !== undefined ? await mysql.createConnection({ uri: url, ...settings }) : await mysql.createConnection(settings);
+      // Every later wait of this connection is bounded: planning queries too, not only streamed reads.
+      unguard = this.guardConnection(conn);
       const [rows] = await conn.query<mysql.RowDataPacket[]>(`SELECT TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW()) AS offset_minutes`);
       this.writerOffsetMinutes = Number(rows[0]!.offset_minutes);
       // Read-side only: DATETIME/TIMESTAMP text in UTC; no effect on which rows a predicate selects.
       await conn.query(`SET SESSION time_zone = '+00:00'`);
       await conn.query(`SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ`);
     } catch (cause) {
-      await conn?.end().catch(() => undefined);
+      unguard?.();
+      conn?.destroy();
       throw new SourceError(`cannot connect to ${this.server()}: ${(cause as Error).message}`, { cause, context: { phase: 'connect' }, retryable: true });
     }
-    conn.on('error', () => {
-      this.conn = undefined;
+    const opened = conn;
+    const stop = unguard;
+    opened.on('error', () => {
+      if (this.conn === opened) this.conn = undefined;
     });
-    this.conn = conn;
-    return conn;
+    streaming(opened).stream.once('close', stop);
+    this.conn = opened;
+    return opened;
   }
 
   /** This source's server in messages (host, port, database; never the password). */
@@ -235,10 +244,29 @@ export class MysqlSource implements Source {
     return describeServer('MySQL/MariaDB', this.options, 3306);
   }
 
-  /** Bounds the waits of a streamed read on `conn` (see shared/read-guard.ts). */
-  private guard(conn: mysql.Connection, signal: AbortSignal | undefined): () => void {
+  private readTimeoutMs(): number {
+    return this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS;
+  }
+
+  /** The stall detector of a connection, for its whole life (see shared/read-guard.ts). */
+  private guardConnection(conn: mysql.Connection): () => void {
     const connection = streaming(conn);
-    return guardRead(connection.stream, { waiting: () => connection._command !== null && connection._command !== undefined, readTimeoutMs: this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS, server: this.server(), ...(signal ? { signal } : {}) });
+    return guardRead(connection.stream, {
+      readTimeoutMs: this.readTimeoutMs(),
+      server: this.server(),
+      waiting: () => connection._command !== null && connection._command !== undefined,
+      activity: () => (this.reading > 0 ? 'reading' : 'waiting for the answer to a query'),
+    });
+  }
+
+  /** A read's own bounds on `conn`: a stop signal ends a read stuck in the driver (the connection's guard times it). */
+  private guard(conn: mysql.Connection, signal: AbortSignal | undefined): () => void {
+    this.reading += 1;
+    const unguard = guardRead(streaming(conn).stream, { waiting: () => false, readTimeoutMs: 0, server: this.server(), ...(signal ? { signal } : {}) });
+    return () => {
+      this.reading -= 1;
+      unguard();
+    };
   }
 
   private async rows(sql: string, values: readonly Param[] = []): Promise<mysql.RowDataPacket[]> {
@@ -267,8 +295,9 @@ export class MysqlSource implements Source {
     return (await this.describe(stream)).schema;
   }
 
-  private async describe(stream: StreamSpec): Promise<MysqlStream> {
-    const context = { stream: stream.name, phase: 'discover' };
+  /** `phase`: 'plan' when a read is being planned, so that its failures say so. */
+  private async describe(stream: StreamSpec, phase: 'discover' | 'plan' = 'discover'): Promise<MysqlStream> {
+    const context = { stream: stream.name, phase };
     const relation =
       stream.table !== undefined ? quoteQualified(stream.table, 'backtick') : `(${renderWindow(stream.query!.replace(/;\s*$/, ''), windowVariable)})`;
     try {
@@ -313,7 +342,15 @@ export class MysqlSource implements Source {
   }
 
   async open(request: ReadRequest): Promise<OpenedRead> {
-    const described = await this.describe(request.stream);
+    try {
+      return await this.planRead(request);
+    } catch (error) {
+      throw planFailure(error, request.stream.name);
+    }
+  }
+
+  private async planRead(request: ReadRequest): Promise<OpenedRead> {
+    const described = await this.describe(request.stream, 'plan');
     const { schema, relation } = described;
     const cursor = schema.cursor !== undefined ? schema.columns.find((c) => c.name === schema.cursor)! : undefined;
     const incremental = request.incremental && cursor !== undefined;

@@ -27,7 +27,7 @@ import type { Column, ColumnType, Row } from '../../core/types.js';
 import { coerceValue } from '../../core/values.js';
 import { loadPg } from '../../shared/pg-driver.js';
 import { quoteIdent, quoteQualified } from '../../shared/sql.js';
-import type { ServerSourceOptions } from '../server-source.js';
+import { describeServer, type ServerSourceOptions } from '../server-source.js';
 import { ARRAY_ELEMENT_SQL, arrayElementKind, arrayElementOf, pgArrayToJson, type ArrayElementRow, type ArrayElementType } from './pg-array-text.js';
 import { decoderFor, pgColumnType, type Decoder, type PgTypeInfo } from './pg-types.js';
 import {
@@ -105,21 +105,40 @@ export class PostgresChangeLog implements ChangeLogSource {
     } as pg.ClientConfig;
   }
 
+  /** The source's server in messages (host, port, database; never the password). */
+  private server(): string {
+    return describeServer('Postgres', this.options, 5432);
+  }
+
   private async connect(replication: boolean): Promise<pg.Client> {
     const client = new (loadPg().Client)(this.clientConfig(replication));
     try {
       await client.connect();
     } catch (cause) {
       await client.end().catch(() => undefined);
-      throw new SourceError(`cannot connect to Postgres${replication ? ' for replication' : ''}: ${(cause as Error).message}`, { cause, retryable: true });
+      throw new SourceError(`cannot connect to ${this.server()}${replication ? ' for replication' : ''}: ${(cause as Error).message}`, { cause, retryable: true });
     }
     client.on('error', () => undefined);
     return client;
   }
 
+  /** The admin session, opened again when the last one was lost (a server restart, a cut connection). */
   private async query<R extends pg.QueryResultRow>(sql: string, values: readonly unknown[] = []): Promise<R[]> {
-    if (this.admin === undefined) this.admin = await this.connect(false);
-    return (await this.admin.query<R>(sql, values as unknown[])).rows;
+    if (this.admin === undefined) {
+      const admin = await this.connect(false);
+      const lost = () => {
+        if (this.admin === admin) this.admin = undefined;
+      };
+      admin.on('error', lost);
+      admin.once('end', lost);
+      this.admin = admin;
+    }
+    try {
+      return (await this.admin.query<R>(sql, values as unknown[])).rows;
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== undefined || error instanceof SourceError) throw error;
+      throw new SourceError(`the session with ${this.server()} was lost: ${(error as Error).message}`, { cause: error, retryable: true });
+    }
   }
 
   compare(a: string, b: string): number {
@@ -432,11 +451,11 @@ export class PostgresChangeLog implements ChangeLogSource {
         }
       }
       if (read.signal?.aborted) return;
-      throw new SourceError('the replication stream ended unexpectedly', { retryable: true });
+      throw new SourceError(`the replication stream from ${this.server()} ended unexpectedly`, { retryable: true });
     } catch (error) {
       if (read.signal?.aborted) return;
       slotUnusable = publicationGone(error);
-      throw droppedTableError(error) ?? error;
+      throw droppedTableError(error) ?? lostStream(error, this.server());
     } finally {
       clearInterval(poke);
       if (beat) clearInterval(beat);
@@ -667,3 +686,13 @@ function quoteLiteral(text: string): string {
   return `'${text.replace(/'/g, "''")}'`;
 }
 
+
+/**
+ * A replication stream that failed without a server error of its own (the connection lost: a restart, a cut, a
+ * stall), as a source error naming the server; typed errors and the server's own errors keep their words.
+ */
+function lostStream(error: unknown, server: string): unknown {
+  if (error instanceof SourceError || error instanceof ConfigError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new SourceError(`reading the log from ${server} failed: ${message}`, { cause: error, retryable: true });
+}

@@ -16,7 +16,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, describeServer, heldBackWarning, readFailure, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, describeServer, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { DEFAULT_READ_TIMEOUT_MS, guardRead } from '../../shared/read-guard.js';
 import type { Socket } from 'node:net';
 import { CopyTextParser } from './copy-text.js';
@@ -32,6 +32,14 @@ const ALIAS = 't';
 const UTC_TEXT = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`;
 /** Every value arrives as text; tidemark decides how to read it (pg would turn int8 and timestamps lossy). */
 const TEXT_TYPES = { getTypeParser: () => (text: string) => text } as unknown as pg.CustomTypesConfig;
+
+/** The parts of pg's Client the guard watches: its socket, the handshake, the running statement, the backend. */
+interface PgDriverClient {
+  readonly connection: { readonly stream: Socket };
+  readonly _connecting?: boolean;
+  readonly _activeQuery: unknown;
+  readonly processID: number | null;
+}
 
 interface PgColumn extends Column {
   readonly info: PgTypeInfo;
@@ -67,6 +75,8 @@ export class PostgresSource implements Source {
   private writerZone = 'UTC';
   private seesAllSessions = true;
   private warned = false;
+  /** Reads streaming on the connection now (for the stall message). */
+  private reading = 0;
 
   private constructor(private readonly options: ServerSourceOptions) {
     this.changeLog = new PostgresChangeLog(options, this);
@@ -89,20 +99,13 @@ export class PostgresSource implements Source {
     return source;
   }
 
-  /** One connection per source; reopened after a read was abandoned mid-COPY. */
+  /** One connection per source; reopened after a read was abandoned mid-COPY, or lost. */
   private async connection(): Promise<pg.Client> {
     if (this.client) return this.client;
-    const { url, host, port, user, password, database } = this.options;
-    const client = new (loadPg().Client)({
-      ...(url !== undefined ? { connectionString: url } : {}),
-      ...(host !== undefined ? { host } : {}),
-      ...(port !== undefined ? { port } : {}),
-      ...(user !== undefined ? { user } : {}),
-      ...(password !== undefined ? { password } : {}),
-      ...(database !== undefined ? { database } : {}),
-      application_name: 'tidemark',
-      types: TEXT_TYPES,
-    });
+    const client = new (loadPg().Client)({ ...this.clientConfig(), types: TEXT_TYPES });
+    // Every wait of this connection is bounded from the handshake on: planning queries too, not only reads.
+    const unguard = this.guardConnection(client);
+    client.once('end', unguard);
     try {
       await client.connect();
       const who = await client.query<{ zone: string; privileged: string }>(
@@ -114,14 +117,29 @@ export class PostgresSource implements Source {
       // Read-side formats only: these never change which rows a predicate selects.
       await client.query(`SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'iso_8601'; SET extra_float_digits = 1; SET bytea_output = 'hex'`);
     } catch (cause) {
+      unguard();
       await client.end().catch(() => undefined);
       throw new SourceError(`cannot connect to ${this.server()}: ${(cause as Error).message}`, { cause, context: { phase: 'connect' }, retryable: true });
     }
     client.on('error', () => {
-      this.client = undefined;
+      if (this.client === client) this.client = undefined;
     });
     this.client = client;
     return client;
+  }
+
+  /** The driver settings of this source's connections (without type parsers). */
+  private clientConfig(): pg.ClientConfig {
+    const { url, host, port, user, password, database } = this.options;
+    return {
+      ...(url !== undefined ? { connectionString: url } : {}),
+      ...(host !== undefined ? { host } : {}),
+      ...(port !== undefined ? { port } : {}),
+      ...(user !== undefined ? { user } : {}),
+      ...(password !== undefined ? { password } : {}),
+      ...(database !== undefined ? { database } : {}),
+      application_name: 'tidemark',
+    };
   }
 
   /** This source's server in messages (host, port, database; never the password). */
@@ -129,10 +147,60 @@ export class PostgresSource implements Source {
     return describeServer('Postgres', this.options, 5432);
   }
 
-  /** Bounds the waits of a COPY on `client` (see shared/read-guard.ts). */
+  private readTimeoutMs(): number {
+    return this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS;
+  }
+
+  /**
+   * The stall detector of a connection, for its whole life (see shared/read-guard.ts). When it fires, the server is
+   * asked over a fresh connection whether the statement is still being computed (a sort before its first row): then
+   * the wait goes on, otherwise the network is taken for stalled.
+   */
+  private guardConnection(client: pg.Client): () => void {
+    const driver = client as unknown as PgDriverClient;
+    return guardRead(driver.connection.stream, {
+      readTimeoutMs: this.readTimeoutMs(),
+      server: this.server(),
+      waiting: () => driver._connecting === true || (driver._activeQuery !== null && driver._activeQuery !== undefined),
+      activity: () => (driver._connecting === true ? 'connecting' : this.reading > 0 ? 'reading' : 'waiting for the answer to a query'),
+      alive: () => this.computing(driver.processID),
+    });
+  }
+
+  /**
+   * Whether the backend `pid` is running a statement (`active`) and not merely blocked sending rows nobody receives
+   * (`ClientWrite`): asked over a connection of its own, which a stalled network stalls too (the probe then fails).
+   */
+  private async computing(pid: number | null | undefined): Promise<boolean> {
+    if (pid === null || pid === undefined) return false;
+    const bound = this.readTimeoutMs();
+    const probe = new (loadPg().Client)({ ...this.clientConfig(), application_name: 'tidemark-probe', connectionTimeoutMillis: bound, query_timeout: bound });
+    probe.on('error', () => undefined);
+    const socket = (probe as unknown as PgDriverClient).connection.stream;
+    try {
+      await probe.connect();
+      const r = await probe.query<{ working: boolean }>(
+        `SELECT count(*) > 0 AS working FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND wait_event IS DISTINCT FROM 'ClientWrite'`,
+        [pid],
+      );
+      return r.rows[0]?.working === true;
+    } finally {
+      // A probe over a stalled network never hears its goodbye answered.
+      const gone = setTimeout(() => socket.destroy(), 1000);
+      await probe.end().catch(() => undefined);
+      clearTimeout(gone);
+    }
+  }
+
+  /** A read's own bounds on `client`: a stop signal ends a read stuck in the driver (the connection's guard times it). */
   private guard(client: pg.Client, signal: AbortSignal | undefined): () => void {
-    const driver = client as unknown as { connection: { stream: Socket }; _activeQuery: unknown };
-    return guardRead(driver.connection.stream, { waiting: () => driver._activeQuery !== null && driver._activeQuery !== undefined, readTimeoutMs: this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS, server: this.server(), ...(signal ? { signal } : {}) });
+    const driver = client as unknown as PgDriverClient;
+    this.reading += 1;
+    const unguard = guardRead(driver.connection.stream, { waiting: () => false, readTimeoutMs: 0, server: this.server(), ...(signal ? { signal } : {}) });
+    return () => {
+      this.reading -= 1;
+      unguard();
+    };
   }
 
   private async query<R extends pg.QueryResultRow>(sql: string, values: readonly unknown[] = []): Promise<pg.QueryResult<R>> {
@@ -154,8 +222,9 @@ export class PostgresSource implements Source {
     return (await this.describe(stream)).schema;
   }
 
-  private async describe(stream: StreamSpec): Promise<PgStream> {
-    const context = { stream: stream.name, phase: 'discover' };
+  /** `phase`: 'plan' when a read is being planned, so that its failures say so. */
+  private async describe(stream: StreamSpec, phase: 'discover' | 'plan' = 'discover'): Promise<PgStream> {
+    const context = { stream: stream.name, phase };
     const relationWith = (marker: (name: WindowName) => string) =>
       stream.table !== undefined ? quoteQualified(stream.table) : `(${renderWindow(stream.query!.replace(/;\s*$/, ''), marker)})`;
     try {
@@ -218,7 +287,15 @@ export class PostgresSource implements Source {
   }
 
   async open(request: ReadRequest): Promise<OpenedRead> {
-    const described = await this.describe(request.stream);
+    try {
+      return await this.planRead(request);
+    } catch (error) {
+      throw planFailure(error, request.stream.name);
+    }
+  }
+
+  private async planRead(request: ReadRequest): Promise<OpenedRead> {
+    const described = await this.describe(request.stream, 'plan');
     const { schema, columns, relation } = described;
     const cursor = schema.cursor !== undefined ? columns.find((c) => c.name === schema.cursor)! : undefined;
     const incremental = request.incremental && cursor !== undefined;

@@ -9,7 +9,7 @@ import type pg from 'pg';
 import type { Lease, LeaseHolder, LeaseProvider, LeaseOptions } from '../../core/connector.js';
 import { ConflictError, LeaseLostError, StateError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
-import { connectPostgres, ensureSchema } from '../../shared/postgres-client.js';
+import { connectPostgres, describeUrl, ensureSchema } from '../../shared/postgres-client.js';
 import { quoteIdent } from '../../shared/sql.js';
 
 const TABLE = '_tidemark_leases';
@@ -99,7 +99,7 @@ export class PostgresLeaseProvider implements LeaseProvider {
       if (shared) {
         const current = await client.query(`SELECT token FROM ${table} WHERE pipeline = $1`, [pipeline]);
         await client.query(`SET idle_session_timeout = ${Math.max(1000, Math.floor(options.ttlMs))}`).catch(() => undefined);
-        return new PostgresLease(pipeline, client, table, current.rows.length ? Number(current.rows[0].token) : 0, acquiredAt, options.ttlMs);
+        return new PostgresLease(pipeline, client, table, current.rows.length ? Number(current.rows[0].token) : 0, acquiredAt, options.ttlMs, describeUrl(this.url));
       }
       const row = await client.query(
         `INSERT INTO ${table} AS l (pipeline, token, holder, acquired_at) VALUES ($1, $4, $2, $3)
@@ -108,7 +108,7 @@ export class PostgresLeaseProvider implements LeaseProvider {
       );
       // The server ends a session idle longer than the ttl, releasing the lock of a frozen holder.
       await client.query(`SET idle_session_timeout = ${Math.max(1000, Math.floor(options.ttlMs))}`).catch(() => undefined);
-      return new PostgresLease(pipeline, client, table, Number(row.rows[0]!.token), acquiredAt, options.ttlMs);
+      return new PostgresLease(pipeline, client, table, Number(row.rows[0]!.token), acquiredAt, options.ttlMs, describeUrl(this.url));
     } catch (error) {
       await client.end().catch(() => undefined);
       if (error instanceof ConflictError) throw error;
@@ -139,9 +139,11 @@ class PostgresLease implements Lease {
     readonly token: number,
     readonly since: string,
     ttlMs: number,
+    /** The lease's server in messages (user, host, port, database; never the password). */
+    private readonly server: string,
   ) {
-    client.on('error', (error) => (this.lost ??= `the lease session of pipeline ${pipeline} was lost: ${redact(error.message)}`));
-    client.on('end', () => (this.lost ??= `the lease session of pipeline ${pipeline} ended`));
+    client.on('error', (error) => (this.lost ??= `the lease session of pipeline ${pipeline} with ${server} was lost: ${redact(error.message)}`));
+    client.on('end', () => (this.lost ??= `the lease session of pipeline ${pipeline} with ${server} ended`));
     // Keeps the session from being ended as idle while this process is alive and well.
     this.timer = setInterval(() => void this.client.query('SELECT 1').catch(() => undefined), Math.max(100, Math.floor(ttlMs / 3)));
     this.timer.unref();
@@ -156,7 +158,7 @@ class PostgresLease implements Lease {
       // A shared lease taken before any exclusive one holds token 0 and finds no row.
       token = rows.rows.length ? Number(rows.rows[0].token) : 0;
     } catch (error) {
-      this.lost = `the lease session of pipeline ${this.pipeline} was lost: ${redact((error as Error).message)}`;
+      this.lost = `the lease session of pipeline ${this.pipeline} with ${this.server} was lost: ${redact((error as Error).message)}`;
       throw fail(this.lost);
     }
     if (token !== this.token) throw fail(`the lease of pipeline ${this.pipeline} (token ${this.token}) was taken over by token ${token}`);

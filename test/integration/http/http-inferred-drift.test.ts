@@ -126,7 +126,9 @@ describe.each(['duckdb', 'sqlite'] as const)('HTTP inferred columns that change 
   }, 120_000);
 
   it('a later run whose pages hold only whole amounts keeps the decimal column (no narrowing)', async () => {
-    for (let i = 1; i <= 400; i += 1) api.records.push(`{"id":${i},"updated_at":"${stamp(i)}","amount":${i}.5}`);
+    // Record 400, the last of run 1, is whole: run 2's first page (asked from its cursor on) holds whole amounts only.
+    const amountOf = (i: number) => (i >= 400 ? String(i) : `${i}.5`);
+    for (let i = 1; i <= 400; i += 1) api.records.push(`{"id":${i},"updated_at":"${stamp(i)}","amount":${amountOf(i)}}`);
     const { file, query } = await pipeline(kind);
     expect((await run(await loadPipeline(file))).streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 400 });
     for (let i = 401; i <= 800; i += 1) api.records.push(`{"id":${i},"updated_at":"${stamp(i)}","amount":${i}}`);
@@ -136,7 +138,7 @@ describe.each(['duckdb', 'sqlite'] as const)('HTTP inferred columns that change 
     expect(second.streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 400, rowsRejected: 0 });
     const rows = await query('SELECT CAST(id AS VARCHAR) AS id, CAST(amount AS VARCHAR) AS amount FROM items ORDER BY id');
     expect(rows).toHaveLength(800);
-    const wrong = rows.filter((r) => Number(r.amount) !== (Number(r.id) > 400 ? Number(r.id) : Number(r.id) + 0.5));
+    const wrong = rows.filter((r) => Number(r.amount) !== Number(amountOf(Number(r.id))));
     expect(wrong.slice(0, 3)).toEqual([]);
   }, 120_000);
 
@@ -153,7 +155,7 @@ describe.each(['duckdb', 'sqlite'] as const)('HTTP inferred columns that change 
     for (let i = 801; i <= 900; i += 1) api.records.push(`{"id":${i},"updated_at":"${stamp(i)}","Note":"n${i} ü"}`);
     expect((await planPipeline(await loadPipeline(file)))[0]!.schema?.stop).toBeUndefined();
     expect((await run(await loadPipeline(file))).streams[0]).toMatchObject({ outcome: 'committed', rowsLoaded: 100 });
-    expect(await query("SELECT count(*) AS n FROM items WHERE note LIKE 'n%'")).toEqual([{ n: kind === 'duckdb' ? 900n : 900 }]);
+    expect(String((await query("SELECT count(*) AS n FROM items WHERE note LIKE 'n%'"))[0]!.n)).toBe('900');
   }, 120_000);
 
   it('strategy: full whose read meets fractions part way builds again with the decimal column, every value exact', async () => {

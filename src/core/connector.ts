@@ -5,6 +5,7 @@
 import type {
   Column,
   ColumnType,
+  CommittedSchema,
   LedgerEntry,
   PartitionChecksum,
   PartitionFailure,
@@ -162,6 +163,13 @@ export interface ReadRequest {
   readonly signal?: AbortSignal;
   /** Read only this slice of the table (a ranged snapshot, see `RangedSource`); absent: the whole table. */
   readonly range?: TableRange;
+  /**
+   * The columns the destination table holds for this stream (the live table's, or a resumed build's), when it has
+   * any. A source that infers its columns from what it reads (an HTTP stream without `columns:`) keeps a committed
+   * column's type where its records are narrower (a page of whole numbers in a decimal column), so that a page never
+   * reads as a narrowing of the table.
+   */
+  readonly committedSchema?: CommittedSchema;
 }
 
 /** The optional ability of a source to split a table's full read into ranges read side by side. */

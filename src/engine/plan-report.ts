@@ -6,7 +6,7 @@ import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { ledgerOf, planPartitions, type PartitionPlan } from './partition-load.js';
 import { checkLookback, lookbackProblem, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
-import { evaluateSchema, schemaInput } from './schema-check.js';
+import { evaluateSchema, restartsBuild, schemaInput, withFoldedCase } from './schema-check.js';
 import { describeChange, typeName } from '../core/schema-diff.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
@@ -84,6 +84,11 @@ export interface SchemaPlanReport {
   readonly widens: readonly string[];
   /** Why the run will stop the stream, when it will (nothing of it is then written). */
   readonly stop?: string;
+  /**
+   * `plan --full` of a stream whose build under way cannot take the source's columns: why the run starts that build
+   * again from the source (rather than stopping); `changes` and `widens` are then those of the new build.
+   */
+  readonly restartsBuild?: string;
 }
 
 export async function planPipeline(
@@ -152,15 +157,25 @@ async function planStreams(
       };
       const stream = await withSourceKey(source, configured).catch(inStreamContext);
       const prior = states[stream.name];
-      const plan = planStream(stream, prior, { full: options.full === true, runId: 'plan' });
-      const read = await source.open(plan.request).catch(inStreamContext);
+      const run = { full: options.full === true, runId: 'plan' };
+      let plan = planStream(stream, prior, run);
+      let read = withFoldedCase(await source.open(plan.request).catch(inStreamContext), widens, { pipeline: pipeline.name, stream: stream.name });
       try {
         try {
           checkLookback(stream, read.schema);
         } catch (error) {
           inStreamContext(error);
         }
-        const schema = schemaPlan(pipeline.name, stream, plan, prior, read.schema, options.full === true, widens);
+        let schema = schemaPlan(pipeline.name, stream, plan, prior, read.schema, options.full === true, widens);
+        // `--full` starts a build under way again when its columns cannot take the source's (as the run does).
+        if (schema?.stop !== undefined && restartsBuild(plan, run)) {
+          const restart = schema.stop.split('; nothing of this stream')[0]!;
+          await read.close();
+          const { build: _build, resume: _resume, ...afresh } = prior!;
+          plan = planStream(stream, afresh, run);
+          read = withFoldedCase(await source.open(plan.request).catch(inStreamContext), widens, { pipeline: pipeline.name, stream: stream.name });
+          schema = { ...(schemaPlan(pipeline.name, stream, plan, afresh, read.schema, true, widens) ?? { changes: [], widens: [] }), restartsBuild: restart };
+        }
         const ends = { sourceSplits: source.ranges !== undefined, destinationKeepsLedger: keepsLedger, boundedRun: false };
         const ranges = readsAsRanges(ends, stream, plan, prior)
           ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set(), plan.generation !== undefined).catch(inStreamContext)
@@ -170,7 +185,7 @@ async function planStreams(
           strategy: stream.strategy,
           write: settleKey(stream, read.schema.primaryKey).write,
           mode: plan.generation !== undefined ? 'build' : 'incremental',
-          resumesBuild: prior?.build !== undefined && !plan.freshBuild,
+          resumesBuild: plan.generation !== undefined && !plan.freshBuild,
           watermark: prior?.watermark ?? null,
           from: plan.request.from ?? null,
           until: read.until,

@@ -76,9 +76,12 @@ export function planStream(stream: StreamConfig, prior: StreamState | undefined,
   const resumed = options.full && prior?.build !== undefined && columnsChanged(stream, prior) ? undefined : prior?.build;
   const building = resumed !== undefined || options.full || stream.strategy === 'full';
   const generation = resumed?.generation ?? (building ? options.runId : undefined);
-  const base = { stream, nullCursor: stream.onNullCursor, batchRows: stream.batchRows } as const;
   // A build with nothing committed yet (requested by `tidemark state reset` on an append stream) starts afresh.
   const nothingBuilt = resumed === undefined || (resumed.rows === 0 && resumed.watermark === undefined && resumed.afterPk === undefined);
+  // The columns the rows of this read land beside: a resumed build's, else the live table's (a build started afresh
+  // writes a new table, which takes the source's columns as they are).
+  const committedSchema = building ? (nothingBuilt ? undefined : resumed?.schema) : prior?.schema;
+  const base = { stream, nullCursor: stream.onNullCursor, batchRows: stream.batchRows, ...(committedSchema !== undefined ? { committedSchema } : {}) } as const;
   const buildInfo = { ...(generation !== undefined ? { generation } : {}), freshBuild: building && nothingBuilt };
   // A token-resumed source (HTTP pages, Singer) continues an unfinished build from its stored position.
   const buildResume = resumed !== undefined && prior?.resume !== undefined ? { resume: prior.resume as JsonValue } : {};

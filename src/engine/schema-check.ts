@@ -7,7 +7,7 @@
 import type { Batch, ColumnWidening, Destination, OpenedRead } from '../core/connector.js';
 import { SourceError } from '../core/errors.js';
 import { DEFAULT_SCHEMA_POLICY, DEFAULT_TIME_PRECISION, describeChange, diffSchemas, nextCommittedSchema, timePrecision, typeName, type SchemaChange, type SchemaPolicy, type SourceShape } from '../core/schema-diff.js';
-import type { Column, CommittedSchema, StreamSchema, StreamState } from '../core/types.js';
+import type { Column, CommittedSchema, PipelineState, Row, StreamSchema, StreamState } from '../core/types.js';
 
 /** What a run applies to one stream's schema. */
 export interface SchemaStep {
@@ -55,6 +55,8 @@ export function evaluateSchema(input: SchemaInput): SchemaVerdict {
   }
   const changes = diffSchemas(committed, now);
   if (changes.length === 0) return { step: { changes, widen: [], leftOut: new Set(), committed: nextCommittedSchema(committed, now), notices: [] } };
+  const twins = caseTwins(committed, now);
+  if (twins.length > 0) return { stop: `${twins.join('; ')}${waysOut(input, false)}`, changes };
   if (policy.mode === 'freeze') return refuse(input, changes, changes, 'freeze');
   const blocking: SchemaChange[] = [];
   const widen: ColumnWidening[] = [];
@@ -83,6 +85,21 @@ export function checkSchema(input: SchemaInput): SchemaStep {
   const verdict = evaluateSchema(input);
   if (verdict.stop !== undefined) throw new SourceError(verdict.stop, { context: { pipeline: input.pipeline, stream: input.stream, phase: 'schema' } });
   return verdict.step;
+}
+
+/**
+ * New source columns spelling a column the table has, and the source still sends, otherwise only in case (an API
+ * whose newer records say `Note` where older ones said `note`): one column or two? Where the destination folds case
+ * they were merged before this check (`withFoldedCase`); here (Postgres) they would split one field's values over two
+ * columns, so the stream stops naming both.
+ */
+function caseTwins(committed: CommittedSchema, now: SourceShape): string[] {
+  const held = new Set(committed.columns.map((c) => c.name));
+  return now.columns.flatMap((c) => {
+    if (held.has(c.name)) return [];
+    const twin = now.columns.find((o) => o !== c && held.has(o.name) && o.name.toLowerCase() === c.name.toLowerCase());
+    return twin === undefined ? [] : [`column ${c.name} differs only in case from column ${twin.name}, which the source sends too and this destination keeps apart: its values would split over two columns`];
+  });
 }
 
 /**
@@ -145,6 +162,67 @@ export function withoutColumns(read: OpenedRead, leftOut: ReadonlySet<string>): 
       return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
     },
   });
+}
+
+/**
+ * Where the destination matches names whatever their case, source columns spelling one name in several cases (an
+ * API's `note` in older records, `Note` in newer ones) are one column: the first spelling is kept, and each row's
+ * value is the one spelling it has. A record with different values under both stops the read naming them.
+ */
+export function withFoldedCase(read: OpenedRead, destination: Pick<Destination, 'capabilities'>, context: { readonly pipeline: string; readonly stream: string }): OpenedRead {
+  if (destination.capabilities.foldsCase !== true) return read;
+  const columns = read.schema.columns;
+  const first = new Map<string, number>();
+  const into = columns.map((c, i) => {
+    const key = c.name.toLowerCase();
+    if (!first.has(key)) first.set(key, i);
+    return first.get(key)!;
+  });
+  if (into.every((target, i) => target === i)) return read;
+  const keep = columns.flatMap((_, i) => (into[i] === i ? [i] : []));
+  const schema: StreamSchema = { ...read.schema, columns: keep.map((i) => columns[i]!) };
+  const merge = (row: Row): Row => {
+    const out = [...row];
+    into.forEach((target, i) => {
+      if (target === i || row[i] === null || row[i] === undefined) return;
+      if (out[target] !== null && out[target] !== undefined && String(out[target]) !== String(row[i])) {
+        throw new SourceError(`a record has ${columns[target]!.name} ${JSON.stringify(String(out[target]))} and ${columns[i]!.name} ${JSON.stringify(String(row[i]))}, one column in this destination (names differing only in case are one column there)`, {
+          context: { ...context, phase: 'extract' },
+        });
+      }
+      out[target] = row[i]!;
+    });
+    return keep.map((i) => out[i] ?? null);
+  };
+  async function* batches(): AsyncIterable<Batch> {
+    for await (const batch of read.batches()) yield { ...batch, rows: batch.rows.map(merge) };
+  }
+  return new Proxy(read, {
+    get(target, property) {
+      if (property === 'schema') return schema;
+      if (property === 'bulk') return undefined;
+      if (property === 'batches') return batches;
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+/**
+ * A build under way that cannot take the source's columns is started again, rather than the stream stopped, when
+ * the user asked for a rebuild (`--full`) or this run started it (its read met a grown schema part way): nothing of
+ * it is live yet, and a new build takes the source's columns as they are.
+ */
+export function restartsBuild(plan: { readonly generation?: string; readonly freshBuild: boolean }, run: { readonly full: boolean; readonly runId: string }): boolean {
+  return plan.generation !== undefined && !plan.freshBuild && (run.full || plan.generation === run.runId);
+}
+
+/** The state without the stream's build under way (and its resume position): a plan from it starts a new build. */
+export function withoutBuild(state: PipelineState, stream: string): PipelineState {
+  const prior = state.streams[stream];
+  if (prior?.build === undefined) return state;
+  const { build: _build, resume: _resume, ...rest } = prior;
+  return { ...state, streams: { ...state.streams, [stream]: rest } };
 }
 
 /** Who asks: the run (or plan) of a pipeline, and whether it rebuilds on request (`--full`). */

@@ -31,7 +31,7 @@ import { KeyDedupe, type DedupeVerdict } from './key-dedupe.js';
 import { CursorRange, ReadOrder } from './read-order.js';
 import type { ProgressListener } from './progress.js';
 import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
-import { streamSchemaStep, withoutColumns, type SchemaStep } from './schema-check.js';
+import { evaluateSchema, restartsBuild, schemaInput, streamSchemaStep, withFoldedCase, withoutBuild, withoutColumns, type SchemaStep } from './schema-check.js';
 import { emptyResult, reopenedOnSchemaGrowth } from './schema-growth.js';
 import { loadRanges, rangeAbilities, readsAsRanges } from './range-load.js';
 import { checkRow, isReject } from './row-check.js';
@@ -92,7 +92,16 @@ export async function loadStream(ctx: StreamContext, configured: StreamConfig, s
   return reopenedOnSchemaGrowth(ctx, configured.name, state, (current) => loadStreamOnce(ctx, configured, current));
 }
 
+/** A build under way that must start again (see `restartsBuild`). */
+const RESTART = Symbol('restart the build');
+
 async function loadStreamOnce(ctx: StreamContext, configured: StreamConfig, state: PipelineState): Promise<StreamOutcome> {
+  const outcome = await loadStreamFrom(ctx, configured, state);
+  // Restarted once at most: a new build takes any columns the destination can hold.
+  return outcome === RESTART ? ((await loadStreamFrom(ctx, configured, withoutBuild(state, configured.name))) as StreamOutcome) : outcome;
+}
+
+async function loadStreamFrom(ctx: StreamContext, configured: StreamConfig, state: PipelineState): Promise<StreamOutcome | typeof RESTART> {
   const started = monotonicMs();
   const stream = await withSourceKey(ctx.source, configured);
   const prior = state.streams[stream.name];
@@ -110,11 +119,17 @@ async function loadStreamOnce(ctx: StreamContext, configured: StreamConfig, stat
     });
   }
   for (const warning of read.warnings ?? []) ctx.onWarning?.(stream.name, warning);
+  let restart: string | undefined;
   try {
-    const picked = withoutColumns(read, unpickedFields(ctx, stream, read.schema));
+    const picked = withFoldedCase(withoutColumns(read, unpickedFields(ctx, stream, read.schema)), ctx.destination, { pipeline: ctx.pipeline, stream: stream.name });
     const settled = settleKey(stream, picked.schema.primaryKey);
     checkLookback(settled, picked.schema);
     checkNullCursors(ctx, settled, picked);
+    if (restartsBuild(plan, ctx)) {
+      const verdict = evaluateSchema(schemaInput(ctx, settled, plan, prior, picked.schema));
+      if (verdict.stop !== undefined) restart = verdict.stop;
+    }
+    if (restart !== undefined) return RESTART;
     const schema = streamSchemaStep(ctx, settled, plan, prior, picked.schema);
     const opened = withoutColumns(picked, schema.leftOut);
     if (readsAsRanges(rangeAbilities(ctx), settled, plan, prior) && !rangesBlocked(settled, picked)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
@@ -122,6 +137,9 @@ async function loadStreamOnce(ctx: StreamContext, configured: StreamConfig, stat
     return await loader.load(opened);
   } finally {
     await read.close();
+    if (restart !== undefined) {
+      ctx.onWarning?.(stream.name, `schema change: the build under way cannot take the source's columns (${restart.split('; nothing of this stream')[0]}); starting the build again from the source as it is now`);
+    }
   }
 }
 

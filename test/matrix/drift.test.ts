@@ -7,7 +7,7 @@
  *
  * `npm test` runs a seeded sample covering every source, destination, write, change and when at least once
  * (`TIDEMARK_DRIFT_CELLS=n` sizes it, default 11); `TIDEMARK_MATRIX=all` runs every cell; `TIDEMARK_MATRIX_SEED`,
- * `TIDEMARK_MATRIX_ONLY=<regex>`, `TIDEMARK_MATRIX_CONCURRENCY=k` and `TIDEMARK_MATRIX_LOG=<file>` as in the
+ * `TIDEMARK_MATRIX_ONLY=<regex>`, `TIDEMARK_MATRIX_SOURCE=<source>` (that source's cells only), `TIDEMARK_MATRIX_CONCURRENCY=k` and `TIDEMARK_MATRIX_LOG=<file>` as in the
  * main matrix.
  */
 import { appendFile, mkdir, rm } from 'node:fs/promises';
@@ -25,12 +25,15 @@ const ALL = process.env.TIDEMARK_MATRIX === 'all';
 const SEED = Number(process.env.TIDEMARK_MATRIX_SEED ?? '2');
 const SIZE = Number(process.env.TIDEMARK_DRIFT_CELLS ?? 11);
 const ONLY = process.env.TIDEMARK_MATRIX_ONLY;
+/** One source's cells (`http`, `postgres`, …): with TIDEMARK_MATRIX=all, every cell of that source. */
+const SOURCE = process.env.TIDEMARK_MATRIX_SOURCE;
 const CONCURRENCY = Number(process.env.TIDEMARK_MATRIX_CONCURRENCY ?? 2);
 const LOG = process.env.TIDEMARK_MATRIX_LOG;
 
 const sources = new Map(DRIFT_SOURCES.map((s) => [s.name, s]));
 const destinations = new Map(DRIFT_DESTINATIONS.map((d) => [d.name, d]));
-const cells = driftCells(DRIFT_SOURCES, [...destinations.keys()]);
+const cells = driftCells(SOURCE === undefined ? DRIFT_SOURCES : DRIFT_SOURCES.filter((s) => s.name === SOURCE), [...destinations.keys()]);
+if (cells.length === 0) throw new Error(`TIDEMARK_MATRIX_SOURCE=${SOURCE}: no such drift source (${DRIFT_SOURCES.map((s) => s.name).join(', ')})`);
 // Every cell in a seeded order, so a long run stopped part way has covered every source and destination alike.
 const chosen: DriftCell[] = ONLY ? cells.filter((c) => new RegExp(ONLY).test(driftCellId(c))) : ALL ? shuffled(cells, SEED) : sampleCells(cells, SIZE, SEED);
 
@@ -46,7 +49,7 @@ beforeAll(async () => {
   started = Date.now();
 });
 afterAll(async () => {
-  const line = `drift matrix (seed ${SEED}, ${ONLY ? `only ${ONLY}` : ALL ? 'all cells' : `sample of ${chosen.length}`} of ${cells.length}): ${tally.passed} passed, ${tally.refused} refused as expected, ${tally.failed} failed, kill not reached in ${tally.notFired}; ${((Date.now() - started) / 1000).toFixed(0)}s`;
+  const line = `drift matrix (seed ${SEED}, ${SOURCE ? `source ${SOURCE}, ` : ''}${ONLY ? `only ${ONLY}` : ALL ? 'all cells' : `sample of ${chosen.length}`} of ${cells.length}): ${tally.passed} passed, ${tally.refused} refused as expected, ${tally.failed} failed, kill not reached in ${tally.notFired}; ${((Date.now() - started) / 1000).toFixed(0)}s`;
   console.log(line);
   if (LOG) await appendFile(LOG, `${line}\n`);
   await endPg();

@@ -82,4 +82,5 @@ function printSchema(r: StreamPlanReport): void {
   for (const change of r.schema.changes) print(`  schema change: ${change}`);
   for (const widen of r.schema.widens) print(`  widens: ${widen}`);
   if (r.schema.stop !== undefined) print(`  stops: ${r.schema.stop}`);
+  if (r.schema.restartsBuild !== undefined) print(`  restarts the build: ${r.schema.restartsBuild}; --full builds the table again from the source as it is now`);
 }

@@ -7,7 +7,7 @@ import type { Batch, DeclaredColumn, HttpPagination, HttpStreamSpec, JsonValue, 
 import { parseDuration } from '../../core/duration.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import { registerSecret } from '../../core/logger.js';
-import type { Column, ColumnKind, ColumnType, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
+import type { Column, ColumnKind, ColumnType, CommittedSchema, Row, StreamSchema, TypedValue, Watermark } from '../../core/types.js';
 import { ValueRejection, canonicalTimestamp, coerceValue, compareCanonical, encodeValue, formatMicros } from '../../core/values.js';
 import type { HttpSourceConfig } from '../../config/schema.js';
 import { JsonNumber, inferJsonType, isJsonObject, jsonPath, jsonToRaw, stringifyExactJson, widenType, type ExactJson } from '../../shared/exact-json.js';
@@ -52,6 +52,11 @@ export class HttpSource implements Source {
   private readonly client: HttpClient;
   private readonly base: URL;
   private readonly lagMs: number;
+  /**
+   * Inferred columns a read of this run outgrew (a later page's new field, or fractions in a column of whole
+   * numbers): the read stopped there (`Batch.schemaGrew`) and the next opening of the stream starts with them.
+   */
+  private readonly grown = new Map<string, StreamSchema>();
 
   constructor(
     private readonly config: HttpSourceConfig,
@@ -113,7 +118,7 @@ export class HttpSource implements Source {
           if (prefetched.url !== url.toString()) prefetched = await this.client.getJson(url, this.headers(spec), request.signal);
         }
       }
-      schema = inferSchema(stream, this.records(spec, prefetched), cursorKind ?? 'text');
+      schema = knownColumns(inferSchema(stream, this.records(spec, prefetched), cursorKind ?? 'text'), this.grown.get(stream.name), request.committedSchema);
     }
     const vars = { since: window.since, until: window.until };
     const columns = schema.columns;
@@ -263,6 +268,14 @@ export class HttpSource implements Source {
                 throw new WentBack(`the paginator does not advance: the server sent the same page again for ${describePage(following)}`);
               }
               boundary.visit(following);
+            }
+            const grew = inferred ? outgrown(schema, records) : undefined;
+            if (grew !== undefined) {
+              // Coercing these records into the columns the read opened with would change their values (a fraction
+              // into an integer column) or leave a field in _extra: read again from the last commit with them.
+              self.grown.set(stream.name, grew.schema);
+              yield { rows: [], schemaGrew: `page ${pages} of ${self.display(url)}: ${grew.what.join(', ')}` };
+              return;
             }
             rows = toRows(records);
           } catch (error) {
@@ -582,6 +595,61 @@ export function inferSchema(stream: StreamSpec, records: readonly ExactJson[], c
   }));
   columns.push({ name: EXTRA_COLUMN, type: { kind: 'json' }, nullable: true });
   return { name: stream.name, columns, primaryKey: stream.primaryKey, ...(stream.cursor !== undefined ? { cursor: stream.cursor } : {}) };
+}
+
+/**
+ * The columns a read of inferred columns opens with: its first page's, widened to the ones an earlier read of this
+ * run grew to, and each column the destination holds kept at its committed type where this page's values are
+ * narrower (whole numbers in a decimal column), so that a page never reads as a narrowing of the table. A committed
+ * column this page lacks is not added: a field the API stopped sending is a dropped column, reported as such.
+ */
+export function knownColumns(schema: StreamSchema, grown: StreamSchema | undefined, committed: CommittedSchema | undefined): StreamSchema {
+  const columns: Column[] = schema.columns.filter((c) => c.name !== EXTRA_COLUMN);
+  for (const g of grown?.columns ?? []) {
+    if (g.name === EXTRA_COLUMN) continue;
+    const i = columns.findIndex((c) => c.name === g.name);
+    if (i < 0) columns.push(g);
+    else if (g.name !== schema.cursor) columns[i] = { ...columns[i]!, type: widenType(columns[i]!.type, g.type) ?? columns[i]!.type };
+  }
+  const held = new Map((committed?.columns ?? []).map((c) => [c.name, c.type]));
+  const kept = columns.map((c) => {
+    const type = held.get(c.name);
+    if (type === undefined || c.name === schema.cursor) return c;
+    // Only a committed type of another kind that holds this page's values (decimal over int64, text over anything).
+    const wider = widenType(type, c.type);
+    return wider !== undefined && wider.kind !== c.type.kind && wider.kind === type.kind ? { ...c, type } : c;
+  });
+  return { ...schema, columns: [...kept, ...schema.columns.filter((c) => c.name === EXTRA_COLUMN)] };
+}
+
+/**
+ * Inferred columns these records do not fit without a change of value: a field that is not a column (it would land
+ * in _extra), or a number with a fraction in a column of whole numbers. Undefined when they fit. Other mismatches (a
+ * string in a numeric column) are left to the value check, which rejects the record naming the column.
+ */
+export function outgrown(schema: StreamSchema, records: readonly ExactJson[]): { readonly schema: StreamSchema; readonly what: readonly string[] } | undefined {
+  const types = new Map(schema.columns.map((c) => [c.name, c.type]));
+  const added = new Map<string, ColumnType>();
+  const widened = new Map<string, ColumnType>();
+  for (const record of records) {
+    if (!isJsonObject(record)) continue;
+    for (const [key, value] of Object.entries(record)) {
+      const type = inferJsonType(value);
+      if (type === undefined || key === EXTRA_COLUMN) continue;
+      const column = types.get(key);
+      if (column === undefined) {
+        added.set(key, widenType(added.get(key), type) ?? type);
+      } else if (key !== schema.cursor && column.kind === 'int64' && type.kind === 'decimal') {
+        widened.set(key, type);
+      }
+    }
+  }
+  if (added.size === 0 && widened.size === 0) return undefined;
+  const columns = schema.columns.filter((c) => c.name !== EXTRA_COLUMN).map((c) => (widened.has(c.name) ? { ...c, type: widened.get(c.name)! } : c));
+  for (const [name, type] of added) columns.push({ name, type, nullable: true });
+  columns.push(...schema.columns.filter((c) => c.name === EXTRA_COLUMN));
+  const what = [...[...added].map(([name, type]) => `new field ${name} (${type.kind})`), ...[...widened.keys()].map((name) => `field ${name} has fractions (int64 → decimal)`)];
+  return { schema: { ...schema, columns }, what };
 }
 
 /** The kind inferred for the cursor column from these records (timestamptz when none has a value). */

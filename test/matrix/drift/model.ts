@@ -52,11 +52,12 @@ export const CHANGES = [
   'narrowing',
   'case-rename',
   'schema-message',
+  'charset',
 ] as const;
 export type Change = (typeof CHANGES)[number];
 
 /** The column a change is about, and its type before and after (undefined: added or dropped). */
-const CHANGED: Readonly<Record<Change, { readonly column: string; readonly to?: DriftType; readonly rename?: string; readonly add?: DriftType; readonly drop?: true }>> = {
+const CHANGED: Readonly<Record<Change, { readonly column: string; readonly to?: DriftType; readonly rename?: string; readonly add?: DriftType; readonly drop?: true; readonly same?: true }>> = {
   'new-column': { column: 'extra', add: 'int64' },
   'dropped-column': { column: 'note', drop: true },
   'widen-int': { column: 'n', to: 'int64' },
@@ -68,6 +69,8 @@ const CHANGED: Readonly<Record<Change, { readonly column: string; readonly to?: 
   narrowing: { column: 'amount', to: 'dec9_2' },
   'case-rename': { column: 'note', rename: 'Note' },
   'schema-message': { column: 'extra', add: 'int64' },
+  // The same columns and values, sent in another charset (an API answering ISO-8859-1, declared in its Content-Type).
+  charset: { column: 'note', same: true },
 };
 
 export function changeOf(change: Change) {
@@ -80,6 +83,7 @@ export function columnsAfter(columns: readonly DriftColumn[], change: Change): D
   if (c.add) return [...columns, { name: c.column, type: c.add }];
   if (c.drop) return columns.filter((x) => x.name !== c.column);
   if (c.rename) return columns.map((x) => (x.name === c.column ? { ...x, name: c.rename! } : x));
+  if (c.same) return [...columns];
   return columns.map((x) => (x.name === c.column ? { ...x, type: c.to! } : x));
 }
 

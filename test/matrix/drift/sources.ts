@@ -14,9 +14,11 @@ import { STREAM } from '../fixture.js';
 import { MATRIX_PG_URL, pgQuery } from '../pg.js';
 import { streamYaml, yamlList } from '../sources/table-source.js';
 import type { CellContext, Write } from '../types.js';
+import { httpDrift } from './http-drift.js';
 import { changeOf, KIND, rowOf, type Change, type DriftColumn, type DriftType } from './model.js';
 
-export type SourceFamily = 'table' | 'files' | 'tap';
+/** `api`: an HTTP API whose columns tidemark infers from its records. */
+export type SourceFamily = 'table' | 'files' | 'tap' | 'api';
 
 export interface DriftSourceInstance {
   /** `source:` and `streams:` of the pipeline. */
@@ -297,4 +299,4 @@ export const airbyteDrift: DriftSource = {
   },
 };
 
-export const DRIFT_SOURCES: readonly DriftSource[] = [postgresDrift, mariadbDrift, sqliteDrift, ...filesDrifts, singerDrift, airbyteDrift];
+export const DRIFT_SOURCES: readonly DriftSource[] = [postgresDrift, mariadbDrift, sqliteDrift, ...filesDrifts, singerDrift, airbyteDrift, httpDrift];

@@ -1,8 +1,8 @@
 /**
  * CDC lag of a `strategy: log` stream from Postgres: the source commit time of the newest change applied reaches the
  * run result (`log_commit_time`), the OTLP gauge `tidemark.cdc.lag_seconds` and the stream's committed state
- * (`log.commit_time`). Input crosses boundaries: a 230-row copy committed every 40 rows, then 200 changes in ten
- * source transactions applied over several 40-change checkpoints.
+ * (`log.commit_time`, which `tidemark ui`'s `/metrics` reads). Input crosses boundaries: a 230-row copy committed
+ * every 40 rows, then 200 changes in ten source transactions applied over several 40-change checkpoints.
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -10,6 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli } from '../../helpers/cli.js';
 import { writeYaml } from '../../helpers/fs.js';
 import { startOtlpReceiver, type OtlpReceiver } from '../../helpers/otlp-receiver.js';
+import { parsePrometheus } from '../../helpers/prometheus.js';
+import { startUi } from '../ui/helpers.js';
 import { cdcPipelineYaml, cdcWorkspace, uniquePipeline } from './pg-cdc.js';
 
 const workspace = cdcWorkspace();
@@ -60,5 +62,16 @@ describe('strategy log: CDC lag', () => {
     const state = await cli(['state', 'show', '--config', config, '--json']);
     expect(state.code, state.stderr).toBe(0);
     expect(JSON.parse(state.stdout).streams.items.log.commit_time).toBe(stream.log_commit_time);
+
+    // `tidemark ui`'s /metrics reads the same lag from the committed state, whoever ran the pipeline.
+    const ui = await startUi([config]);
+    try {
+      const scraped = parsePrometheus(await (await fetch(`${ui.url}metrics`)).text());
+      const stateLag = scraped.value('tidemark_state_cdc_lag_seconds', { pipeline: name, stream: 'items' });
+      expect(stateLag).toBeGreaterThanOrEqual(0);
+      expect(stateLag).toBeLessThan((Date.now() - before) / 1000 + 5);
+    } finally {
+      await ui.stop();
+    }
   }, 180_000);
 });

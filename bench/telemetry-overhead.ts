@@ -1,9 +1,15 @@
 /**
  * Telemetry overhead: the same full load (SQLite → DuckDB, committed every 100,000 rows) with OpenTelemetry off and
- * on (OTEL_EXPORTER_OTLP_ENDPOINT at a local OTLP/HTTP receiver in this script), pair by pair (off, on, off, on, …);
- * the ratio is the median of the pairs' ratios, so a change of load during the run shifts both sides alike.
+ * on (OTEL_EXPORTER_OTLP_ENDPOINT at a local OTLP/HTTP receiver in this script), pair by pair. Sound against a
+ * shared, noisy machine:
+ * - one warm-up pair first, not counted (page cache, DuckDB and Node's code cache);
+ * - the order inside a pair alternates (off→on, on→off, …), so a drift of load or a cache that favours the second
+ *   run of a pair shifts half the pairs each way;
+ * - the figure is the median of the pairs' on/off ratios, with their quartiles (a spread wider than the 3 % budget
+ *   says the machine was too noisy to tell, not that telemetry costs that much);
+ * - every run is checked: each loads all rows, an "on" run exports to the receiver, an "off" run sends nothing.
  *
- * Usage: npm run build && npx tsx bench/telemetry-overhead.ts [--rows 1000000] [--reps 5]
+ * Usage: npm run build && npx tsx bench/telemetry-overhead.ts [--rows 1000000] [--reps 7]
  * Prints one BENCH_RESULT line (JSON) for bench/run.ts.
  */
 import { createServer } from 'node:http';
@@ -15,7 +21,8 @@ import Database from 'better-sqlite3';
 import { arg, BIN, timed } from './pair-bench.js';
 
 const ROWS = Number(arg('rows', '1000000'));
-const REPS = Number(arg('reps', '5'));
+const REPS = Number(arg('reps', '7'));
+if (!Number.isInteger(REPS) || REPS < 1) throw new Error(`--reps: expected a positive integer, got ${arg('reps', '7')}`);
 
 const dir = await mkdtemp(join(tmpdir(), 'tidemark-bench-telemetry-'));
 const source = join(dir, 'source.sqlite');
@@ -41,31 +48,73 @@ const receiver = createServer((req, res) => {
 await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
 const endpoint = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
 
-async function load(label: string, env: Record<string, string>): Promise<number> {
+async function load(label: 'off' | 'on', env: Record<string, string>): Promise<number> {
   const target = join(dir, `${label}.duckdb`);
   await rm(target, { force: true });
+  await rm(`${target}.wal`, { force: true });
   const config = join(dir, `${label}.yaml`);
   await writeFile(
     config,
     `name: bench\nsource: { type: sqlite, path: ${JSON.stringify(source)} }\nstreams:\n  - { table: items, primary_key: id, cursor: updated_at, checkpoint_rows: 100000 }\ndestination: { type: duckdb, path: ${JSON.stringify(target)} }\n`,
   );
-  const t = await timed(process.execPath, [BIN, 'run', config], { OTEL_EXPORTER_OTLP_ENDPOINT: '', ...env }, dir);
+  const before = received;
+  const t = await timed(process.execPath, [BIN, 'run', config, '--json'], { OTEL_EXPORTER_OTLP_ENDPOINT: '', ...env }, dir);
+  const loaded = (JSON.parse(t.stdout) as { streams: { rows_loaded: number }[] }).streams[0]?.rows_loaded;
+  if (loaded !== ROWS) throw new Error(`telemetry ${label}: loaded ${loaded} rows, expected ${ROWS}`);
+  const exports = received - before;
+  if (label === 'on' && exports === 0) throw new Error('telemetry on: the run sent nothing to the receiver');
+  if (label === 'off' && exports !== 0) throw new Error(`telemetry off: the run sent ${exports} exports`);
   return t.seconds;
 }
 
+/** Off and on, in the order given; seconds of each. */
+async function pair(offFirst: boolean): Promise<{ off: number; on: number }> {
+  const on = { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint };
+  if (offFirst) {
+    const off = await load('off', {});
+    return { off, on: await load('on', on) };
+  }
+  const onSeconds = await load('on', on);
+  return { off: await load('off', {}), on: onSeconds };
+}
+
+/** The q-quantile by linear interpolation between the closest ranks (q = 0.5: the median, even counts averaged). */
+function quantile(xs: readonly number[], q: number): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const at = (sorted.length - 1) * q;
+  const lo = Math.floor(at);
+  const hi = Math.ceil(at);
+  return sorted[lo]! + (sorted[hi]! - sorted[lo]!) * (at - lo);
+}
+
+const warm = await pair(true);
+process.stderr.write(`warm-up (not counted): off ${warm.off.toFixed(2)} s, on ${warm.on.toFixed(2)} s\n`);
 const ratios: number[] = [];
 const off: number[] = [];
 const on: number[] = [];
 for (let rep = 0; rep < REPS; rep += 1) {
-  const a = await load('off', {});
-  const b = await load('on', { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint });
-  off.push(a);
-  on.push(b);
-  ratios.push(b / a);
-  process.stderr.write(`pair ${rep + 1}: off ${a.toFixed(2)} s, on ${b.toFixed(2)} s (${((b / a - 1) * 100).toFixed(1)} %)\n`);
+  const offFirst = rep % 2 === 0;
+  const p = await pair(offFirst);
+  off.push(p.off);
+  on.push(p.on);
+  ratios.push(p.on / p.off);
+  process.stderr.write(`pair ${rep + 1} (${offFirst ? 'off→on' : 'on→off'}): off ${p.off.toFixed(2)} s, on ${p.on.toFixed(2)} s (${((p.on / p.off - 1) * 100).toFixed(1)} %)\n`);
 }
 receiver.close();
 await rm(dir, { recursive: true, force: true });
-const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
-if (received === 0) throw new Error('telemetry on sent nothing to the receiver');
-console.log(`BENCH_RESULT ${JSON.stringify({ rows: ROWS, reps: REPS, off_s: median(off), on_s: median(on), on_vs_off: median(ratios), exports_received: received })}`);
+const round = (x: number, digits = 4) => Number(x.toFixed(digits));
+const [q1, median, q3] = [0.25, 0.5, 0.75].map((q) => quantile(ratios, q)) as [number, number, number];
+console.log(
+  `BENCH_RESULT ${JSON.stringify({
+    rows: ROWS,
+    reps: REPS,
+    off_s: round(quantile(off, 0.5), 3),
+    on_s: round(quantile(on, 0.5), 3),
+    on_vs_off: round(median),
+    on_vs_off_q1: round(q1),
+    on_vs_off_q3: round(q3),
+    overhead_pct: round((median - 1) * 100, 2),
+    ratios: ratios.map((r) => round(r)),
+    exports_received: received,
+  })}`,
+);

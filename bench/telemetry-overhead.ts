@@ -1,11 +1,16 @@
 /**
  * Telemetry overhead: the same full load (SQLite → DuckDB, committed every 100,000 rows) with OpenTelemetry off and
- * on (OTEL_EXPORTER_OTLP_ENDPOINT at a local OTLP/HTTP receiver in this script), pair by pair (off, on, off, on, …);
- * the ratio is the median of the pairs' ratios, so a change of load during the run shifts both sides alike. Each
- * side's CPU seconds (user + system) are reported too: on a busy machine wall time swings by tens of percent between
- * identical runs, while the CPU a run spends barely moves, so the CPU ratio is the overhead figure to read there.
+ * on (OTEL_EXPORTER_OTLP_ENDPOINT at a local OTLP/HTTP receiver in this script), pair by pair. Sound against a
+ * shared, noisy machine:
+ * - one warm-up pair first, not counted (page cache, DuckDB and Node's code cache);
+ * - the order inside a pair alternates (off→on, on→off, …), so a drift of load or a cache that favours the second
+ *   run of a pair shifts half the pairs each way;
+ * - the figure is the median of the pairs' on/off ratios, with their quartiles (a spread wider than the 3 % budget
+ *   says the machine was too noisy to tell, not that telemetry costs that much);
+ * - every run is checked: each loads all rows, an "on" run exports to the receiver, an "off" run sends nothing;
+ * - each run's CPU seconds (user + system) give a second ratio, far steadier than wall time under load.
  *
- * Usage: npm run build && npx tsx bench/telemetry-overhead.ts [--rows 1000000] [--reps 5]
+ * Usage: npm run build && npx tsx bench/telemetry-overhead.ts [--rows 1000000] [--reps 7]
  * Prints one BENCH_RESULT line (JSON) for bench/run.ts.
  */
 import { createServer } from 'node:http';
@@ -17,7 +22,8 @@ import Database from 'better-sqlite3';
 import { arg, BIN, timed } from './pair-bench.js';
 
 const ROWS = Number(arg('rows', '1000000'));
-const REPS = Number(arg('reps', '5'));
+const REPS = Number(arg('reps', '7'));
+if (!Number.isInteger(REPS) || REPS < 1) throw new Error(`--reps: expected a positive integer, got ${arg('reps', '7')}`);
 
 const dir = await mkdtemp(join(tmpdir(), 'tidemark-bench-telemetry-'));
 const source = join(dir, 'source.sqlite');
@@ -43,45 +49,88 @@ const receiver = createServer((req, res) => {
 await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
 const endpoint = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
 
-async function load(label: string, env: Record<string, string>): Promise<{ wall: number; cpu: number }> {
+interface Cost {
+  readonly wall: number;
+  /** user + system CPU seconds: on a busy machine wall time swings by tens of percent between identical runs, CPU far less. */
+  readonly cpu: number;
+}
+
+async function load(label: 'off' | 'on', env: Record<string, string>): Promise<Cost> {
   const target = join(dir, `${label}.duckdb`);
   await rm(target, { force: true });
+  await rm(`${target}.wal`, { force: true });
   const config = join(dir, `${label}.yaml`);
   await writeFile(
     config,
     `name: bench\nsource: { type: sqlite, path: ${JSON.stringify(source)} }\nstreams:\n  - { table: items, primary_key: id, cursor: updated_at, checkpoint_rows: 100000 }\ndestination: { type: duckdb, path: ${JSON.stringify(target)} }\n`,
   );
-  const t = await timed(process.execPath, [BIN, 'run', config], { OTEL_EXPORTER_OTLP_ENDPOINT: '', ...env }, dir);
+  const before = received;
+  const t = await timed(process.execPath, [BIN, 'run', config, '--json'], { OTEL_EXPORTER_OTLP_ENDPOINT: '', ...env }, dir);
+  const loaded = (JSON.parse(t.stdout) as { streams: { rows_loaded: number }[] }).streams[0]?.rows_loaded;
+  if (loaded !== ROWS) throw new Error(`telemetry ${label}: loaded ${loaded} rows, expected ${ROWS}`);
+  const exports = received - before;
+  if (label === 'on' && exports === 0) throw new Error('telemetry on: the run sent nothing to the receiver');
+  if (label === 'off' && exports !== 0) throw new Error(`telemetry off: the run sent ${exports} exports`);
   return { wall: t.seconds, cpu: t.cpuSeconds };
 }
 
+/** Off and on, in the order given; seconds of each. */
+async function pair(offFirst: boolean): Promise<{ off: Cost; on: Cost }> {
+  const on = { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint };
+  if (offFirst) {
+    const off = await load('off', {});
+    return { off, on: await load('on', on) };
+  }
+  const onSeconds = await load('on', on);
+  return { off: await load('off', {}), on: onSeconds };
+}
+
+/** The q-quantile by linear interpolation between the closest ranks (q = 0.5: the median, even counts averaged). */
+function quantile(xs: readonly number[], q: number): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const at = (sorted.length - 1) * q;
+  const lo = Math.floor(at);
+  const hi = Math.ceil(at);
+  return sorted[lo]! + (sorted[hi]! - sorted[lo]!) * (at - lo);
+}
+
+const warm = await pair(true);
+process.stderr.write(`warm-up (not counted): off ${warm.off.wall.toFixed(2)} s, on ${warm.on.wall.toFixed(2)} s\n`);
 const ratios: number[] = [];
 const cpuRatios: number[] = [];
 const off: number[] = [];
 const on: number[] = [];
 for (let rep = 0; rep < REPS; rep += 1) {
-  // Alternate which side goes first, so a load that rises through the run does not always favour one side.
-  const first = rep % 2 === 0 ? 'off' : 'on';
-  const runs = { off: { wall: 0, cpu: 0 }, on: { wall: 0, cpu: 0 } };
-  for (const side of first === 'off' ? (['off', 'on'] as const) : (['on', 'off'] as const)) {
-    runs[side] = await load(side, side === 'on' ? { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint } : {});
-  }
-  const { off: a, on: b } = runs;
-  off.push(a.wall);
-  on.push(b.wall);
-  ratios.push(b.wall / a.wall);
-  cpuRatios.push(b.cpu / a.cpu);
+  const offFirst = rep % 2 === 0;
+  const p = await pair(offFirst);
+  off.push(p.off.wall);
+  on.push(p.on.wall);
+  ratios.push(p.on.wall / p.off.wall);
+  cpuRatios.push(p.on.cpu / p.off.cpu);
   process.stderr.write(
-    `pair ${rep + 1}: off ${a.wall.toFixed(2)} s (cpu ${a.cpu.toFixed(2)} s), on ${b.wall.toFixed(2)} s (cpu ${b.cpu.toFixed(2)} s): ` +
-      `wall ${((b.wall / a.wall - 1) * 100).toFixed(1)} %, cpu ${((b.cpu / a.cpu - 1) * 100).toFixed(1)} %\n`,
+    `pair ${rep + 1} (${offFirst ? 'off→on' : 'on→off'}): off ${p.off.wall.toFixed(2)} s (cpu ${p.off.cpu.toFixed(2)} s), ` +
+      `on ${p.on.wall.toFixed(2)} s (cpu ${p.on.cpu.toFixed(2)} s): wall ${((p.on.wall / p.off.wall - 1) * 100).toFixed(1)} %, ` +
+      `cpu ${((p.on.cpu / p.off.cpu - 1) * 100).toFixed(1)} %\n`,
   );
 }
 receiver.close();
 await rm(dir, { recursive: true, force: true });
-const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
-const quartiles = (xs: number[]) => {
-  const s = [...xs].sort((x, y) => x - y);
-  return [s[Math.floor((s.length - 1) / 4)]!, s[Math.ceil(((s.length - 1) * 3) / 4)]!].map((x) => Math.round(x * 1000) / 1000);
-};
-if (received === 0) throw new Error('telemetry on sent nothing to the receiver');
-console.log(`BENCH_RESULT ${JSON.stringify({ rows: ROWS, reps: REPS, off_s: median(off), on_s: median(on), on_vs_off: median(ratios), on_vs_off_quartiles: quartiles(ratios), cpu_on_vs_off: median(cpuRatios), cpu_on_vs_off_quartiles: quartiles(cpuRatios), exports_received: received })}`);
+const round = (x: number, digits = 4) => Number(x.toFixed(digits));
+const [q1, median, q3] = [0.25, 0.5, 0.75].map((q) => quantile(ratios, q)) as [number, number, number];
+console.log(
+  `BENCH_RESULT ${JSON.stringify({
+    rows: ROWS,
+    reps: REPS,
+    off_s: round(quantile(off, 0.5), 3),
+    on_s: round(quantile(on, 0.5), 3),
+    on_vs_off: round(median),
+    on_vs_off_q1: round(q1),
+    on_vs_off_q3: round(q3),
+    overhead_pct: round((median - 1) * 100, 2),
+    ratios: ratios.map((r) => round(r)),
+    cpu_on_vs_off: round(quantile(cpuRatios, 0.5)),
+    cpu_on_vs_off_q1: round(quantile(cpuRatios, 0.25)),
+    cpu_on_vs_off_q3: round(quantile(cpuRatios, 0.75)),
+    exports_received: received,
+  })}`,
+);

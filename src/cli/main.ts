@@ -121,9 +121,9 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
 
   cli
     .command('check')
-    .description("run the source connector's own connection check (Airbyte sources) and print its status")
+    .description('check that the source can serve every stream (connection, tables and columns, endpoints, files, tap or connector, code streams); exit 1 on a problem')
     .argument('<pipeline>', 'pipeline file')
-    .option('--json', 'print the status as JSON')
+    .option('--json', 'print the status and its problems (key, message) as JSON')
     .action(act(async (file: string, o: { json?: boolean }) => (await commands.check()).checkCommand(file, o)));
 
   cli

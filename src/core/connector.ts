@@ -380,8 +380,28 @@ export interface OfferedStream {
   readonly cursorCandidates: readonly string[];
 }
 
+/**
+ * What a preflight check (`tidemark check`, `validate --connect`) found wrong with a source: the config key, and one
+ * line saying what is wrong and what to do.
+ */
+export interface CheckProblem {
+  /** `checkConnection`: a key of the pipeline (`source.command`); `checkStream`: a key of the stream (`path`). */
+  readonly key: string;
+  readonly message: string;
+}
+
 export interface Source {
   discover(stream: StreamSpec): Promise<StreamSchema>;
+  /**
+   * Preflight: whether the source can be reached as configured (a server answers, an executable runs and describes
+   * itself, a location lists). Reads no rows and writes nothing. Absent: opening the source was the whole check.
+   */
+  checkConnection?(signal?: AbortSignal): Promise<readonly CheckProblem[]>;
+  /**
+   * Preflight of one stream: its endpoint answers, its pattern matches files, its tap stream or code stream exists.
+   * Reads at most one page and loads nothing. Absent: `discover` is the check.
+   */
+  checkStream?(stream: StreamSpec, signal?: AbortSignal): Promise<readonly CheckProblem[]>;
   /** Every stream of the source's own catalog (a Singer tap's, an Airbyte connector's), where it has one. */
   offeredStreams?(): Promise<readonly OfferedStream[]>;
   open(request: ReadRequest): Promise<OpenedRead>;

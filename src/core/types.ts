@@ -180,6 +180,11 @@ export interface LogState {
   /** The position of the last source transaction applied (or of the snapshot, before any). */
   readonly position: string;
   /**
+   * The source commit time (canonical timestamptz) of the newest transaction applied, committed with `position`; now
+   * minus it is the stream's CDC lag. Absent before the first transaction applied, and in older states.
+   */
+  readonly commitTime?: string;
+  /**
    * The table copy while it is not complete: its rows are copied in key order as of `position` of each segment; a
    * copy resumed after a kill continues above `afterPk` from a newer snapshot (a new segment).
    */

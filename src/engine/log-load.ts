@@ -305,7 +305,12 @@ class LogLoader {
     const commitPending = async () => {
       if (lastPosition === undefined) return;
       const position = lastPosition;
-      for (const s of this.streams) if (this.log.compare(s.log!.position, position) < 0) s.log = this.advanced(s.log!, position);
+      const commitTime = this.newestCommitTime;
+      for (const s of this.streams) {
+        if (this.log.compare(s.log!.position, position) < 0) s.log = this.advanced(s.log!, position);
+        // The source time of the newest transaction applied commits with its position: CDC lag is read from state too.
+        if (commitTime !== undefined) s.log = { ...s.log!, commitTime };
+      }
       await this.commit(this.streams);
       await failpoint('cdc.before_ack');
       await this.log.acknowledge(this.request, position);
@@ -737,7 +742,7 @@ class LogLoader {
       watermark: null,
       durationMs: elapsedMs(s.started),
       full: false,
-      ...(this.newestCommitTime !== undefined ? { log_commit_time: this.newestCommitTime } : {}),
+      ...(this.newestCommitTime !== undefined ? { logCommitTime: this.newestCommitTime } : {}),
     };
   }
 

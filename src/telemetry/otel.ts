@@ -7,7 +7,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ROOT_CONTEXT, SpanStatusCode, trace, type Attributes, type Span, type Tracer } from '@opentelemetry/api';
 import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-http';
-import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
+import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
 import { MeterProvider, PeriodicExportingMetricReader, type IMetricReader } from '@opentelemetry/sdk-metrics';
@@ -20,6 +20,8 @@ import { newestRowAgeSeconds, sourceLagSeconds } from './freshness.js';
 
 export interface OtelTelemetry extends RunObserverFactory {
   readonly prometheusHandler?: (request: IncomingMessage, response: ServerResponse) => void;
+  /** The same scrape as text, for a server that adds figures of its own (`tidemark ui`'s state metrics). */
+  readonly prometheusText?: () => Promise<string>;
   shutdown(): Promise<void>;
 }
 
@@ -40,7 +42,12 @@ export function startOtel(options: { readonly otlp: OtlpChoice; readonly prometh
   const instruments = new Instruments(meters);
   const tracer = tracers?.getTracer('tidemark');
   return {
-    ...(prometheus ? { prometheusHandler: (request, response) => prometheus.getMetricsRequestHandler(request, response) } : {}),
+    ...(prometheus
+      ? {
+          prometheusHandler: (request, response) => prometheus.getMetricsRequestHandler(request, response),
+          prometheusText: async () => new PrometheusSerializer().serialize((await prometheus.collect()).resourceMetrics),
+        }
+      : {}),
     runStarted: (pipeline, runId) => new OtelRun(pipeline, runId, instruments, tracer),
     async shutdown() {
       await Promise.all([meters.shutdown(), tracers?.shutdown()]);

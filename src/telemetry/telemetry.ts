@@ -38,6 +38,12 @@ export async function enablePrometheus(): Promise<(request: IncomingMessage, res
   return (await sdk()).prometheusHandler!;
 }
 
+/** As `enablePrometheus`, for a server that writes the scrape itself: the run metrics as exposition text. */
+export async function enablePrometheusText(): Promise<() => Promise<string>> {
+  await enablePrometheus();
+  return (await sdk()).prometheusText!;
+}
+
 /** The observer factory runs report to, or undefined when telemetry is off. */
 export async function runTelemetry(): Promise<RunObserverFactory | undefined> {
   if (loaded === undefined) {

@@ -20,6 +20,7 @@ import { readRunLogs } from '../engine/run-journal.js';
 import { schemaVersions } from '../core/schema-diff.js';
 import { PARTITION_STATUSES, libraryLedgerView, type LedgerPartition, type LedgerView } from './ledger-view.js';
 import { ledgerActions, performAction, type ActionName } from './ui-actions.js';
+import { stateMetricsText } from './state-metrics.js';
 
 export interface DashboardOptions {
   /** Pipeline files and directories of pipeline files. */
@@ -36,8 +37,12 @@ export interface DashboardOptions {
   readonly openTimeoutMs?: number;
   /** The ledger behind the grid; defaults to reading `_tidemark_ledger` rows. */
   readonly ledger?: LedgerView;
-  /** Serves Prometheus `GET /metrics` (the figures of runs this process performs, and of the pipelines' state). */
-  readonly metrics?: (request: IncomingMessage, response: ServerResponse) => void;
+  /**
+   * Evaluated at each scrape of `GET /metrics`: exposition text of the runs this process performs (the OpenTelemetry
+   * Prometheus reader). The `tidemark_state_*` gauges of every pipeline's state (src/ui/state-metrics.ts) follow it,
+   * with or without this option.
+   */
+  readonly metrics?: () => Promise<string>;
 }
 
 export interface Dashboard {
@@ -301,7 +306,10 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
             .replace('{{ACTIONS}}', allowActions ? 'on' : 'off');
           return send(200, 'text/html; charset=utf-8', page);
         }
-        if (url.pathname === '/metrics' && options.metrics) return options.metrics(req, res);
+        if (url.pathname === '/metrics') {
+          const [runs, views] = await Promise.all([options.metrics?.() ?? '', reader.all()]);
+          return send(200, 'text/plain; version=0.0.4; charset=utf-8', `${runs}${runs && !runs.endsWith('\n') ? '\n' : ''}${stateMetricsText(views)}`);
+        }
         const asset = ASSETS[url.pathname];
         if (asset) return send(200, asset.type, await readFile(asset.file()));
         if (url.pathname.startsWith('/api/')) return send(200, 'application/json; charset=utf-8', json(await getApi(url.pathname, url.searchParams)));

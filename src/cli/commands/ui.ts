@@ -2,7 +2,7 @@
 import { UsageError } from '../../index.js';
 import { DEFAULT_PORT, isLoopback, startDashboard } from '../../ui/ui-server.js';
 import { print, printError } from '../output.js';
-import { enablePrometheus } from '../../telemetry/telemetry.js';
+import { enablePrometheusText } from '../../telemetry/telemetry.js';
 
 export interface UiCommandOptions {
   readonly port?: string;
@@ -21,7 +21,7 @@ export async function uiCommand(inputs: readonly string[], options: UiCommandOpt
     host,
     allowNonLoopback: options.host !== undefined,
     allowActions: options.allowActions === true,
-    metrics: await enablePrometheus(),
+    metrics: await enablePrometheusText(),
   });
   if (!isLoopback(host)) printError(`warning: serving on ${host}, not loopback: anyone who can reach it can read pipeline state`);
   print(`tidemark ui: ${dashboard.url} (${options.allowActions ? 'actions enabled' : 'read-only'}; Ctrl-C to stop)`);

@@ -9,7 +9,7 @@
  */
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
-import type { Batch, JsonValue, OfferedStream, OpenedRead, PlannedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, CheckProblem, JsonValue, OfferedStream, OpenedRead, PlannedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { cursorLike, fieldsOf } from '../../core/cursor-candidates.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import { redact, registerSecret, silentLogger, type Logger, type LogLevel } from '../../core/logger.js';
@@ -129,6 +129,19 @@ export class AirbyteSource implements Source {
     const status = messages.find((m): m is Extract<AirbyteMessage, { type: 'CONNECTION_STATUS' }> => m.type === 'CONNECTION_STATUS');
     if (!status) throw new SourceError(`the connector ${this.program} check sent no CONNECTION_STATUS message`, { context: { phase: 'connect' } });
     return { status: status.status === 'SUCCEEDED' ? 'SUCCEEDED' : 'FAILED', ...(status.message !== undefined ? { message: redact(status.message) } : {}) };
+  }
+
+  /** The connector runs (`spec`), its config passes the spec (a ConfigError otherwise), and its own `check` succeeds. */
+  async checkConnection(): Promise<readonly CheckProblem[]> {
+    let result: CheckResult;
+    try {
+      result = await this.check();
+    } catch (error) {
+      if (error instanceof ConfigError) throw error;
+      return [{ key: 'source.command', message: `${(error as Error).message}; check that the connector is installed and speaks the Airbyte protocol (spec, check)` }];
+    }
+    if (result.status === 'SUCCEEDED') return [];
+    return [{ key: 'source.config', message: `the connector's check failed: ${result.message ?? 'no message'}; fix the connector's config (source.config or source.config_file)` }];
   }
 
   private streams(): Promise<AirbyteCatalogStream[]> {

@@ -7,7 +7,7 @@
  */
 import type { AnyCodeStream, CodeSource, CodeStream, CodeYield, PartitionedCodeStream } from '../../core/code-source.js';
 import { isResumePoint } from '../../core/code-source.js';
-import type { Batch, JsonValue, OpenedPartition, OpenedRead, PartitionListing, PartitionedSource, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, CheckProblem, JsonValue, OpenedPartition, OpenedRead, PartitionListing, PartitionedSource, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { parseDuration } from '../../core/duration.js';
 import { ConfigError, SourceError, TidemarkError } from '../../core/errors.js';
 import type { ColumnKind, ColumnType, Row, StreamSchema, TypedValue, Value } from '../../core/types.js';
@@ -29,6 +29,14 @@ export class CodeStreamSource implements Source {
 
   constructor(private readonly definition: CodeSource) {
     this.partitions = new CodePartitions((stream) => this.partitionedStream(stream));
+  }
+
+  /** The module loaded when the pipeline did; here: it defines this stream. */
+  async checkStream(spec: StreamSpec): Promise<readonly CheckProblem[]> {
+    const found = this.definition.streams.find((s) => s.name === spec.name);
+    const names = this.definition.streams.map((s) => s.name).join(', ') || 'none';
+    if (found === undefined) return [{ key: 'name', message: `the code source's module has no stream ${spec.name} (it has ${names}); name one of them or add it to the module` }];
+    return [];
   }
 
   async discover(spec: StreamSpec): Promise<StreamSchema> {

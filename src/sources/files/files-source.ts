@@ -10,6 +10,7 @@ import { basename, join } from 'node:path';
 import type { DuckDBConnection, DuckDBDataChunk, DuckDBInstance, DuckDBValue, DuckDBVarCharVector } from '@duckdb/node-api';
 import type {
   Batch,
+  CheckProblem,
   ColumnBatch,
   ColumnSelection,
   CsvOptions,
@@ -161,6 +162,26 @@ export class FilesSource implements Source {
     const head = await store.head(file.path);
     if (!head) throw new SourceError(`${store.describe(file.path)} disappeared while it was being compared`);
     return `etag:${head.etag ?? ''}`;
+  }
+
+  /** The location can be listed (a directory that exists, a bucket the credentials may list). */
+  async checkConnection(signal?: AbortSignal): Promise<readonly CheckProblem[]> {
+    try {
+      const store = await this.objects();
+      for await (const _first of store.list('', signal)) break;
+      return [];
+    } catch (error) {
+      return [{ key: 'source.location', message: `${(error as Error).message}; check the location (a directory that exists, or a bucket and prefix), its credentials and endpoint` }];
+    }
+  }
+
+  /** The stream's pattern matches at least one file. */
+  async checkStream(stream: StreamSpec, signal?: AbortSignal): Promise<readonly CheckProblem[]> {
+    const spec = filesOf(stream);
+    const listing = await this.list(stream, signal);
+    if (listing.length > 0) return [];
+    const store = await this.objects();
+    return [{ key: 'pattern', message: `no file under ${store.location} matches ${spec.pattern}; check the pattern (relative to source.location) and the files' names` }];
   }
 
   async discover(stream: StreamSpec): Promise<StreamSchema> {

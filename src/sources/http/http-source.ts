@@ -3,7 +3,7 @@
  * fetched one by one, and each page's batch carries a resume token (the window plus the next page), so a killed
  * run continues at the first uncommitted page of the same window. The last page clears the token.
  */
-import type { Batch, DeclaredColumn, HttpPagination, HttpStreamSpec, JsonValue, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, CheckProblem, DeclaredColumn, HttpPagination, HttpStreamSpec, JsonValue, OpenedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { parseDuration } from '../../core/duration.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import { registerSecret } from '../../core/logger.js';
@@ -50,6 +50,8 @@ const TEMPLATE_RE = /\{\{\s*(since|until)\s*\}\}/g;
 
 export class HttpSource implements Source {
   private readonly client: HttpClient;
+  /** Preflight's client: one attempt, a short timeout, so a check reports a dead endpoint at once. */
+  private readonly checkClient: HttpClient;
   private readonly base: URL;
   private readonly lagMs: number;
   /**
@@ -81,6 +83,32 @@ export class HttpSource implements Source {
       (url) => this.display(url),
       fetchImpl,
     );
+    this.checkClient = new HttpClient(
+      { maxRetries: 0, backoffMs: 0, maxBackoffMs: 0, timeoutMs: Math.min(duration(config.timeout, 30_000), 10_000) },
+      (url) => this.display(url),
+      fetchImpl,
+    );
+  }
+
+  /** One request for the stream's first page, its records found where `records:` says. */
+  async checkStream(stream: StreamSpec, signal?: AbortSignal): Promise<readonly CheckProblem[]> {
+    const spec = httpSpec(stream);
+    let first: JsonResponse;
+    try {
+      first = await this.checkClient.getJson(this.pageUrl(spec, {}, initialPage(spec.pagination)), this.headers(spec), signal);
+    } catch (error) {
+      const text = (error as Error).message;
+      const status = /HTTP (\d{3})/.exec(text)?.[1];
+      if (status === '401' || status === '403') return [{ key: 'headers', message: `${text}; check source.auth (or the stream's headers) and that the credentials may read ${spec.path}` }];
+      if (status === '404') return [{ key: 'path', message: `${text}; check path (and source.base_url): the API has no such endpoint` }];
+      return [{ key: 'path', message: `${text}; check source.base_url and path, and that the API answers from here` }];
+    }
+    try {
+      this.records(spec, first);
+    } catch (error) {
+      return [{ key: 'records', message: `${(error as Error).message}; point records: at the array of records in the response` }];
+    }
+    return [];
   }
 
   async discover(stream: StreamSpec): Promise<StreamSchema> {

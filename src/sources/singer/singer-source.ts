@@ -7,7 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Batch, JsonValue, OfferedStream, OpenedRead, ReadRequest, SingerStreamSpec, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, CheckProblem, JsonValue, OfferedStream, OpenedRead, ReadRequest, SingerStreamSpec, Source, StreamSpec } from '../../core/connector.js';
 import { cursorLike, fieldsOf } from '../../core/cursor-candidates.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import { redact } from '../../core/logger.js';
@@ -46,6 +46,26 @@ export class SingerSource implements Source {
    */
   private readonly grown = new Map<string, StreamSchema>();
   constructor(private readonly config: SingerSourceConfig) {}
+
+  /** The tap's executable starts and answers `--discover` with a catalog. */
+  async checkConnection(): Promise<readonly CheckProblem[]> {
+    try {
+      await this.discoveredCatalog();
+      return [];
+    } catch (error) {
+      if (error instanceof ConfigError) throw error;
+      return [{ key: 'source.command', message: `${(error as Error).message}; check that the tap is installed (on PATH or by its full path) and that its config is right` }];
+    }
+  }
+
+  /** The stream's tap stream is in the tap's catalog (the configured one, else what `--discover` printed). */
+  async checkStream(stream: StreamSpec): Promise<readonly CheckProblem[]> {
+    const spec = singerSpec(stream);
+    if (spec.columns) return [];
+    const entry = (await this.catalogEntry(spec.tapStream)) ?? (await this.discoverEntry(spec.tapStream));
+    if (entry !== undefined) return [];
+    return [{ key: 'tap_stream', message: `the tap has no stream ${spec.tapStream} in its catalog; name one of the tap's streams (tidemark discover lists them)` }];
+  }
 
   async discover(stream: StreamSpec): Promise<StreamSchema> {
     const spec = singerSpec(stream);
@@ -203,7 +223,18 @@ export class SingerSource implements Source {
     return entryOf(await this.discoveredCatalog(), tapStream);
   }
 
-  private async discoveredCatalog(): Promise<ExactJson> {
+  /** Run once per source: a check, then each stream's discover, ask the tap once. */
+  private discovered: Promise<ExactJson> | undefined;
+
+  private discoveredCatalog(): Promise<ExactJson> {
+    if (this.discovered === undefined) {
+      this.discovered = this.runDiscover();
+      this.discovered.catch(() => (this.discovered = undefined));
+    }
+    return this.discovered;
+  }
+
+  private async runDiscover(): Promise<ExactJson> {
     const dir = await mkdtemp(join(tmpdir(), 'tidemark-singer-'));
     try {
       const command = this.command();

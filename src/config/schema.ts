@@ -303,18 +303,17 @@ export const destinationSchema = z
 
 /** Where a bucket store also writes the Singer state document (see src/state/bucket/singer-document-key.ts). */
 export const singerDocumentSchema = z
-  .union([
-    z
-      .object({
-        key: z
-          .string()
-          .min(1)
-          .regex(/^(?!\/)(?!.*(^|\/)\.\.(\/|$)).+$/, 'a key inside the location (no leading / and no ..)')
-          .describe('The object key, relative to `location`; `{pipeline}` is replaced by the pipeline name.'),
-      })
-      .strict(),
-    z.object({ layout: z.literal('dataspoc').describe("DataSpoc Pipe's `.dataspoc/state/<pipeline>/state.json`.") }).strict(),
-  ])
+  .object({
+    key: z
+      .string()
+      .min(1)
+      .regex(/^(?!\/)(?!.*(^|\/)\.\.(\/|$)).+$/, 'a key inside the location (no leading / and no ..)')
+      .optional()
+      .describe('The object key, relative to `location`; `{pipeline}` is replaced by the pipeline name.'),
+    layout: z.literal('dataspoc').optional().describe("`dataspoc`: DataSpoc Pipe's `.dataspoc/state/<pipeline>/state.json` (instead of `key`)."),
+  })
+  .strict()
+  .refine((d) => (d.key === undefined) !== (d.layout === undefined), 'give either key or layout: dataspoc')
   .describe(
     'Also write the state as a Singer state document (`bookmarks.<tap stream>.{replication_key, replication_key_value}`) at this key after every commit; a hand edit of its bookmarks is adopted by the next run, or refused with the reason.',
   );

@@ -190,7 +190,7 @@ export async function createStateStore(config: StateStoreConfig, options: Create
       const store = await openObjectStore(config.location, bucketOptions(config));
       const document = config.singer_document;
       const singerDocument =
-        document === undefined ? undefined : { key: 'key' in document ? document.key : DATASPOC_DOCUMENT_KEY, ...(options.renderSingerDocument ? { render: options.renderSingerDocument } : {}) };
+        document === undefined ? undefined : { key: document.key ?? DATASPOC_DOCUMENT_KEY, ...(options.renderSingerDocument ? { render: options.renderSingerDocument } : {}) };
       return new BucketStateStore({ store, ...(config.lock !== undefined ? { leases: storeLeases(config.lock) } : {}), ...(singerDocument ? { singerDocument } : {}) });
     }
   }

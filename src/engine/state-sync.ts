@@ -195,12 +195,13 @@ export async function plannedState(pipeline: PipelineConfig, destination: Pick<S
   const store = await createStateStore(pipeline.state, storeOptions(pipeline));
   try {
     const unchanged = async (): Promise<void> => undefined;
-    return await reconcile(
+    const reconciled = await reconcile(
       pipeline.name,
       { load: (p) => store.load(p), save: unchanged, repair: unchanged, description: store.description, history: (p) => store.history(p) },
       { load: (p) => destination.load(p), save: unchanged },
       silentLogger,
     );
+    return await withPendingEdit(pipeline, reconciled, store);
   } finally {
     await store.close();
   }
@@ -256,6 +257,19 @@ async function reconciledStore(pipeline: PipelineConfig, destination: Destinatio
     await store?.close().catch(() => undefined);
     await destination.close().catch(() => undefined);
     throw error;
+  }
+}
+
+/** What the next run will make of a hand edit of the store's Singer document, said in `warning` (nothing is written). */
+async function withPendingEdit(pipeline: PipelineConfig, reconciled: Reconciled, store: ExternalStateStore): Promise<Reconciled> {
+  const said = (text: string) => (reconciled.warning !== undefined ? `${reconciled.warning}; ${text}` : text);
+  try {
+    const edit = await singerDocumentEdit(pipeline, reconciled.state, store);
+    if (edit === undefined) return reconciled;
+    return { ...reconciled, state: { ...edit.state, version: reconciled.state.version + 1 }, warning: said(`the next run adopts the ${edit.reason}`) };
+  } catch (error) {
+    if (!(error instanceof StateError)) throw error;
+    return { ...reconciled, warning: said(`the next run stops: ${error.message}`) };
   }
 }
 

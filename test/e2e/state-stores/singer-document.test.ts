@@ -135,6 +135,12 @@ describe('singer_document', () => {
     edited.bookmarks.orders.replication_key_value = stamp(12);
     await s3.put(key, `${JSON.stringify(edited, null, 4)}\n`);
 
+    // `state show` says what the next run will do with it, and writes nothing.
+    const shown = await cli(['state', 'show', '--json', '--config', first.config], { env: s3.env });
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stderr).toContain(`the next run adopts the hand edit of s3://${s3.bucket}/${key}: shop_orders to ${stamp(12)}`);
+    expect(JSON.parse(shown.stdout).streams.shop_orders.watermark.cursor.value).toBe(stamp(12));
+
     // Upstream corrected every amount; the tap re-sends ids 12..30 (updated_at >= the edited bookmark), which merge.
     const backfill = await run({ count: 30, state_every: 4, bump: 7 }, { document });
     expect(backfill.code, backfill.stderr).toBe(0);
@@ -175,6 +181,10 @@ describe('singer_document', () => {
     const text = `${JSON.stringify(doc, null, 2)}\n`;
     await s3.put(key, text);
 
+    const config = await writeYaml(dir, 'p.yaml', pipelineYaml({ count: 25, state_every: 3 }, { document, write }));
+    const shown = await cli(['state', 'show', '--config', config], { env: s3.env });
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stderr).toContain('the next run stops:');
     const refused = await run({ count: 25, state_every: 3 }, { document, write });
     expect(refused.code).toBe(1);
     const message = refused.stderr + refused.stdout;

@@ -1,6 +1,7 @@
 /** The public library API of tidemark. The CLI uses only what is exported here. */
 export { loadPipeline } from './config/load.js';
-export { parsePipeline, parseStateSpec } from './config/parse.js';
+export { bucketAccessOf, parsePipeline, parseStateSpec } from './config/parse.js';
+export type { BucketAccess } from './config/parse.js';
 export type { PipelineConfig, StreamConfig } from './config/load.js';
 export { pipelineJsonSchema } from './config/json-schema.js';
 export { loadPipelineOrTarget, loadTargetPipeline } from './config/load.js';

@@ -138,11 +138,13 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--pk <value>', 'set: a primary-key value of the watermark (repeat for composite keys)', collect)
     .option('--meta <key=value>', "set: a key of the stream's metadata, kept in its state (repeatable; key= removes it)", collect)
     .option('--json', 'print JSON')
-    .option('--from <store>', 'migrate: destination | file:<dir> | sqlite:<file> | postgres://…[?schema=s]')
+    .option('--from <store>', 'migrate: destination | file:<dir> | sqlite:<file> | postgres://…[?schema=s] | s3://bucket/prefix')
     .option('--to <store>', 'migrate: the store to copy state and history into')
     .option('--force', 'migrate: write over a target that already holds a different state')
     .option('--format <format>', 'export / import: singer or airbyte (default: airbyte for an Airbyte source, else singer)')
-    .option('--store <store>', 'list | delete: this store instead of the one --config names (file:<dir> | sqlite:<file> | postgres://…[?schema=s])')
+    .option('--store <store>', 'list | delete: this store instead of the one --config names (file:<dir> | sqlite:<file> | postgres://…[?schema=s] | s3://bucket/prefix)')
+    .option('--endpoint <url>', 'list | delete | migrate: the S3-compatible endpoint of an s3:// store (default: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, else AWS S3)')
+    .option('--region <region>', 'list | delete | migrate: the region of an s3:// store (default: AWS_REGION or AWS_DEFAULT_REGION); credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the AWS credential chain')
     .option('--yes', 'delete, and reset of a log stream: do not ask for confirmation')
     .addHelpText(
       'after',

@@ -81,7 +81,22 @@ export function parsePipeline(text: string, options: { file?: string; env?: Node
  * `file:<dir>`, `sqlite:<file>`, `postgres://…[?schema=<name>]`, or the same as a JSON object. Relative paths are
  * taken from `baseDir`.
  */
-export function parseStateSpec(spec: string, baseDir: string = process.cwd()): StateConfig {
+export interface BucketAccess {
+  readonly endpoint?: string;
+  readonly region?: string;
+}
+
+/**
+ * Endpoint and region of an `s3://` store named on the command line: the flags, else the AWS SDK's own environment
+ * variables. Credentials are not copied: the SDK's credential chain reads AWS_ACCESS_KEY_ID and the others itself.
+ */
+export function bucketAccessOf(given: BucketAccess, env: NodeJS.ProcessEnv = process.env): BucketAccess {
+  const endpoint = given.endpoint ?? env.AWS_ENDPOINT_URL_S3 ?? env.AWS_ENDPOINT_URL;
+  const region = given.region ?? env.AWS_REGION ?? env.AWS_DEFAULT_REGION;
+  return { ...(endpoint ? { endpoint } : {}), ...(region ? { region } : {}) };
+}
+
+export function parseStateSpec(spec: string, baseDir: string = process.cwd(), access: BucketAccess = {}): StateConfig {
   const text = spec.trim();
   let raw: unknown;
   if (text === 'destination') raw = text;
@@ -98,7 +113,7 @@ export function parseStateSpec(spec: string, baseDir: string = process.cwd()): S
     url.searchParams.delete('schema');
     raw = { type: 'postgres', url: url.toString(), ...(schema ? { schema } : {}) };
   } else if (/^s3:\/\//i.test(text)) {
-    raw = { type: 'bucket', location: text };
+    raw = { type: 'bucket', location: text, ...access };
   } else {
     const m = /^(file|sqlite|bucket):(.+)$/.exec(text);
     if (!m) throw new ConfigError(`state store ${JSON.stringify(redact(text))}: expected destination, file:<dir>, sqlite:<file>, bucket:<dir>, s3://bucket/prefix, postgres://… or a JSON object`);

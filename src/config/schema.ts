@@ -301,11 +301,29 @@ export const destinationSchema = z
   .discriminatedUnion('type', [duckdbDestinationSchema, sqliteDestinationSchema, postgresDestinationSchema, filesDestinationSchema])
   .describe('Where the data goes (default: DuckDB at ./tidemark.duckdb); `type` selects the connector.');
 
+/** Where a bucket store also writes the Singer state document (see src/state/bucket/singer-document-key.ts). */
+export const singerDocumentSchema = z
+  .object({
+    key: z
+      .string()
+      .min(1)
+      .regex(/^(?!\/)(?!.*(^|\/)\.\.(\/|$)).+$/, 'a key inside the location (no leading / and no ..)')
+      .optional()
+      .describe('The object key, relative to `location`; `{pipeline}` is replaced by the pipeline name.'),
+    layout: z.literal('dataspoc').optional().describe("`dataspoc`: DataSpoc Pipe's `.dataspoc/state/<pipeline>/state.json` (instead of `key`)."),
+  })
+  .strict()
+  .refine((d) => (d.key === undefined) !== (d.layout === undefined), 'give either key or layout: dataspoc')
+  .describe(
+    'Also write the state as a Singer state document (`bookmarks.<tap stream>.{replication_key, replication_key_value}`) at this key after every commit; a hand edit of its bookmarks is adopted by the next run, or refused with the reason.',
+  );
+
 export const bucketStateSchema = z
   .object({
     type: z.literal('bucket').describe('Objects in a directory or bucket.'),
     location: z.string().min(1).describe('A local directory (relative to the pipeline file) or `s3://bucket/prefix`.'),
     ...bucketFields,
+    singer_document: singerDocumentSchema.optional(),
   })
   .strict()
   .describe('State objects any machine can continue from.');

@@ -2,21 +2,21 @@
  * `tidemark state …`: inspect and edit a pipeline's state. Every edit is a new version (compare-and-set, under
  * the pipeline's lease), so history keeps what was there and `rollback` can restore it.
  */
-import type { Destination, JsonValue, Lease, LeaseProvider, Source, StateStore } from '../core/connector.js';
+import type { Destination, JsonValue, Lease, LeaseProvider, StateStore } from '../core/connector.js';
 import { exportAirbyteState, importAirbyteState } from './airbyte-state.js';
 import { newRunId } from '../core/ids.js';
 import { StateError, UsageError, errorMessage } from '../core/errors.js';
-import type { PipelineState, PipelineStateVersion, StreamState, TypedValue, Watermark } from '../core/types.js';
-import { ValueRejection, compareCanonical, parseTyped } from '../core/values.js';
+import type { PipelineState, PipelineStateVersion, StreamState } from '../core/types.js';
 import type { PipelineConfig } from '../config/load.js';
 import type { StateConfig, StateStoreConfig } from '../config/schema.js';
 import { silentLogger } from '../core/logger.js';
-import { createStateStore, leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
-import { openPipelineState, plannedState, type StateDifference } from './state-sync.js';
+import { createStateStore, leaseProviderFor, openDestination, type OpenDestinationOptions } from '../registry/index.js';
+import { openPipelineState, plannedState, storeOptions, type StateDifference } from './state-sync.js';
 import { emptyState } from './run.js';
-import { keptMarks } from './run-marks.js';
-import { withSourceKey } from './plan.js';
-import { withSingerBookmark } from './singer-bookmark.js';
+import { exportTapState, type SingerState, type TapState } from './singer-document.js';
+import { LazySource, appendStreams, columnKinds, hasLoaded, movesBack, prepareSet, streamConfig as configOf, typedInput } from './state-set.js';
+
+export type { SingerState, TapState } from './singer-document.js';
 
 export interface OpenedStateStore {
   readonly store: StateStore;
@@ -34,7 +34,7 @@ export async function openStateStore(pipeline: PipelineConfig, options: OpenDest
     const destination = await openDestination(pipeline.destination, options);
     return { store: destination.state, close: () => destination.close() };
   }
-  const external = await createStateStore(pipeline.state);
+  const external = await createStateStore(pipeline.state, storeOptions(pipeline));
   let destination: Promise<Destination> | undefined;
   const records = async (): Promise<StateStore> => (await (destination ??= openDestination(pipeline.destination, options))).state;
   const store: StateStore = {
@@ -65,7 +65,7 @@ async function openStateEnd(pipeline: PipelineConfig, config: StateConfig): Prom
     const destination = await openDestination(pipeline.destination);
     return { name: 'the destination', store: destination.state, close: () => destination.close() };
   }
-  const store = await createStateStore(config);
+  const store = await createStateStore(config, storeOptions(pipeline));
   return { name: store.description, store, close: () => store.close() };
 }
 
@@ -115,7 +115,9 @@ export async function listStoredPipelines(config: StateStoreConfig): Promise<{ r
  * pipeline's YAML, when known) or else the store's own. Returns the versions removed.
  */
 export async function deleteStoredPipeline(config: StateStoreConfig, pipeline: string, owner?: PipelineConfig): Promise<{ readonly store: string; readonly removed: number }> {
-  const store = await createStateStore(config);
+  // The owner's own bucket settings name its Singer document, which goes with the state.
+  const own = owner?.state !== undefined && owner.state !== 'destination' && owner.state.type === 'bucket' && config.type === 'bucket' && owner.state.location === config.location ? owner.state : undefined;
+  const store = await createStateStore(own?.singer_document !== undefined && config.type === 'bucket' ? { ...config, singer_document: own.singer_document } : config);
   try {
     const leases: LeaseProvider = owner !== undefined ? leaseProviderFor(owner.destination, owner.state) : store;
     const lease = await leases.acquire(pipeline, { ttlMs: owner?.lockTtlMs ?? 60_000 });
@@ -129,36 +131,6 @@ export async function deleteStoredPipeline(config: StateStoreConfig, pipeline: s
   } finally {
     await store.close();
   }
-}
-
-/** Singer's state shape, with tidemark's exact watermark kept beside the tap-visible bookmark. */
-export interface SingerState {
-  readonly bookmarks: Record<string, Record<string, unknown>>;
-}
-
-/** A Singer tap's own state document, exported and imported without change. */
-export type TapState = { readonly [key: string]: unknown };
-
-/**
- * The tap's state as the tap itself wrote it. Every stream of a Singer pipeline stores the STATE of its last
- * commit; when they agree that document is returned as is, otherwise each stream contributes its own bookmark to
- * the newest document. A target pipeline (no command: one tap feeds all streams) returns the newest document.
- */
-function exportTapState(pipeline: PipelineConfig, state: PipelineState): TapState {
-  const stored = Object.entries(state.streams)
-    .filter(([, s]) => s.resume !== undefined && s.resume !== null && typeof s.resume === 'object')
-    .sort(([, a], [, b]) => (b.updatedAt ?? '').localeCompare(a.updatedAt ?? ''));
-  if (stored.length === 0) return {};
-  const newest = stored[0]![1].resume as TapState;
-  const sameEverywhere = stored.every(([, s]) => JSON.stringify(s.resume) === JSON.stringify(newest));
-  if (sameEverywhere || (pipeline.source.type === 'singer' && pipeline.source.command === undefined)) return newest;
-  const bookmarks: Record<string, unknown> = { ...((newest.bookmarks as Record<string, unknown> | undefined) ?? {}) };
-  for (const [stream, s] of stored) {
-    const tapStream = pipeline.streams.find((c) => c.name === stream)?.singer?.tapStream ?? stream;
-    const own = ((s.resume as TapState).bookmarks as Record<string, unknown> | undefined)?.[tapStream];
-    if (own !== undefined) bookmarks[tapStream] = own;
-  }
-  return { ...newest, bookmarks };
 }
 
 export function stateCommands(pipeline: PipelineConfig) {
@@ -241,50 +213,16 @@ export function stateCommands(pipeline: PipelineConfig) {
     }
   }
 
-  function streamConfig(stream: string) {
-    const config = pipeline.streams.find((s) => s.name === stream);
-    if (!config) throw new UsageError(`pipeline ${name} has no stream ${stream} (streams: ${pipeline.streams.map((s) => s.name).join(', ')})`);
-    return config;
-  }
+  const streamConfig = (stream: string) => configOf(pipeline, stream);
 
-  async function columnKinds(stream: string): Promise<{ kinds: Map<string, TypedValue['type']>; primaryKey: readonly string[] }> {
-    const source = await openSource(pipeline.source);
+  /** Runs `fn` with the source opened on first use, closed after. */
+  async function withSource<T>(fn: (source: LazySource) => Promise<T>): Promise<T> {
+    const source = new LazySource(pipeline);
     try {
-      const schema = await source.discover(streamConfig(stream));
-      return { kinds: new Map(schema.columns.map((c) => [c.name, c.type.kind])), primaryKey: schema.primaryKey };
+      return await fn(source);
     } finally {
       await source.close();
     }
-  }
-
-  function typed(kind: TypedValue['type'], input: string, what: string): TypedValue {
-    try {
-      return parseTyped(kind, input);
-    } catch (error) {
-      if (error instanceof ValueRejection) throw new UsageError(`${what}: ${error.message}`);
-      throw error;
-    }
-  }
-
-  /**
-   * The named streams whose rows are appended (incremental, write append; a stream merging on its table's key only
-   * when the table has one is asked of the source's catalog).
-   */
-  async function appendStreams(streams: readonly string[]): Promise<Set<string>> {
-    const out = new Set<string>();
-    let source: Source | undefined;
-    try {
-      for (const stream of streams) {
-        const config = pipeline.streams.find((s) => s.name === stream);
-        if (config === undefined || config.strategy !== 'incremental') continue;
-        let settled = config;
-        if (config.sourceKey !== undefined) settled = await withSourceKey((source ??= await openSource(pipeline.source)), config);
-        if (settled.write === 'append') out.add(stream);
-      }
-    } finally {
-      await source?.close();
-    }
-    return out;
   }
 
   /**
@@ -317,49 +255,10 @@ export function stateCommands(pipeline: PipelineConfig) {
     history: (): Promise<readonly PipelineStateVersion[]> => withStore((store) => store.history(name)),
 
     async set(stream: string, cursor: string, pk: readonly string[] = []): Promise<PipelineState> {
-      const configured = streamConfig(stream);
-      // A Singer stream's cursor is the tap's replication key, recorded with its state.
+      streamConfig(stream);
       const stored = (await withStore((store) => store.load(name)))?.streams[stream];
-      const singer = pipeline.source.type === 'singer' && configured.cursor === undefined ? stored?.cursorColumn : undefined;
-      const config = singer !== undefined ? { ...configured, cursor: singer } : configured;
-      if (config.cursor === undefined) throw new UsageError(`stream ${stream} has no cursor; only incremental streams have a watermark`);
-      const { kinds, primaryKey } = singer !== undefined && stored?.watermark !== undefined ? { kinds: new Map([[singer, stored.watermark.cursor.type]]), primaryKey: stored.primaryKey ?? [] } : await columnKinds(stream);
-      // A stream without primary_key merges on its table's own key, as the catalog declares it.
-      const pkColumns = config.primaryKey.length ? config.primaryKey : config.sourceKey !== undefined || singer !== undefined ? primaryKey : [];
-      const tapState = singer === undefined ? undefined : withSingerBookmark(stored?.resume as JsonValue | undefined, config.singer?.tapStream ?? stream, singer, cursor);
-      if (singer !== undefined && tapState === undefined) {
-        throw new UsageError(`stream ${stream}: the tap's state does not hold its bookmark in a form tidemark knows; edit the tap's state with tidemark state import`);
-      }
-      if (pk.length !== 0 && pk.length !== pkColumns.length) {
-        throw new UsageError(`stream ${stream} has a primary key of ${pkColumns.length} column(s) (${pkColumns.join(', ')}); got ${pk.length} --pk value(s)`);
-      }
-      const cursorValue = typed(kinds.get(config.cursor)!, cursor, `--cursor for ${config.cursor}`);
-      // Without --pk the watermark sits before every row of that cursor value, so all of them are read again.
-      const pkValues = pk.length ? pkColumns.map((c, i) => typed(kinds.get(c)!, pk[i]!, `--pk for ${c}`)) : [];
-      const appending = await appendStreams([stream]);
-      return edit(`set ${stream}`, (current) => {
-        const prior = current.streams[stream];
-        const wanted: Watermark = { cursor: cursorValue, pk: pkValues };
-        if (appending.has(stream) && prior !== undefined && hasLoaded(prior) && movesBack(wanted, prior.watermark)) {
-          throw new UsageError(
-            `stream ${stream} appends its rows: moving its watermark back to ${describePosition(wanted)} from ${describePosition(prior.watermark)} would append the rows loaded since a second time; ` +
-              `to load them again use tidemark state reset ${stream} (the next run rebuilds the stream) or tidemark run --full`,
-          );
-        }
-        const next: StreamState = {
-          strategy: config.strategy,
-          cursorColumn: config.cursor!,
-          primaryKey: pkColumns,
-          ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
-          // The table keeps its columns: the next run still compares the source with them.
-          ...(prior?.schema !== undefined ? { schema: prior.schema } : {}),
-          watermark: wanted,
-          ...(tapState !== undefined ? { resume: tapState } : {}),
-          updatedAt: new Date().toISOString(),
-          ...keptMarks(prior),
-        };
-        return { ...current, streams: { ...current.streams, [stream]: next } };
-      });
+      const prepared = await withSource((source) => prepareSet(pipeline, stored, { stream, cursor, pk }, source));
+      return edit(`set ${stream}`, (current) => prepared.apply(current));
     },
 
     /**
@@ -388,7 +287,7 @@ export function stateCommands(pipeline: PipelineConfig) {
      */
     async reset(stream?: string): Promise<PipelineState> {
       if (stream !== undefined) streamConfig(stream);
-      const appending = await appendStreams(stream !== undefined ? [stream] : pipeline.streams.map((s) => s.name));
+      const appending = await withSource((source) => appendStreams(pipeline, stream !== undefined ? [stream] : pipeline.streams.map((s) => s.name), source));
       return edit(stream ? `reset ${stream}` : 'reset', (current) => {
         const streams: Record<string, StreamState> = { ...current.streams };
         for (const name of stream !== undefined ? [stream] : Object.keys(current.streams)) {
@@ -409,7 +308,7 @@ export function stateCommands(pipeline: PipelineConfig) {
       const versions = await withStore((store) => store.history(name));
       const target = versions.find((v) => v.version === version);
       if (!target) throw new StateError(`pipeline ${name} has no state version ${version} (have ${versions.map((v) => v.version).join(', ') || 'none'})`);
-      const appending = await appendStreams(pipeline.streams.map((s) => s.name));
+      const appending = await withSource((source) => appendStreams(pipeline, pipeline.streams.map((s) => s.name), source));
       return edit(`rollback to ${version}`, (current) => {
         const streams: Record<string, StreamState> = { ...target.state.streams };
         for (const [stream, now] of Object.entries(current.streams)) {
@@ -474,12 +373,12 @@ export function stateCommands(pipeline: PipelineConfig) {
         }
         const value = bookmark.replication_key_value;
         if (value === undefined || config.cursor === undefined) continue;
-        const { kinds } = await columnKinds(stream);
+        const { kinds } = await withSource((source) => columnKinds(pipeline, stream, source));
         imported[stream] = {
           strategy: config.strategy,
           cursorColumn: config.cursor,
           primaryKey: config.primaryKey,
-          watermark: { cursor: typed(kinds.get(config.cursor)!, String(value), `bookmark of ${stream}`), pk: [] },
+          watermark: { cursor: typedInput(kinds.get(config.cursor)!, String(value), `bookmark of ${stream}`), pk: [] },
           updatedAt: new Date().toISOString(),
         };
       }
@@ -488,35 +387,8 @@ export function stateCommands(pipeline: PipelineConfig) {
   };
 }
 
-/** The stream has rows in its live table (or a build under way) that a re-read from an earlier point would repeat. */
-function hasLoaded(stream: StreamState): boolean {
-  return stream.watermark !== undefined || stream.generation !== undefined || stream.build !== undefined;
-}
-
 /** The stream as it is, with a new generation to build at the next run: the live table stays until the swap. */
 function rebuildOf(stream: StreamState): StreamState {
   const { build: _build, resume: _resume, resumeHigh: _high, ...live } = stream;
   return { ...live, build: { generation: newRunId(), rows: 0 }, updatedAt: new Date().toISOString() };
-}
-
-/**
- * True when `to` lies before `from`. No watermark is before every one; a watermark without key values (`state set`
- * without `--pk`) sits before every row of its cursor value.
- */
-function movesBack(to: Watermark | undefined, from: Watermark | undefined): boolean {
-  if (from === undefined) return false;
-  if (to === undefined) return true;
-  const byCursor = compareCanonical(to.cursor.type, to.cursor.value, from.cursor.value);
-  if (byCursor !== 0) return byCursor < 0;
-  if (to.pk.length === 0) return from.pk.length > 0;
-  for (let i = 0; i < Math.min(to.pk.length, from.pk.length); i += 1) {
-    const c = compareCanonical(to.pk[i]!.type, to.pk[i]!.value, from.pk[i]!.value);
-    if (c !== 0) return c < 0;
-  }
-  return false;
-}
-
-function describePosition(w: Watermark | undefined): string {
-  if (w === undefined) return '(none)';
-  return `(${[w.cursor.value, ...w.pk.map((v) => v.value)].join(', ')})`;
 }

@@ -22,8 +22,15 @@ import { failpoint } from '../core/failpoints.js';
 import { silentLogger, type Logger } from '../core/logger.js';
 import type { ColumnType, PipelineState, PipelineStateVersion, Row, StreamState } from '../core/types.js';
 import type { PipelineConfig } from '../config/load.js';
-import { createStateStore, openDestination, type OpenDestinationOptions } from '../registry/index.js';
+import { createStateStore, openDestination, type CreateStateStoreOptions, type OpenDestinationOptions } from '../registry/index.js';
 import { CorruptStateError, type ExternalStateStore } from '../state/state-store.js';
+import { singerDocumentOf } from './singer-document.js';
+import { singerDocumentEdit } from './singer-document-edits.js';
+
+/** What opening this pipeline's separate store needs from the pipeline: how its Singer document is written. */
+export function storeOptions(pipeline: PipelineConfig): CreateStateStoreOptions {
+  return { renderSingerDocument: (state) => singerDocumentOf(pipeline, state) };
+}
 
 /** A stream whose state differs between the store and the destination, each side described in words. */
 export interface StateDifference {
@@ -185,15 +192,16 @@ export async function openPipelineDestination(pipeline: PipelineConfig, logger: 
 export async function plannedState(pipeline: PipelineConfig, destination: Pick<StateStore, 'load'>): Promise<Reconciled> {
   const empty: PipelineState = { pipeline: pipeline.name, version: 0, streams: {} };
   if (pipeline.state === 'destination') return { state: (await destination.load(pipeline.name)) ?? empty, action: 'in-step' };
-  const store = await createStateStore(pipeline.state);
+  const store = await createStateStore(pipeline.state, storeOptions(pipeline));
   try {
     const unchanged = async (): Promise<void> => undefined;
-    return await reconcile(
+    const reconciled = await reconcile(
       pipeline.name,
       { load: (p) => store.load(p), save: unchanged, repair: unchanged, description: store.description, history: (p) => store.history(p) },
       { load: (p) => destination.load(p), save: unchanged },
       silentLogger,
     );
+    return await withPendingEdit(pipeline, reconciled, store);
   } finally {
     await store.close();
   }
@@ -242,14 +250,45 @@ async function reconciledStore(pipeline: PipelineConfig, destination: Destinatio
   let store: ExternalStateStore | undefined;
   try {
     if (pipeline.state === 'destination') throw new Error('reconciledStore needs a separate state store');
-    store = await createStateStore(pipeline.state);
+    store = await createStateStore(pipeline.state, storeOptions(pipeline));
     const { state } = await reconcile(pipeline.name, store, destination.state, logger);
-    return { store, state };
+    return { store, state: await adoptDocumentEdit(pipeline, state, store, destination, logger) };
   } catch (error) {
     await store?.close().catch(() => undefined);
     await destination.close().catch(() => undefined);
     throw error;
   }
+}
+
+/** What the next run will make of a hand edit of the store's Singer document, said in `warning` (nothing is written). */
+async function withPendingEdit(pipeline: PipelineConfig, reconciled: Reconciled, store: ExternalStateStore): Promise<Reconciled> {
+  const said = (text: string) => (reconciled.warning !== undefined ? `${reconciled.warning}; ${text}` : text);
+  try {
+    const edit = await singerDocumentEdit(pipeline, reconciled.state, store);
+    if (edit === undefined) return reconciled;
+    return { ...reconciled, state: { ...edit.state, version: reconciled.state.version + 1 }, warning: said(`the next run adopts the ${edit.reason}`) };
+  } catch (error) {
+    if (!(error instanceof StateError)) throw error;
+    return { ...reconciled, warning: said(`the next run stops: ${error.message}`) };
+  }
+}
+
+/**
+ * A hand edit of the store's Singer document (see singer-document-edits.ts), adopted as a version of its own written
+ * like a `tidemark state set` (the destination first, then the store), or refused with a StateError. Runs under the
+ * pipeline's lease, as reconciling does.
+ */
+async function adoptDocumentEdit(pipeline: PipelineConfig, state: PipelineState, store: ExternalStateStore, destination: Destination, logger: Logger): Promise<PipelineState> {
+  const edit = await singerDocumentEdit(pipeline, state, store);
+  if (edit === undefined) return state;
+  const next: PipelineState = { pipeline: pipeline.name, version: state.version + 1, streams: edit.state.streams };
+  const expected = state.version === 0 ? undefined : state.version;
+  const m = meta(edit.reason);
+  await destination.state.save(next, expected, m);
+  store.editableDocument?.settle(pipeline.name, edit.copy);
+  await store.save(next, expected, m);
+  logger.log('info', `pipeline ${pipeline.name}: adopted the ${edit.reason} (state version ${next.version})`);
+  return next;
 }
 
 /** The destination, with each committed state also saved to the store; the destination alone decides success. */

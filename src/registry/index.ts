@@ -13,6 +13,7 @@ import { DEFAULT_MAX_SKEW_MS, type ServerSourceOptions } from '../sources/server
 import { DEFAULT_READ_TIMEOUT_MS } from '../shared/read-guard.js';
 import { FileLeaseProvider } from '../state/file/file-lease.js';
 import type { ExternalStateStore } from '../state/state-store.js';
+import type { PipelineState } from '../core/types.js';
 import type { Logger } from '../core/logger.js';
 
 export async function openSource(config: SourceConfig, logger?: Logger): Promise<Source> {
@@ -158,11 +159,19 @@ function bucketLeases(location: string, options: ObjectStoreOptions, prefix: str
   });
 }
 
+export interface CreateStateStoreOptions {
+  /**
+   * Stores that write a Singer state document (`singer_document:`): the document a state renders to. It needs the
+   * pipeline's streams, so callers holding the pipeline pass it; without it the document is read but not written.
+   */
+  readonly renderSingerDocument?: (state: PipelineState) => unknown;
+}
+
 /**
  * Opens a state store outside the destination from its config dict (`{type: 'sqlite', path}`), as a library user
  * or the `state:` section of a pipeline gives it. A new kind of store is one more case here.
  */
-export async function createStateStore(config: StateStoreConfig): Promise<ExternalStateStore> {
+export async function createStateStore(config: StateStoreConfig, options: CreateStateStoreOptions = {}): Promise<ExternalStateStore> {
   switch (config.type) {
     case 'file': {
       const { FileStateStore } = await import('../state/file/file-state-store.js');
@@ -177,9 +186,12 @@ export async function createStateStore(config: StateStoreConfig): Promise<Extern
       return PostgresStateStore.open({ url: config.url, schema: config.schema });
     }
     case 'bucket': {
-      const [{ BucketStateStore }, { openObjectStore }] = await Promise.all([import('../state/bucket/bucket-state-store.js'), import('../shared/object-store.js')]);
+      const [{ BucketStateStore, DATASPOC_DOCUMENT_KEY }, { openObjectStore }] = await Promise.all([import('../state/bucket/bucket-state-store.js'), import('../shared/object-store.js')]);
       const store = await openObjectStore(config.location, bucketOptions(config));
-      return new BucketStateStore({ store, ...(config.lock !== undefined ? { leases: storeLeases(config.lock) } : {}) });
+      const document = config.singer_document;
+      const singerDocument =
+        document === undefined ? undefined : { key: document.key ?? DATASPOC_DOCUMENT_KEY, ...(options.renderSingerDocument ? { render: options.renderSingerDocument } : {}) };
+      return new BucketStateStore({ store, ...(config.lock !== undefined ? { leases: storeLeases(config.lock) } : {}), ...(singerDocument ? { singerDocument } : {}) });
     }
   }
 }

@@ -66,6 +66,13 @@ export class S3ObjectStore implements ObjectStore {
 
   private fail(what: string, key: string, error: unknown): never {
     const status = error instanceof S3ServiceException ? ` (HTTP ${error.$metadata.httpStatusCode ?? '?'} ${error.name})` : '';
+    // The SDK's words name no setting; say which ones tidemark and the SDK read.
+    if ((error as Error).name === 'CredentialsProviderError') {
+      throw new SourceError(
+        `${what} ${this.describe(key)} failed: no credentials for the bucket (set credentials: in the bucket's settings, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or an AWS profile)`,
+        { cause: error, retryable: false },
+      );
+    }
     throw new SourceError(`${what} ${this.describe(key)} failed: ${(error as Error).message}${status}`, {
       cause: error,
       retryable: !(error instanceof S3ServiceException) || (error.$metadata.httpStatusCode ?? 500) >= 500,

@@ -19,6 +19,27 @@ export interface ExternalStateStore extends StateStore, LeaseProvider {
   pipelines(): Promise<readonly PipelineState[]>;
   /** Removes a pipeline's current state and its whole history; returns how many versions were removed (0: none). */
   remove(pipeline: string): Promise<number>;
+  /** Set when the store also keeps a copy of the state users may edit by hand (a bucket's Singer document). */
+  readonly editableDocument?: EditableDocument;
+}
+
+/** A readable copy of the state written beside the store's own (the Singer document of a bucket store). */
+export interface EditableDocument {
+  /** The copy as it is now; `edited` when its bytes are not what the store last wrote there. */
+  read(pipeline: string): Promise<DocumentCopy>;
+  /** The engine has taken `copy` into account (adopted its edit): the next save may write over it. */
+  settle(pipeline: string, copy: DocumentCopy): void;
+}
+
+export interface DocumentCopy {
+  readonly key: string;
+  /** Where it is, for messages (`s3://bucket/.dataspoc/state/p/state.json`). */
+  readonly where: string;
+  /** undefined: no object at the key (it is written at the next save). */
+  readonly text: string | undefined;
+  readonly edited: boolean;
+  /** The state version the store last wrote the copy from, when it wrote one. */
+  readonly writtenFrom?: number;
 }
 
 /**
@@ -83,6 +104,26 @@ export interface StoredDocument {
   readonly runId: string | null;
   readonly reason: string;
   readonly state: PipelineState;
+  /** Bucket stores with `singer_document`: what was last written at the document's key (see bucket-state-store.ts). */
+  readonly singerDocument?: SingerDocumentMark;
+}
+
+/**
+ * The Singer state document a store last wrote beside its own: the key, the state version it was rendered from and
+ * the SHA-256 of its bytes, and of the bytes written before them (a crash between the two writes leaves those). Any
+ * other content at the key was put there by someone else: a hand edit.
+ */
+export interface SingerDocumentMark {
+  readonly key: string;
+  readonly version: number;
+  readonly sha256: string;
+  readonly previous?: string;
+}
+
+function parseMark(value: unknown): SingerDocumentMark | undefined {
+  const m = value as Partial<SingerDocumentMark> | null | undefined;
+  if (m === null || typeof m !== 'object' || typeof m.key !== 'string' || typeof m.version !== 'number' || typeof m.sha256 !== 'string') return undefined;
+  return { key: m.key, version: m.version, sha256: m.sha256, ...(typeof m.previous === 'string' ? { previous: m.previous } : {}) };
 }
 
 /** Parses a stored document; `what` names it in errors (`state file …`, `state object …`). Anything off is corruption. */
@@ -99,5 +140,6 @@ export function parseStoredDocument(text: string, pipeline: string, what: string
   const where = what.replace(/^state (file|object) /, '');
   const state = parseStoredState(JSON.stringify(doc.state ?? null), pipeline, where);
   if (state.version !== doc.version) throw new CorruptStateError(`${what} disagrees with itself about its version`, { context: { pipeline } });
-  return { format: 'tidemark-state', version: state.version, savedAt: String(doc.savedAt), runId: doc.runId ?? null, reason: String(doc.reason ?? ''), state };
+  const mark = parseMark(doc.singerDocument);
+  return { format: 'tidemark-state', version: state.version, savedAt: String(doc.savedAt), runId: doc.runId ?? null, reason: String(doc.reason ?? ''), state, ...(mark ? { singerDocument: mark } : {}) };
 }

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import {
   UsageError,
+  bucketAccessOf,
   schemaVersions,
   deleteStoredPipeline,
   listStoredPipelines,
@@ -58,6 +59,9 @@ export interface StateCommandOptions {
   readonly force?: boolean;
   /** list / delete: the store to look in (`file:<dir>`, `sqlite:<file>`, `postgres://…`, …) instead of --config's. */
   readonly store?: string;
+  /** list / delete / migrate: endpoint and region of an `s3://` store (default: the AWS_* environment variables). */
+  readonly endpoint?: string;
+  readonly region?: string;
   /** delete: no question asked. */
   readonly yes?: boolean;
   /** export / import: `singer` or `airbyte` (default: airbyte for an Airbyte source, else singer). */
@@ -150,7 +154,8 @@ export async function stateCommand(action: string, args: readonly string[], opti
       if (options.from === undefined || options.to === undefined) {
         throw new UsageError('usage: tidemark state migrate --from <store> --to <store> [--force] --config <pipeline.yaml>');
       }
-      const result = await commands.migrate(parseStateSpec(options.from), parseStateSpec(options.to), { force: options.force === true });
+      const access = bucketAccessOf(options);
+      const result = await commands.migrate(parseStateSpec(options.from, undefined, access), parseStateSpec(options.to, undefined, access), { force: options.force === true });
       if (options.json) print(toJson(result));
       else print(result.copied === 0 ? `already migrated: state version ${result.state.version}` : `copied ${result.copied} state version(s); now at version ${result.state.version}`);
       return 0;
@@ -172,8 +177,9 @@ async function readStdin(): Promise<string> {
  */
 async function catalogCommand(action: 'list' | 'delete', args: readonly string[], options: StateCommandOptions): Promise<number> {
   if (options.store === undefined && options.config === undefined) throw new UsageError(`state ${action} needs --store <store> or --config <pipeline.yaml>`);
-  const pipeline = options.store === undefined ? await loadPipelineOrTarget(options.config!) : undefined;
-  const spec = options.store !== undefined ? parseStateSpec(options.store) : pipeline!.state;
+  // With both, --store names the store and the YAML the pipeline whose lock `delete` takes.
+  const pipeline = options.config !== undefined ? await loadPipelineOrTarget(options.config) : undefined;
+  const spec = options.store !== undefined ? parseStateSpec(options.store, undefined, bucketAccessOf(options)) : pipeline!.state;
   if (action === 'list') {
     if (spec === 'destination') {
       // State kept in the destination: this pipeline is the only one the YAML names.

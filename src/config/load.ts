@@ -23,7 +23,7 @@ import type { DestinationConfig, NotifyConfig, PipelineDocument, SourceConfig, S
 import { usesWindow, windowProblem } from '../shared/query-window.js';
 import type { RetryPolicy } from '../scheduler/retry-policy.js';
 
-export type FieldSelection = { readonly only: readonly string[] } | { readonly except: readonly string[] };
+export type { FieldSelection } from '../core/connector.js';
 
 export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
@@ -56,11 +56,6 @@ export interface StreamConfig extends StreamSpec {
   readonly sourceStrategy?: true;
   /** `checkpoint: end`: the read commits once, when it has ended successfully (absent: at checkpoints shown safe). */
   readonly checkpoint?: 'end';
-  /**
-   * Singer and Airbyte streams: the fields kept (`columns: [a, b]`) or dropped (`exclude: [c]`); a connector sends
-   * whole records, so the others are left out before the rows reach the destination.
-   */
-  readonly fields?: FieldSelection;
   /** Keyless streams: columns left out of a row's content identity (values that change on every read). */
   readonly volatileColumns?: readonly string[];
   /** `strategy: log`: what deletes do, how often `--follow` commits, and the retained-log warning threshold. */

@@ -126,7 +126,15 @@ export interface StreamSpec {
   readonly cursor?: string;
   /** How the destination writes it: a connector that is told (an Airbyte catalog's destination_sync_mode) reads it. */
   readonly write?: WriteMode;
+  /**
+   * Singer and Airbyte streams: the fields kept (`columns: [a, b]`) or dropped (`exclude: [c]`). The engine leaves the
+   * others out of the table; a connector that can be told (an Airbyte configured catalog) is asked for only these.
+   */
+  readonly fields?: FieldSelection;
 }
+
+/** Top-level fields of a connector's records: these only, or every one but these. */
+export type FieldSelection = { readonly only: readonly string[] } | { readonly except: readonly string[] };
 
 /** A read the run will open, and when its stream's stored resume position was committed. */
 export interface PlannedRead {

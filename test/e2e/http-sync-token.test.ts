@@ -130,6 +130,9 @@ describe('http sync streams', () => {
       // 8 records over 3 pages, committed at page ends (checkpoint_rows 2) and with the sync token at the last.
       expect(first.result.streams[0].commits).toBeGreaterThanOrEqual(3);
       expect((await t.state('contacts')).resume).toEqual({ v: 1, sync: 's8' });
+      const bounded = await t.run(undefined, '--until', '2026-01-01');
+      expect(bounded.code).toBe(2);
+      expect(bounded.stderr).toContain('--until: a http source cannot stop its reads at a chosen cursor value');
       const shown = await cli(['state', 'show', '--config', t.file]);
       expect(shown.stdout).toContain('contacts: incremental, sync token "s8"');
 

@@ -8,7 +8,7 @@
  */
 import type { Batch, HttpStreamSpec, HttpSync, OpenedRead, ReadRequest, SyncPosition } from '../../core/connector.js';
 import { isSyncPosition } from '../../core/connector.js';
-import { SourceError } from '../../core/errors.js';
+import { ConfigError, SourceError } from '../../core/errors.js';
 import type { Row, StreamSchema, Value } from '../../core/types.js';
 import { isJsonObject, jsonPath, stringifyExactJson, type ExactJson } from '../../shared/exact-json.js';
 import { fingerprint } from './http-boundary.js';
@@ -18,6 +18,9 @@ import { declaredSchema, inferSchema, initialPage, recordToRow, type HttpSource,
 export async function openSync(source: HttpSource, request: ReadRequest, spec: HttpStreamSpec, sync: HttpSync): Promise<OpenedRead> {
   const stream = request.stream;
   const context = { stream: stream.name, phase: 'extract' };
+  if (request.untilAtMost !== undefined) {
+    throw new ConfigError(`--until: this stream's position is the API's sync token, which has no cursor value to stop at; run it without --until`, { context: { ...context, phase: 'plan' } });
+  }
   const stored = storedPosition(request.resume, stream.name);
   const from = stored?.sync ?? null;
   // Only an append stream needs the fingerprints: a merge stream's upsert of a record read again changes nothing.

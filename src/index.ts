@@ -11,6 +11,7 @@ export { run, emptyState } from './engine/run.js';
 export type { RunOptions } from './engine/run.js';
 export { catalogProblems, planPipeline } from './engine/plan-report.js';
 export type { OfferedStream } from './core/connector.js';
+export { isSyncPosition } from './core/connector.js';
 export { discoverStreams, type DiscoveredStream } from './engine/discover.js';
 export { checkSource } from './engine/source-check.js';
 export type { SourceCheck } from './engine/source-check.js';

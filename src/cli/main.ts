@@ -136,6 +136,7 @@ function program(Command: typeof import('commander').Command, setCode: (code: nu
     .option('--dir <dir>', DIR_HELP)
     .option('--cursor <value>', 'set: the cursor value')
     .option('--pk <value>', 'set: a primary-key value of the watermark (repeat for composite keys)', collect)
+    .option('--sync-token <token>', 'set: the sync token (or delta link) an HTTP sync stream (sync:) starts from at its next run')
     .option('--meta <key=value>', "set: a key of the stream's metadata, kept in its state (repeatable; key= removes it)", collect)
     .option('--json', 'print JSON')
     .option('--from <store>', 'migrate: destination | file:<dir> | sqlite:<file> | postgres://…[?schema=s] | s3://bucket/prefix')

@@ -15,7 +15,7 @@ import type { FieldSelection } from './load.js';
 
 type At = (field: string) => string;
 
-const HTTP_FIELDS = ['path', 'params', 'headers', 'records', 'pagination', 'ordered'] as const;
+const HTTP_FIELDS = ['path', 'params', 'headers', 'records', 'pagination', 'ordered', 'sync'] as const;
 
 export function isApiSource(type: SourceConfig['type']): type is 'http' | 'singer' | 'airbyte' {
   return type === 'http' || type === 'singer' || type === 'airbyte';
@@ -24,6 +24,25 @@ export function isApiSource(type: SourceConfig['type']): type is 'http' | 'singe
 /** Sources that keep their own bookmarks (Singer STATE, Airbyte state): incremental without a cursor column. */
 export function bookmarksOwnState(type: SourceConfig['type']): boolean {
   return type === 'singer' || type === 'airbyte';
+}
+
+/** An HTTP stream positioned by the API's sync token or delta link: incremental without a cursor. */
+export function ownsPosition(type: SourceConfig['type'], s: StreamDocument): boolean {
+  return bookmarksOwnState(type) || (type === 'http' && s.sync !== undefined);
+}
+
+/**
+ * The rules of `sync:`: the token is the position (no cursor, no window, no lookback), and delete markers can only be
+ * applied to a table that merges on a key.
+ */
+export function checkSync(s: StreamDocument, strategy: string, write: string, at: At): void {
+  if (s.sync === undefined) return;
+  if (s.cursor !== undefined) throw new ConfigError(`${at('cursor')}: a sync stream's position is the API's sync token, not a cursor column; drop cursor: or sync:`);
+  if (strategy !== 'incremental') throw new ConfigError(`${at('strategy')}: sync: makes the stream incremental by the API's token; drop strategy: ${strategy}`);
+  if (s.lookback !== undefined) throw new ConfigError(`${at('lookback')}: lookback re-reads a cursor window; a sync stream has none`);
+  if (s.sync.deleted !== undefined && write !== 'merge') {
+    throw new ConfigError(`${at('sync.deleted')}: removed records are deleted from a table merged on its key; set write: merge with a primary_key, or drop deleted: to load the removal records as rows`);
+  }
 }
 
 /** Refuses fields that belong to another kind of source, and checks what defines an API stream. */
@@ -128,6 +147,7 @@ export function apiStreamSpec(type: SourceConfig['type'], s: StreamDocument, nam
       pagination: pagination(s),
       ordered: s.ordered ?? false,
       ...(columns ? { columns } : {}),
+      ...(s.sync !== undefined ? { sync: s.sync } : {}),
     },
   };
 }

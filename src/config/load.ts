@@ -17,13 +17,13 @@ import { DEFAULT_SCHEMA_POLICY, type SchemaPolicy } from '../core/schema-diff.js
 import type { NullCursorPolicy, OnChange, OnMissing, RejectPolicy, Strategy, WriteMode } from '../core/types.js';
 import { codePartitionSpec } from './code-streams.js';
 import { isPipelineModule } from './module-files.js';
-import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkStreamFields, connectorFields, isApiSource, resolveApiSource } from './api-streams.js';
+import { apiStreamName, apiStreamSpec, bookmarksOwnState, checkPositionalPaging, checkSync, ownsPosition, checkStreamFields, connectorFields, isApiSource, resolveApiSource } from './api-streams.js';
 import { NAME_RE } from './names.js';
 import type { DestinationConfig, NotifyConfig, PipelineDocument, SourceConfig, StateConfig, StreamDocument } from './schema.js';
 import { usesWindow, windowProblem } from '../shared/query-window.js';
 import type { RetryPolicy } from '../scheduler/retry-policy.js';
 
-export type FieldSelection = { readonly only: readonly string[] } | { readonly except: readonly string[] };
+export type { FieldSelection } from '../core/connector.js';
 
 export interface StreamConfig extends StreamSpec {
   readonly strategy: Strategy;
@@ -56,11 +56,6 @@ export interface StreamConfig extends StreamSpec {
   readonly sourceStrategy?: true;
   /** `checkpoint: end`: the read commits once, when it has ended successfully (absent: at checkpoints shown safe). */
   readonly checkpoint?: 'end';
-  /**
-   * Singer and Airbyte streams: the fields kept (`columns: [a, b]`) or dropped (`exclude: [c]`); a connector sends
-   * whole records, so the others are left out before the rows reach the destination.
-   */
-  readonly fields?: FieldSelection;
   /** Keyless streams: columns left out of a row's content identity (values that change on every read). */
   readonly volatileColumns?: readonly string[];
   /** `strategy: log`: what deletes do, how often `--follow` commits, and the retained-log warning threshold. */
@@ -417,9 +412,12 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     if (names.has(streamName)) throw new ConfigError(`${at('name')}: stream ${streamName} appears twice`);
     names.add(streamName);
     const primaryKey = s.primary_key === undefined ? [] : Array.isArray(s.primary_key) ? s.primary_key : [s.primary_key];
-    const strategy: Strategy = s.strategy ?? (filesSource ? 'partitioned' : s.cursor !== undefined || bookmarksOwnState(doc.source.type) ? 'incremental' : 'full');
-    // A Singer stream is incremental by the tap's own bookmarks; a cursor column is optional there.
-    if (strategy === 'incremental' && s.cursor === undefined && !bookmarksOwnState(doc.source.type)) throw new ConfigError(`${at('cursor')}: strategy incremental needs a cursor column`);
+    const strategy: Strategy = s.strategy ?? (filesSource ? 'partitioned' : s.cursor !== undefined || ownsPosition(doc.source.type, s) ? 'incremental' : 'full');
+    // A Singer stream is incremental by the tap's own bookmarks, an HTTP sync stream by the API's token; a cursor
+    // column is optional there.
+    if (strategy === 'incremental' && s.cursor === undefined && !ownsPosition(doc.source.type, s)) {
+      throw new ConfigError(`${at('cursor')}: strategy incremental needs a cursor column${doc.source.type === 'http' ? " (or sync: when the API's position is a sync token or delta link)" : ''}`);
+    }
     checkPositionalPaging(doc.source, s, strategy === 'incremental', at);
     if (filesSource !== (strategy === 'partitioned') && !(codeSource && strategy === 'partitioned')) {
       throw new ConfigError(
@@ -457,6 +455,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
       );
     }
     if (write === 'merge' && !keyed) throw new ConfigError(`${at('write')}: write merge needs a primary_key`);
+    checkSync(s, strategy, write, at);
     if (write === 'replace' && strategy === 'incremental') {
       throw new ConfigError(`${at('write')}: write replace rewrites the whole table every run; use strategy: full, or write: merge/append`);
     }

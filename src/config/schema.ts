@@ -409,6 +409,24 @@ export const streamSchema = z
     records: z.string().min(1).optional().describe('HTTP: the JSON path of the record array in a response body (`$` or absent: the body is the array).'),
     pagination: paginationSchema.optional(),
     ordered: z.boolean().optional().describe('HTTP: the API returns records sorted by the cursor, so the watermark may advance at every checkpoint.'),
+    sync: z
+      .union([
+        z
+          .object({
+            token: z.string().min(1).describe('The JSON path of the next sync token in a response (the last page of a sync carries it).'),
+            param: z.string().min(1).describe('The query parameter the stored token is sent in.'),
+            deleted: z.string().min(1).optional().describe('The JSON path of a field marking a record removed (`deleted`, `@removed`): such records are deleted (write: merge).'),
+          })
+          .strict(),
+        z
+          .object({
+            url: z.string().min(1).describe('The JSON path of the next delta link in a response (`@odata.deltaLink`): the next run starts there.'),
+            deleted: z.string().min(1).optional().describe('The JSON path of a field marking a record removed (`deleted`, `@removed`): such records are deleted (write: merge).'),
+          })
+          .strict(),
+      ])
+      .optional()
+      .describe("HTTP: the API's own sync token or delta link is the stream's position: each run asks for what changed since it (incremental without a cursor)."),
     columns: z
       .union([z.record(z.string(), columnDeclaration), z.array(selectedColumn).min(1)])
       .optional()

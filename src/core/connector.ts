@@ -32,6 +32,11 @@ export type JsonValue = null | boolean | number | string | readonly JsonValue[] 
 export interface Batch {
   readonly rows: readonly Row[];
   /**
+   * Keys (primary-key values, in key order, as read) of records the source reports removed (a sync API's delete
+   * markers): the engine deletes them from a merge stream's table in the commit that carries this batch.
+   */
+  readonly deletes?: readonly (readonly Value[])[];
+  /**
    * An opaque position (page token, Singer STATE) that resumes the read right after this batch once the batch is
    * committed. `null` clears a stored position (the stream finished its window).
    */
@@ -108,6 +113,31 @@ export interface HttpStreamSpec {
   /** Records arrive sorted by the cursor. */
   readonly ordered: boolean;
   readonly columns?: readonly DeclaredColumn[];
+  /** The API's own sync token or delta link is the stream's position (see src/sources/http/http-sync.ts). */
+  readonly sync?: HttpSync;
+}
+
+/** Where a sync API hands out its next position: a token sent back as `param`, or a delta link to GET. */
+export type HttpSync =
+  | { readonly token: string; readonly param: string; readonly deleted?: string }
+  | { readonly url: string; readonly deleted?: string };
+
+/**
+ * The stored position of a stream whose position is an API's own token (`Batch.resume`): `sync` is the token or delta
+ * link the next read starts from (null: the first, full sync). While a sync is unfinished, an append stream's commits
+ * carry the fingerprints of the records they loaded from it (`prints`), so the sync read again from `sync` loads none
+ * of them twice.
+ */
+export interface SyncPosition {
+  readonly v: 1;
+  readonly sync: string | null;
+  readonly prints?: readonly string[];
+}
+
+export function isSyncPosition(value: unknown): value is SyncPosition {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  const v = value as Partial<SyncPosition>;
+  return v.v === 1 && 'sync' in v && (v.sync === null || typeof v.sync === 'string') && !('window' in v);
 }
 
 /** A stream of a Singer tap. */
@@ -128,7 +158,15 @@ export interface StreamSpec {
   readonly cursor?: string;
   /** How the destination writes it: a connector that is told (an Airbyte catalog's destination_sync_mode) reads it. */
   readonly write?: WriteMode;
+  /**
+   * Singer and Airbyte streams: the fields kept (`columns: [a, b]`) or dropped (`exclude: [c]`). The engine leaves the
+   * others out of the table; a connector that can be told (an Airbyte configured catalog) is asked for only these.
+   */
+  readonly fields?: FieldSelection;
 }
+
+/** Top-level fields of a connector's records: these only, or every one but these. */
+export type FieldSelection = { readonly only: readonly string[] } | { readonly except: readonly string[] };
 
 /** A read the run will open, and when its stream's stored resume position was committed. */
 export interface PlannedRead {

@@ -236,6 +236,8 @@ export interface StreamResult {
   readonly full: boolean;
   /** Rows the source sent again at or below the committed watermark, dropped by the engine (not counted as read). */
   readonly rowsResent?: number;
+  /** Keys the source reported removed (an HTTP sync's delete markers), deleted from the table. */
+  readonly rowsDeleted?: number;
   /** How the source's schema differed from the committed one, one line per change (present only when it did). */
   readonly schemaChanges?: readonly string[];
   /** A read loaded as ranges (`parallel:`): ranges committed (in this run or before), of all the load's ranges. */

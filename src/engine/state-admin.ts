@@ -2,7 +2,7 @@
  * `tidemark state …`: inspect and edit a pipeline's state. Every edit is a new version (compare-and-set, under
  * the pipeline's lease), so history keeps what was there and `rollback` can restore it.
  */
-import type { Destination, JsonValue, Lease, LeaseProvider, StateStore } from '../core/connector.js';
+import { isSyncPosition, type Destination, type JsonValue, type Lease, type LeaseProvider, type Source, type StateStore } from '../core/connector.js';
 import { exportAirbyteState, importAirbyteState } from './airbyte-state.js';
 import { newRunId } from '../core/ids.js';
 import { StateError, UsageError, errorMessage } from '../core/errors.js';
@@ -15,6 +15,7 @@ import { openPipelineState, plannedState, storeOptions, type StateDifference } f
 import { emptyState } from './run.js';
 import { exportTapState, type SingerState, type TapState } from './singer-document.js';
 import { LazySource, appendStreams, columnKinds, hasLoaded, movesBack, prepareSet, streamConfig as configOf, typedInput } from './state-set.js';
+import { keptMarks } from './run-marks.js';
 
 export type { SingerState, TapState } from './singer-document.js';
 
@@ -262,6 +263,35 @@ export function stateCommands(pipeline: PipelineConfig) {
     },
 
     /**
+     * Sets the sync token (or delta link) an HTTP `sync:` stream's next run starts from. On an append stream that has
+     * loaded rows it is refused: the changes since an older token would be appended again (`run --full` rebuilds).
+     */
+    async setSyncToken(stream: string, token: string): Promise<PipelineState> {
+      const config = streamConfig(stream);
+      if (config.http?.sync === undefined) throw new UsageError(`stream ${stream} has no sync: section; --sync-token sets the position of an HTTP sync stream (use --cursor for a watermark)`);
+      if (token === '') throw new UsageError('--sync-token: expected the token or delta link the next run starts from');
+      return edit(`set ${stream} sync token`, (current) => {
+        const prior = current.streams[stream];
+        if (config.write === 'append' && prior !== undefined && hasLoaded(prior)) {
+          throw new UsageError(
+            `stream ${stream} appends its rows: starting it from another sync token could append the changes since that token a second time; ` +
+              `to load the stream again use tidemark run --full (a new generation is built and swapped in) or tidemark state reset ${stream}`,
+          );
+        }
+        const next: StreamState = {
+          strategy: config.strategy,
+          primaryKey: prior?.primaryKey ?? config.primaryKey,
+          ...(prior?.generation !== undefined ? { generation: prior.generation } : {}),
+          ...(prior?.schema !== undefined ? { schema: prior.schema } : {}),
+          resume: { v: 1, sync: token },
+          updatedAt: new Date().toISOString(),
+          ...keptMarks(prior),
+        };
+        return { ...current, streams: { ...current.streams, [stream]: next } };
+      });
+    },
+
+    /**
      * Sets (or, with a `null` value, removes) keys of a stream's metadata: the user's own notes, kept in the state
      * beside the position and carried over by every run. The position is left as it is.
      */
@@ -314,7 +344,8 @@ export function stateCommands(pipeline: PipelineConfig) {
         for (const [stream, now] of Object.entries(current.streams)) {
           if (!appending.has(stream) || !hasLoaded(now)) continue;
           const restored = target.state.streams[stream];
-          if (restored === undefined || movesBack(restored.watermark, now.watermark)) streams[stream] = rebuildOf(now);
+          const otherToken = isSyncPosition(now.resume) && JSON.stringify(restored?.resume ?? null) !== JSON.stringify(now.resume);
+          if (restored === undefined || movesBack(restored.watermark, now.watermark) || otherToken) streams[stream] = rebuildOf(now);
         }
         return { ...target.state, streams };
       });

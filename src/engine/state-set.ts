@@ -4,7 +4,7 @@
  * a Singer tap's own bookmark moves with the watermark (so the tap re-sends from there), and an append stream never
  * moves back (the rows loaded since would be appended a second time).
  */
-import type { JsonValue, Source } from '../core/connector.js';
+import { isSyncPosition, type JsonValue, type Source } from '../core/connector.js';
 import { UsageError } from '../core/errors.js';
 import type { PipelineState, StreamState, TypedValue, Watermark } from '../core/types.js';
 import { ValueRejection, compareCanonical, parseTyped } from '../core/values.js';
@@ -138,7 +138,8 @@ export async function prepareSet(pipeline: PipelineConfig, stored: StreamState |
 
 /** The stream has rows in its live table (or a build under way) that a re-read from an earlier point would repeat. */
 export function hasLoaded(stream: StreamState): boolean {
-  return stream.watermark !== undefined || stream.generation !== undefined || stream.build !== undefined;
+  // A sync token (HTTP `sync:`) is stored only with rows loaded from the sync that handed it out.
+  return stream.watermark !== undefined || stream.generation !== undefined || stream.build !== undefined || isSyncPosition(stream.resume);
 }
 
 /**

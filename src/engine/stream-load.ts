@@ -8,7 +8,7 @@ import { runMarks } from './run-marks.js';
 import { elapsedMs, finishedAt, monotonicMs } from '../core/run-clock.js';
 import { hostname } from 'node:os';
 import type { BulkFormat, BulkRead, Destination, JsonValue, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
-import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
+import { ConfigError, DestinationError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type {
   Column,
@@ -20,6 +20,7 @@ import type {
   StreamSchema,
   StreamState,
   TypedValue,
+  Value,
   Watermark,
 } from '../core/types.js';
 import { ValueRejection, coerceValue, encodeValue, rowToJson } from '../core/values.js';
@@ -226,6 +227,9 @@ class StreamLoader {
   private highest: Watermark | undefined;
   private resume: unknown;
   private freshBuild: boolean;
+  /** Keys the source reported removed since the last commit (canonical key → key values), deleted by the next commit. */
+  private pendingDeletes = new Map<string, Value[]>();
+  private rowsDeleted = 0;
 
   constructor(
     private readonly ctx: StreamContext,
@@ -330,14 +334,18 @@ class StreamLoader {
           const verdict = identity === undefined ? undefined : this.dedupe!.verdict(identity, own?.cursor);
           if (verdict !== undefined && this.dropsDuplicate(verdict)) continue;
           const staged = this.accept(raw, next);
+          // A record staged after its removal in the same commit is its re-creation: the removal must not follow it.
+          if (staged && this.pendingDeletes.size > 0) this.pendingDeletes.delete(this.keyOf(raw) ?? '');
           if (identity !== undefined && verdict !== undefined && staged) this.keepVersion(identity, own?.cursor, verdict);
           if (this.group !== undefined && own !== undefined && (!this.unordered || own.cursor.value === this.highest?.cursor.value)) {
             this.group.add(own.cursor.value, this.identityOf(raw, own));
           }
         }
+        if (batch.deletes !== undefined && batch.deletes.length > 0) this.removals(batch.deletes);
         if (batch.resume !== undefined) this.token(batch.resume);
         await this.flush();
-        if (read.resumable && batch.resume !== undefined && this.txnRowsRead >= this.stream.checkpointRows && this.mayCommitAtToken()) await this.commit(false);
+        const done = this.txnRowsRead + this.pendingDeletes.size;
+        if (read.resumable && batch.resume !== undefined && done >= this.stream.checkpointRows && this.mayCommitAtToken()) await this.commit(false);
         this.progress();
       }
     } catch (error) {
@@ -347,7 +355,7 @@ class StreamLoader {
     }
     this.endTokens();
     // A run that read nothing writes nothing; a build always commits, since its swap publishes the generation.
-    if (this.building || this.txnRowsRead > 0 || this.resumeMoved()) {
+    if (this.building || this.txnRowsRead > 0 || this.pendingDeletes.size > 0 || this.resumeMoved()) {
       await this.flush();
       await this.commit(!(this.building && this.ctx.openEnded === true));
     }
@@ -510,6 +518,34 @@ class StreamLoader {
     }
   }
 
+  /**
+   * Keys the source reports removed: deleted from a merge stream's table by the next commit (after the rows staged
+   * before them). A rebuild (`--full`) writes a new generation from the source's whole listing, where a removal has
+   * nothing to delete: it is skipped there.
+   */
+  private removals(keys: readonly (readonly Value[])[]): void {
+    const context = { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'load' };
+    if (this.stream.write !== 'merge') throw new ConfigError(`the source reports removed records, which only a stream with write: merge can delete`, { context });
+    if (!(this.ctx.destination.capabilities.changes ?? []).includes('merge')) throw new DestinationError(`this destination cannot delete rows inside a load commit; removed records cannot be applied`, { context });
+    if (this.building) return;
+    for (const key of keys) {
+      const row: Row = [];
+      this.pkIndexes.forEach((index, i) => (row[index] = key[i] as Row[number]));
+      const id = this.keyOf(row);
+      if (id === undefined) throw new SourceError(`a removed record has no usable key (${key.map(String).join(', ')})`, { context });
+      this.pendingDeletes.set(id, this.pkIndexes.map((index) => coerceValue(this.columns[index]!.type, row[index])));
+    }
+  }
+
+  /** A row's key as one canonical string, undefined when a key value is missing or unreadable. */
+  private keyOf(raw: Row): string | undefined {
+    try {
+      return JSON.stringify(this.pkIndexes.map((i) => this.typed(i, raw[i]).value));
+    } catch {
+      return undefined;
+    }
+  }
+
   /** A row at or below the committed edge of the read: the source sent it again, so it is dropped, not counted. */
   private isCommitted(raw: Row, position: Watermark): boolean {
     if (this.floor === undefined) return false;
@@ -581,7 +617,9 @@ class StreamLoader {
     if (this.stream.onReject === 'fail' && this.rowsRejected > 0) await refuseRejects(txn, this.ctx, this.stream.name, this.pendingRejects);
     const next = this.nextState(final);
     await this.ctx.lease.assertHeld();
+    const deletes = [...this.pendingDeletes.values()];
     await txn.commit({
+      ...(deletes.length > 0 ? { changes: [{ target: { schema: this.schema, write: 'merge' as const }, changes: { deletes, upserts: [], patches: [] } }] } : {}),
       state: next,
       run: this.runRecord(final ? 'committed' : 'running'),
       rejects: this.pendingRejects,
@@ -592,6 +630,8 @@ class StreamLoader {
     });
     await failpoint('load.after_commit');
     this.commits += 1;
+    this.rowsDeleted += deletes.length;
+    this.pendingDeletes = new Map();
     this.state = next;
     this.lastCommitted = this.result('committed');
     this.ctx.onCommit?.(this.lastCommitted);
@@ -707,6 +747,7 @@ class StreamLoader {
       durationMs: elapsedMs(this.started),
       full: this.building,
       ...(this.rowsResent > 0 ? { rowsResent: this.rowsResent } : {}),
+      ...(this.rowsDeleted > 0 ? { rowsDeleted: this.rowsDeleted } : {}),
       ...(this.schemaStep.changes.length > 0 ? { schemaChanges: this.schemaStep.changes.map(describeChange) } : {}),
       ...((this.dedupe?.duplicates ?? 0) > 0 ? { rowsDuplicate: this.dedupe!.duplicates } : {}),
     };

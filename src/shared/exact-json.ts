@@ -188,6 +188,8 @@ export function jsonToRaw(value: ExactJson | undefined, type: ColumnType): unkno
  * Follows a JSON path: `$`, `data.items`, `$.data[0].items`, `meta.next`. Returns undefined when a step is absent.
  */
 export function jsonPath(root: ExactJson, path: string): ExactJson | undefined {
+  // A key that itself holds dots (`@odata.deltaLink`, `@odata.nextLink`) is found by its whole name first.
+  if (path.includes('.') && isJsonObject(root) && Object.prototype.hasOwnProperty.call(root, path)) return root[path];
   let current: ExactJson | undefined = root;
   for (const step of parsePath(path)) {
     if (current === undefined || current === null) return undefined;

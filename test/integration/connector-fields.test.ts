@@ -19,6 +19,8 @@ beforeAll(async () => ({ dir, cleanup } = await tempDir()));
 afterAll(() => cleanup());
 
 const tableColumns = (path: string, table: string) => sqliteQuery(path, `SELECT name FROM pragma_table_info('${table}') ORDER BY cid`).map((r) => String(r.name));
+/** What the fixture connector logs of each configured stream's json_schema: `<stream> <property,…>`. */
+const told = (stderr: string) => [...stderr.matchAll(/fixture fields (\S+) (\S*)/g)].map((m) => `${m[1]} ${m[2]}`);
 const rowCount = (path: string, table: string) => Number(sqliteQuery(path, `SELECT count(*) AS n FROM ${table}`)[0]!.n);
 
 async function airbyte(name: string, count: number, stream: string) {
@@ -28,7 +30,7 @@ async function airbyte(name: string, count: number, stream: string) {
     `name: ${name}\nsource:\n  type: airbyte\n  command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(AIRBYTE)}]\n  config: {count: ${count}, state_every: 10, product_count: 3, api_key: k}\n` +
       `streams:\n${stream}destination: {type: sqlite, path: ${JSON.stringify(join(dir, `${name}.sqlite`))}}\n`,
   );
-  return cli(['run', file, '--json']);
+  return cli(['run', file, '--json'], { env: { TIDEMARK_LOG_LEVEL: 'info' } });
 }
 
 describe('columns: and exclude: on connector streams', () => {
@@ -39,8 +41,11 @@ describe('columns: and exclude: on connector streams', () => {
     const db = join(dir, 'ab_pick.sqlite');
     expect(tableColumns(db, 'orders').filter((c) => !c.startsWith('_tidemark'))).toEqual(['id', 'amount', 'updated_at']);
     expect(rowCount(db, 'orders')).toBe(40);
+    // The configured catalog names only the picked fields, so a connector honouring field selection fetches no more.
+    expect(told(first.stderr)).toEqual(['orders id,amount,updated_at']);
     const second = await airbyte('ab_pick', 65, stream);
     expect(second.code, second.stderr).toBe(0);
+    expect(told(second.stderr)).toEqual(['orders id,amount,updated_at']);
     expect(JSON.parse(second.stdout).streams[0].rows_read).toBe(25);
     expect(rowCount(db, 'orders')).toBe(65);
   }, 180_000);
@@ -49,6 +54,9 @@ describe('columns: and exclude: on connector streams', () => {
     const out = await airbyte('ab_drop', 30, '  - name: orders\n    exclude: [tags, note, __faros_data]\n    checkpoint_rows: 7\n');
     expect(out.code, out.stderr).toBe(0);
     const columns = tableColumns(join(dir, 'ab_drop.sqlite'), 'orders');
+    const sent = told(out.stderr)[0]!.split(' ')[1]!.split(',');
+    expect(sent).toEqual(expect.arrayContaining(['id', 'updated_at', 'huge']));
+    for (const dropped of ['tags', 'note', '__faros_data']) expect(sent).not.toContain(dropped);
     expect(columns).toContain('huge');
     expect(columns).not.toContain('tags');
     expect(columns).not.toContain('note');

@@ -23,7 +23,7 @@ describe('tidemark discover', () => {
     ({ dir, cleanup } = await tempDir());
     db = await createTestDatabase('tm_discover');
     await db.query(`CREATE TABLE orders (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, amount numeric(12,2))`);
-    await db.query(`CREATE TABLE audit_log (at timestamp(3), note text)`);
+    await db.query(`CREATE TABLE audit_log (at timestamp(3), seen timestamptz(3), code varchar(8), note text)`);
     await db.query(`CREATE SCHEMA sales`);
     await db.query(`CREATE TABLE sales.targets (region text PRIMARY KEY, goal numeric)`);
   });
@@ -57,7 +57,12 @@ describe('tidemark discover', () => {
       cursor_candidates: ['updated_at', 'created_at', 'id'],
     });
     expect(byName.get('public.orders')!.fields).toContainEqual({ name: 'updated_at', type: 'timestamp with time zone' });
-    expect(byName.get('public.audit_log')).toMatchObject({ modes: ['incremental', 'full'], key_candidates: [], cursor_candidates: ['at'] });
+    // Declared precision is shown, as psql's \d shows it (information_schema's data_type drops it).
+    expect(byName.get('public.orders')!.fields).toContainEqual({ name: 'amount', type: 'numeric(12,2)' });
+    expect(byName.get('public.audit_log')!.fields).toContainEqual({ name: 'at', type: 'timestamp(3) without time zone' });
+    expect(byName.get('public.audit_log')!.fields).toContainEqual({ name: 'seen', type: 'timestamp(3) with time zone' });
+    expect(byName.get('public.audit_log')!.fields).toContainEqual({ name: 'code', type: 'character varying(8)' });
+    expect(byName.get('public.audit_log')).toMatchObject({ modes: ['incremental', 'full'], key_candidates: [], cursor_candidates: ['at', 'seen'] });
     expect(byName.get('public.audit_log')!.configured).toBeUndefined();
     expect(byName.get('sales.targets')).toMatchObject({ modes: ['full', 'log'], key_candidates: [['region']], cursor_candidates: [] });
     expect(byName.get('big_orders')).toMatchObject({ origin: 'query', configured: 'big_orders', key_candidates: [['id']], cursor_candidates: ['updated_at', 'id'] });

@@ -64,3 +64,22 @@ describe('${env:…} in numbers and booleans', () => {
     expect(messageOf('name: s\nsource: {type: postgres, host: h, port: "5432", database: d}\nstreams: [{table: t}]')).toBe('p.yaml: source.port: expected an integer, got "5432"');
   });
 });
+
+describe('sync: on HTTP streams', () => {
+  const http = (stream: string) => `name: s\nsource: {type: http, base_url: "https://api.example.com"}\nstreams:\n  - path: /contacts\n${stream}`;
+  it('makes a stream incremental without a cursor, by the token or the delta link', () => {
+    const token = parsePipeline(http('    primary_key: id\n    sync: {token: next_sync_token, param: sync_token, deleted: deleted}'), { file: 'p.yaml', env: {} }).streams[0]!;
+    expect(token).toMatchObject({ strategy: 'incremental', write: 'merge', http: { sync: { token: 'next_sync_token', param: 'sync_token', deleted: 'deleted' } } });
+    expect(token.cursor).toBeUndefined();
+    const url = parsePipeline(http('    sync: {url: "@odata.deltaLink"}'), { file: 'p.yaml', env: {} }).streams[0]!;
+    expect(url).toMatchObject({ strategy: 'incremental', write: 'append', http: { sync: { url: '@odata.deltaLink' } } });
+  });
+  it.each([
+    ['a cursor beside the token', '    cursor: updated_at\n    sync: {token: t, param: p}', 'p.yaml: streams[0].cursor: a sync stream\'s position is the API\'s sync token, not a cursor column; drop cursor: or sync:'],
+    ['removals on an append stream', '    sync: {url: d, deleted: "@removed"}', 'p.yaml: streams[0].sync.deleted: removed records are deleted from a table merged on its key; set write: merge with a primary_key, or drop deleted: to load the removal records as rows'],
+    ['strategy full', '    strategy: full\n    sync: {url: d}', "p.yaml: streams[0].strategy: sync: makes the stream incremental by the API's token; drop strategy: full"],
+    ['an incremental stream with neither', '    strategy: incremental', "p.yaml: streams[0].cursor: strategy incremental needs a cursor column (or sync: when the API's position is a sync token or delta link)"],
+  ])('refuses %s', (_what, stream, expected) => {
+    expect(messageOf(http(stream))).toBe(expected);
+  });
+});

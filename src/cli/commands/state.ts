@@ -8,6 +8,7 @@ import {
   loadPipelineOrTarget,
   parseStateSpec,
   stateCommands,
+  isSyncPosition,
   storedPipeline,
   type PipelineState,
   type StoredPipeline,
@@ -26,7 +27,8 @@ function showState(state: PipelineState): void {
         ? `, rebuild pending: the next run builds generation ${s.build.generation} beside the live table and swaps it in`
         : `, building generation ${s.build.generation} (${s.build.rows} rows so far)`
       : '';
-    print(`  ${name}: ${s.strategy}, watermark ${describeWatermark(s.watermark)}${s.generation ? `, generation ${s.generation}` : ''}${build}${runs(s)}`);
+    const sync = isSyncPosition(s.resume) ? `, sync token ${s.resume.sync === null ? '(none: the next run syncs everything)' : JSON.stringify(s.resume.sync)}${s.resume.prints ? ` (a sync under way: ${s.resume.prints.length} records of it committed)` : ''}` : '';
+    print(`  ${name}: ${s.strategy}, ${sync !== '' && s.watermark === undefined ? sync.slice(2) : `watermark ${describeWatermark(s.watermark)}${sync}`}${s.generation ? `, generation ${s.generation}` : ''}${build}${runs(s)}`);
     const meta = Object.entries(s.metadata ?? {});
     if (meta.length > 0) print(`    metadata: ${meta.map(([k, v]) => `${k}=${v}`).join(', ')}`);
   }
@@ -54,6 +56,8 @@ export interface StateCommandOptions {
   readonly json?: boolean;
   readonly cursor?: string;
   readonly pk?: string[];
+  /** set: the sync token (or delta link) of an HTTP sync stream. */
+  readonly syncToken?: string;
   readonly from?: string;
   readonly to?: string;
   readonly force?: boolean;
@@ -93,11 +97,12 @@ export async function stateCommand(action: string, args: readonly string[], opti
     case 'set': {
       const [stream] = args;
       const meta = options.meta ?? [];
-      if (!stream || (options.cursor === undefined && meta.length === 0)) {
-        throw new UsageError('usage: tidemark state set <stream> (--cursor VALUE [--pk VALUE…] | --meta KEY=VALUE…) --config <pipeline.yaml>');
+      if (!stream || (options.cursor === undefined && options.syncToken === undefined && meta.length === 0) || (options.cursor !== undefined && options.syncToken !== undefined)) {
+        throw new UsageError('usage: tidemark state set <stream> (--cursor VALUE [--pk VALUE…] | --sync-token TOKEN | --meta KEY=VALUE…) --config <pipeline.yaml>');
       }
       const entries = metaEntries(meta);
       let next = options.cursor !== undefined ? await commands.set(stream, options.cursor, options.pk ?? []) : undefined;
+      if (options.syncToken !== undefined) next = await commands.setSyncToken(stream, options.syncToken);
       if (meta.length > 0) next = await commands.setMetadata(stream, entries);
       options.json ? print(toJson(next)) : showState(next!);
       return 0;

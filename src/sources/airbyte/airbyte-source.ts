@@ -9,7 +9,7 @@
  */
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname, join, basename } from 'node:path';
-import type { Batch, CheckProblem, JsonValue, OfferedStream, OpenedRead, PlannedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
+import type { Batch, CheckProblem, FieldSelection, JsonValue, OfferedStream, OpenedRead, PlannedRead, ReadRequest, Source, StreamSpec } from '../../core/connector.js';
 import { cursorLike, fieldsOf } from '../../core/cursor-candidates.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import { redact, registerSecret, silentLogger, type Logger, type LogLevel } from '../../core/logger.js';
@@ -203,14 +203,15 @@ export class AirbyteSource implements Source {
   }
 
   /** A stream of a configured catalog: its sync modes, cursor and key. */
-  private configuredStream(entry: AirbyteCatalogStream, schema: StreamSchema, incremental: boolean, write: StreamSpec['write']): ExactJson {
+  private configuredStream(entry: AirbyteCatalogStream, schema: StreamSchema, incremental: boolean, spec: StreamSpec): ExactJson {
+    const write = spec.write;
     if (incremental && !entry.syncModes.includes('incremental')) {
       throw new ConfigError(`stream ${entry.name}: the connector reads it only as ${entry.syncModes.join(', ') || 'full_refresh'}; set strategy: full`, { context: { stream: entry.name } });
     }
     const stream = {
       name: entry.name,
       ...(entry.namespace !== undefined ? { namespace: entry.namespace } : {}),
-      json_schema: entry.jsonSchema,
+      json_schema: selectedSchema(entry.jsonSchema, spec.fields, [...schema.primaryKey, ...(schema.cursor !== undefined ? [schema.cursor] : []), ...entry.defaultCursor.slice(0, 1)]),
       supported_sync_modes: entry.syncModes,
       source_defined_cursor: entry.sourceDefinedCursor,
       default_cursor_field: entry.defaultCursor,
@@ -264,7 +265,7 @@ export class AirbyteSource implements Source {
   private async startShared(): Promise<SharedRead> {
     const parts: { entry: AirbyteCatalogStream; request: ReadRequest }[] = [];
     for (const { request } of this.planned) parts.push({ entry: await this.entry(request.stream), request });
-    const catalog = parts.map(({ entry, request }) => this.configuredStream(entry, this.schemaOf(request.stream, entry), request.incremental, request.stream.write));
+    const catalog = parts.map(({ entry, request }) => this.configuredStream(entry, this.schemaOf(request.stream, entry), request.incremental, request.stream));
     const state = connectorState(this.planned.filter((p) => p.request.incremental));
     const config = await this.connectorConfig();
     const files = [
@@ -286,7 +287,7 @@ export class AirbyteSource implements Source {
     const config = await this.connectorConfig();
     const files = [
       { flag: 'config', text: stringifyExactJson(config) },
-      { flag: 'catalog', text: stringifyExactJson({ streams: [this.configuredStream(entry, schema, request.incremental, stream.write)] }) },
+      { flag: 'catalog', text: stringifyExactJson({ streams: [this.configuredStream(entry, schema, request.incremental, stream)] }) },
       ...(request.resume !== undefined && request.resume !== null ? [{ flag: 'state', text: JSON.stringify(request.resume) }] : []),
     ];
     const run = await ConnectorRun.start({ command: this.command, name: this.program, verb: 'read', files, idleMs: this.idleMs, ...(this.settings.env ? { env: this.settings.env } : {}), ...(request.signal ? { signal: request.signal } : {}) });
@@ -479,3 +480,16 @@ export class AirbyteSource implements Source {
 
 /** The stored state of a stream, as a JsonValue the next read passes back. */
 export type AirbyteResume = JsonValue;
+
+/**
+ * The stream's JSON schema as the configured catalog sends it: with `columns:` / `exclude:`, only the selected
+ * top-level properties (the key and cursor always), so a connector that honours field selection fetches no more.
+ */
+function selectedSchema(jsonSchema: ExactJson, fields: FieldSelection | undefined, kept: readonly string[]): ExactJson {
+  if (fields === undefined || !isJsonObject(jsonSchema) || !isJsonObject(jsonSchema.properties)) return jsonSchema;
+  const needed = new Set(kept);
+  const keep = (name: string): boolean => needed.has(name) || ('only' in fields ? fields.only.includes(name) : !fields.except.includes(name));
+  const properties = Object.fromEntries(Object.entries(jsonSchema.properties).filter(([name]) => keep(name)));
+  const required = Array.isArray(jsonSchema.required) ? { required: jsonSchema.required.filter((n) => typeof n === 'string' && keep(n)) } : {};
+  return { ...jsonSchema, properties, ...required } as ExactJson;
+}

@@ -7,6 +7,17 @@ import { redact } from '../../core/logger.js';
 import { JsonSyntaxError, parseExactJson, type ExactJson } from '../../shared/exact-json.js';
 import { decodeBody } from './response-charset.js';
 
+/** A response refused with a status that is not retried (4xx): callers that know what a status means say so. */
+export class HttpStatusError extends SourceError {
+  constructor(
+    readonly status: number,
+    message: string,
+    options: ConstructorParameters<typeof SourceError>[1],
+  ) {
+    super(message, options);
+  }
+}
+
 export interface RetryPolicy {
   readonly maxRetries: number;
   readonly backoffMs: number;
@@ -54,7 +65,7 @@ export class HttpClient {
           last = `HTTP ${response.status}${await snippet(response)}`;
           waitMs = retryAfterMs(response.headers.get('retry-after'));
         } else if (!response.ok) {
-          throw new SourceError(redact(`GET ${shown()} failed: HTTP ${response.status}${await snippet(response)}`), { context: { phase: 'extract', at: shown() } });
+          throw new HttpStatusError(response.status, redact(`GET ${shown()} failed: HTTP ${response.status}${await snippet(response)}`), { context: { phase: 'extract', at: shown() } });
         } else {
           const text = decodeBody(new Uint8Array(await response.arrayBuffer()), response.headers.get('content-type'), shown());
           try {

@@ -14,12 +14,13 @@ import { JsonNumber, inferJsonType, isJsonObject, jsonPath, jsonToRaw, stringify
 import { WentBack, WindowBoundary, fingerprint, type BoundaryToken } from './http-boundary.js';
 import { readTieGroup, type TieGroupRead } from './http-tie-group.js';
 import { HttpClient, type Fetch, type JsonResponse } from './http-client.js';
+import { openSync } from './http-sync.js';
 
 /**
  * Where the next request of a window goes. A page or offset with `since` asks the window's tail from that cursor
  * value on (sorted APIs): `{{since}}` is then the last cursor read, not the window's lower bound.
  */
-type PageState =
+export type PageState =
   | { readonly page: number; readonly since?: string }
   | { readonly offset: number; readonly since?: string }
   | { readonly cursor: string | null }
@@ -49,7 +50,8 @@ const TIME_KINDS: ReadonlySet<ColumnKind> = new Set(['timestamptz', 'timestamp',
 const TEMPLATE_RE = /\{\{\s*(since|until)\s*\}\}/g;
 
 export class HttpSource implements Source {
-  private readonly client: HttpClient;
+  /** The members below without `private` are shared with the sync read (http-sync.ts), not part of the Source seam. */
+  readonly client: HttpClient;
   /** Preflight's client: one attempt, a short timeout, so a check reports a dead endpoint at once. */
   private readonly checkClient: HttpClient;
   private readonly base: URL;
@@ -121,6 +123,7 @@ export class HttpSource implements Source {
   async open(request: ReadRequest): Promise<OpenedRead> {
     const stream = request.stream;
     const spec = httpSpec(stream);
+    if (spec.sync !== undefined) return openSync(this, request, spec, spec.sync);
     const context = { stream: stream.name, phase: 'extract' };
     const token = readToken(request.resume, stream.name);
     const declaredCursor = spec.columns?.find((c) => c.name === stream.cursor)?.type.kind;
@@ -360,7 +363,7 @@ export class HttpSource implements Source {
     };
   }
 
-  private headers(spec: HttpStreamSpec): Record<string, string> {
+  headers(spec: HttpStreamSpec): Record<string, string> {
     const headers: Record<string, string> = { accept: 'application/json', 'user-agent': 'tidemark', ...this.config.headers, ...spec.headers };
     const auth = this.config.auth;
     if (auth?.type === 'bearer') headers.authorization = `Bearer ${auth.token}`;
@@ -370,7 +373,7 @@ export class HttpSource implements Source {
   }
 
   /** The request URL: parameters are set through URLSearchParams, so window values are always encoded, never spliced. */
-  private pageUrl(spec: HttpStreamSpec, window: { since?: string | undefined; until?: string | undefined }, page: PageState): URL {
+  pageUrl(spec: HttpStreamSpec, window: { since?: string | undefined; until?: string | undefined }, page: PageState): URL {
     let url: URL;
     if ('url' in page) {
       url = new URL(page.url);
@@ -400,7 +403,7 @@ export class HttpSource implements Source {
   }
 
   /** A URL as shown in messages and stored in resume tokens: the query-string credential masked. */
-  private display(url: URL): string {
+  display(url: URL): string {
     const auth = this.config.auth;
     if (auth?.type !== 'query' || !url.searchParams.has(auth.name)) return url.toString();
     const copy = new URL(url);
@@ -416,7 +419,7 @@ export class HttpSource implements Source {
     return copy.toString();
   }
 
-  private records(spec: HttpStreamSpec, response: JsonResponse): readonly ExactJson[] {
+  records(spec: HttpStreamSpec, response: JsonResponse): readonly ExactJson[] {
     const found = spec.records === undefined ? response.body : jsonPath(response.body, spec.records);
     if (found === undefined || found === null) return [];
     if (!Array.isArray(found)) {
@@ -432,7 +435,7 @@ export class HttpSource implements Source {
    * next request asks from it on at the first page, so records that change and move never shift what is left to
    * read; while a page ends on the cursor value it was asked from (one value fills the page), it pages on.
    */
-  private nextPage(p: HttpPagination, current: PageState, response: JsonResponse, count: number, tail?: Tail): PageState | null {
+  nextPage(p: HttpPagination, current: PageState, response: JsonResponse, count: number, tail?: Tail): PageState | null {
     const since = 'since' in current ? current.since : undefined;
     switch (p.type) {
       case 'none':
@@ -460,7 +463,7 @@ export class HttpSource implements Source {
   }
 
   /** Credentials go only to the configured origin; a next link elsewhere is refused rather than followed. */
-  private sameOrigin(link: string, current: string): string {
+  sameOrigin(link: string, current: string): string {
     const url = new URL(link, current);
     if (url.origin !== this.base.origin) {
       throw new SourceError(`the next-page link points to ${url.origin}, outside ${this.base.origin}; refusing to send credentials there`, { context: { phase: 'extract' } });
@@ -470,7 +473,7 @@ export class HttpSource implements Source {
 }
 
 /** Where a sorted window continues: from cursor `since`, past the first `skip` records asked from it (already read). */
-interface Tail {
+export interface Tail {
   readonly since: string;
   readonly skip: number;
 }
@@ -494,12 +497,12 @@ function fill(template: string, vars: { since?: string | undefined; until?: stri
   return missing ? undefined : out;
 }
 
-function httpSpec(stream: StreamSpec): HttpStreamSpec {
+export function httpSpec(stream: StreamSpec): HttpStreamSpec {
   if (!stream.http) throw new ConfigError(`stream ${stream.name} of an http source needs a path`, { context: { stream: stream.name } });
   return stream.http;
 }
 
-function initialPage(p: HttpPagination): PageState {
+export function initialPage(p: HttpPagination): PageState {
   switch (p.type) {
     case 'page':
       return { page: p.start };
@@ -591,7 +594,7 @@ function isAfter(kind: ColumnKind, cursor: string, pkRaw: readonly unknown[], co
   return false;
 }
 
-function declaredSchema(stream: StreamSpec, declared: readonly DeclaredColumn[]): StreamSchema {
+export function declaredSchema(stream: StreamSpec, declared: readonly DeclaredColumn[]): StreamSchema {
   const keys = new Set([...stream.primaryKey, ...(stream.cursor !== undefined ? [stream.cursor] : [])]);
   return {
     name: stream.name,
@@ -704,7 +707,7 @@ function cursorType(values: readonly ExactJson[], fallback: ColumnKind, inferred
   return inferred ?? { kind: 'text' };
 }
 
-function recordToRow(record: ExactJson, columns: readonly Column[], declared: readonly DeclaredColumn[] | undefined, inferred: boolean): Row {
+export function recordToRow(record: ExactJson, columns: readonly Column[], declared: readonly DeclaredColumn[] | undefined, inferred: boolean): Row {
   const object = isJsonObject(record) ? record : undefined;
   if (declared) return declared.map((c) => jsonToRaw(object ? jsonPath(object, c.path) : undefined, c.type) as Row[number]);
   const row: Row = [];

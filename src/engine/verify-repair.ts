@@ -20,7 +20,10 @@ export interface StreamRepair {
 }
 
 /** Why a stream's drift is not repaired by reloading keys, or undefined when it is. */
-export function repairRefusal(target: VerifyTarget): string | undefined {
+export function repairRefusal(target: VerifyTarget, destination: Destination): string | undefined {
+  if (!destination.capabilities.writes.includes('merge')) {
+    return 'this destination cannot rewrite rows in place (the lake only adds objects); rebuild the stream with `tidemark state reset` (the next run loads a new generation)';
+  }
   if (target.stream.write === 'append') return 'an append stream keeps every row version: reloading keys would append them again; rebuild it with `tidemark state reset` (the next run loads a new generation)';
   if (target.stream.write === 'replace') return 'a full-refresh stream is rebuilt whole by its next run';
   return undefined;

@@ -90,7 +90,7 @@ export async function verifyPipeline(pipeline: PipelineConfig, options: VerifyOp
           continue;
         }
         const found = await verifyStream(target, tuning);
-        const refused = repairRefusal(target);
+        const refused = repairRefusal(target, ends.destination);
         if (found.status !== 'drift' || state === undefined) results.push(found);
         else if (refused !== undefined) results.push({ ...found, repair: { refused } });
         else {
@@ -159,7 +159,8 @@ export async function verifyTarget(ends: OpenEnds, stream: StreamConfig): Promis
   if (stream.table === undefined) return 'only table streams of SQL sources are verified';
   if (ends.sourceAccess === undefined) return 'this source cannot be checksummed in place';
   if (ends.destinationAccess === undefined) return 'this destination cannot be checksummed in place';
-  if (stream.strategy === 'log' || stream.strategy === 'partitioned') return `strategy ${stream.strategy} is not verified yet`;
+  if (stream.strategy === 'partitioned') return 'strategy partitioned is compared per partition by `tidemark ledger verify`';
+  if (stream.strategy === 'log' && stream.write === 'append') return 'a change log (strategy log, write append) keeps one row per change: it is not a copy of the table';
   const streamState = ends.state?.streams[stream.name];
   if (streamState === undefined) return 'the stream has never committed';
   const columns = await loadedColumns(ends.source, stream, streamState);

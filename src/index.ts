@@ -22,6 +22,7 @@ export { deleteStoredPipeline, listStoredPipelines, openStateStore, stateCommand
 export type { ShownState, StoredPipeline } from './engine/state-admin.js';
 export { ledgerCommands } from './engine/ledger-admin.js';
 export { verifyPipeline } from './engine/verify.js';
+export { verifyWhenDue, verifyDue } from './engine/verify-schedule.js';
 export type { KeyValues, StreamVerify, VerifyOptions, VerifyReport } from './engine/verify.js';
 export { compactLake, parseByteSize } from './engine/lake-compact.js';
 export type { CompactLakeOptions, CompactResult } from './engine/lake-compact.js';

@@ -184,10 +184,11 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
     .argument('<pipeline>', 'pipeline name or YAML file')
     .option('--stream <name>', 'only this stream (repeatable)', collect)
     .option('--repair', 'reload exactly the differing keys (merge streams), under the pipeline lease')
+    .option('--sample <fraction>', 'compare only this fraction of each stream\'s key ranges, picked at random (0 < f ≤ 1)')
     .option('--dir <dir>', DIR_HELP)
     .option('--json', 'print JSON')
     .action(
-      act(async (given: string, o: { stream?: string[]; json?: boolean; repair?: boolean; dir?: string }) =>
+      act(async (given: string, o: { stream?: string[]; json?: boolean; repair?: boolean; sample?: string; dir?: string }) =>
         (await commands.verify()).verifyCommand((await pipelineOption({ config: given, ...(o.dir !== undefined ? { dir: o.dir } : {}) })).config!, o),
       ),
     );

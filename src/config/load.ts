@@ -112,6 +112,8 @@ export interface PipelineConfig {
   readonly retry?: RetryPolicy;
   /** Webhooks told of state changes (`notify:`). */
   readonly notify?: readonly NotifyConfig[];
+  /** `verify:`: verify after runs once the last verify is older than `everyMs`, over `sample` of the key ranges. */
+  readonly verify?: { readonly everyMs: number; readonly sample?: number };
 }
 
 export const DEFAULT_CHECKPOINT_ROWS = 100_000;
@@ -523,6 +525,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     catchUp: doc.catch_up ?? 'latest',
     ...(doc.retry !== undefined ? { retry: retryPolicy(doc.retry, file) } : {}),
     ...(doc.notify !== undefined ? { notify: doc.notify } : {}),
+    ...(doc.verify !== undefined ? { verify: { everyMs: durationOf(doc.verify.every, `${file}: verify.every`), ...(doc.verify.sample !== undefined ? { sample: doc.verify.sample } : {}) } } : {}),
   };
 }
 

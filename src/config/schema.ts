@@ -483,6 +483,14 @@ export const pipelineSchema = z
       .describe('A scheduled tick whose run failed runs again, in `schedule` and in the next `schedule --once`.'),
     catch_up: z.enum(['none', 'latest']).optional().describe('Ticks missed while the scheduler was down: ignore them, or run once for the latest (default latest).'),
     notify: z.array(notifySchema).min(1).optional().describe('Webhooks told of failures, recoveries, stale streams and drift.'),
+    verify: z
+      .object({
+        every: z.string().describe('After a run, `tidemark verify` runs when the last verify of a stream is older than this (`1d`, `6h`).'),
+        sample: z.number().gt(0).max(1).optional().describe('The fraction of key ranges compared (default 1: all); for very large tables.'),
+      })
+      .strict()
+      .optional()
+      .describe('Scheduled verification: compare the table streams with their source after runs, when due.'),
   })
   .strict()
   .describe('A tidemark pipeline: one source, one destination, its streams and where its state lives.');

@@ -176,6 +176,13 @@ export interface ChangeLogSource {
   /** Orders two positions: negative when `a` is before `b`. */
   compare(a: string, b: string): number;
   status(request: ChangeLogRequest): Promise<ChangeLogStatus>;
+  /**
+   * `tidemark verify`: the tables of `request` with committed changes the source still holds for the reader, each
+   * with the position of its newest such transaction (the changes are looked at, not consumed). A table whose newest
+   * change is past the committed position has changes the mirror has not applied yet. Throws when it cannot tell
+   * (a reader is connected). Absent: the source cannot tell, and its mirrors are not verified.
+   */
+  pendingChanges?(request: ChangeLogRequest): Promise<ReadonlyMap<string, string>>;
   /** Removes what `setup` created (slot, publication); returns what it removed, one line each. */
   drop(request: ChangeLogRequest): Promise<readonly string[]>;
 }

@@ -135,6 +135,8 @@ export interface StreamState {
   readonly log?: LogState;
   /** The schema the live table was committed with; absent in states written before schemas were kept. */
   readonly schema?: CommittedSchema;
+  /** The last `tidemark verify` of the stream that compared it (kept by every run, replaced by the next verify). */
+  readonly lastVerify?: LastVerify;
   /** A ranged full read under way (see src/engine/range-load.ts); gone once its last range committed. */
   readonly ranged?: RangedLoadState;
 }
@@ -173,6 +175,23 @@ export interface RangedLoadState {
    * becomes the watermark only with the load's last commit.
    */
   readonly high?: Watermark;
+}
+
+/** The outcome of the last verify of a stream (`tidemark verify`, or a scheduled one). */
+export interface LastVerify {
+  /** When the verify finished (ISO 8601). */
+  readonly at: string;
+  /** `equal`: no difference; `drift`: differences found (and not repaired clean). */
+  readonly status: 'equal' | 'drift';
+  readonly sourceRows: number;
+  readonly destinationRows: number;
+  readonly missing: number;
+  readonly extra: number;
+  readonly changed: number;
+  /** The fraction of key ranges compared, when not all were. */
+  readonly sample?: number;
+  /** `--repair` reloaded the differing keys and a verify after it was clean. */
+  readonly repaired?: boolean;
 }
 
 /** Where a log stream stands. Positions are the source's opaque strings (`ChangeLogSource.compare` orders them). */

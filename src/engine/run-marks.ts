@@ -4,7 +4,7 @@
  */
 import type { StreamState } from '../core/types.js';
 
-export type RunMarks = Pick<StreamState, 'runCount' | 'lastRunAt' | 'lastRunId' | 'metadata'>;
+export type RunMarks = Pick<StreamState, 'runCount' | 'lastRunAt' | 'lastRunId' | 'metadata' | 'lastVerify'>;
 
 /** The marks after run `runId` (started at `startedAt`) included the stream; a run counts once, however often it commits. */
 export function runMarks(prior: StreamState | undefined, runId: string, startedAt: string): RunMarks {
@@ -29,5 +29,9 @@ export function keptMarks(prior: StreamState | undefined): RunMarks {
 }
 
 function carriedMetadata(prior: StreamState | undefined): RunMarks {
-  return prior?.metadata !== undefined ? { metadata: prior.metadata } : {};
+  return {
+    ...(prior?.metadata !== undefined ? { metadata: prior.metadata } : {}),
+    // The last verify describes the table, not the position: it stands until the next verify replaces it.
+    ...(prior?.lastVerify !== undefined ? { lastVerify: prior.lastVerify } : {}),
+  };
 }

@@ -39,6 +39,8 @@ export interface DiffTuning {
   readonly leafRows: number;
   /** Parts a differing larger range is split into. */
   readonly fanout: number;
+  /** Compare only this fraction of the initial ranges, picked at random (absent or 1: all). */
+  readonly sample?: number;
 }
 
 export const DEFAULT_TUNING: DiffTuning = { rangeRows: 50_000, leafRows: 256, fanout: 16 };
@@ -158,8 +160,11 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
   }
 
   const total = await count(source, shape);
-  const initial = total > tuning.rangeRows ? await splitPoints(source, {}, total, Math.ceil(total / tuning.rangeRows)) : [];
-  for (const range of rangesBetween({}, initial)) await compareRange(range, 0);
+  const sample = tuning.sample !== undefined && tuning.sample < 1 ? tuning.sample : undefined;
+  // A sample needs ranges to pick from: at least eight picked ones' worth, however small the table.
+  const parts = Math.min(total, Math.max(Math.ceil(total / tuning.rangeRows), sample !== undefined ? Math.ceil(8 / sample) : 1));
+  const initial = parts > 1 ? await splitPoints(source, {}, total, parts) : [];
+  for (const range of sampled(rangesBetween({}, initial), sample)) await compareRange(range, 0);
 
   // A key both sides have, in ranges cut differently (engines order text keys by their own collations).
   for (const [key, row] of onlySource) {
@@ -178,6 +183,15 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     ranges: state.ranges,
     rowsFetched: state.rowsFetched,
   };
+}
+
+/** `fraction` of the ranges (at least one), picked at random, in key order. */
+function sampled(ranges: readonly KeyRange[], fraction: number | undefined): readonly KeyRange[] {
+  if (fraction === undefined) return ranges;
+  const picked = new Set<number>();
+  const want = Math.max(1, Math.round(ranges.length * fraction));
+  while (picked.size < want) picked.add(Math.floor(Math.random() * ranges.length));
+  return ranges.filter((_, i) => picked.has(i));
 }
 
 async function count(side: TableSide, shape: DiffShape): Promise<number> {

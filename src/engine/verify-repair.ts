@@ -20,7 +20,10 @@ export interface StreamRepair {
 }
 
 /** Why a stream's drift is not repaired by reloading keys, or undefined when it is. */
-export function repairRefusal(target: VerifyTarget): string | undefined {
+export function repairRefusal(target: VerifyTarget, destination: Destination): string | undefined {
+  if (!destination.capabilities.writes.includes('merge')) {
+    return 'this destination cannot rewrite rows in place (the lake only adds objects); rebuild the stream with `tidemark state reset` (the next run loads a new generation)';
+  }
   if (target.stream.write === 'append') return 'an append stream keeps every row version: reloading keys would append them again; rebuild it with `tidemark state reset` (the next run loads a new generation)';
   if (target.stream.write === 'replace') return 'a full-refresh stream is rebuilt whole by its next run';
   return undefined;
@@ -41,7 +44,12 @@ export async function repairStream(
     return at < 0 ? null : valueOf(column, t[at] ?? null);
   }));
   const keyColumns = schema.primaryKey.map((name) => schema.columns.find((c) => c.name === name)!);
-  const deletes = keyList(found.extra).map((key) => key.map((text, i) => valueOf(keyColumns[i]!, text)));
+  const extraKeys = keyList(found.extra).map((key) => key.map((text, i) => valueOf(keyColumns[i]!, text)));
+  // A soft-delete mirror keeps a deleted row, marked: an extra row is marked deleted now, as the log would have.
+  const mark = target.soft !== undefined ? schema.columns.findIndex((c) => c.name === target.soft!.column) : -1;
+  const now = new Date().toISOString().replace('Z', '000Z');
+  const deletes = mark < 0 ? extraKeys : [];
+  const patches = mark < 0 ? [] : extraKeys.map((key) => ({ key, columns: [mark], values: [now] }));
 
   const runId = newRunId();
   const startedAt = new Date().toISOString();
@@ -58,7 +66,7 @@ export async function repairStream(
       state: next,
       run: runRecordFor({ runId, pipeline: context.pipeline, startedAt }, target.stream.name, 'committed', {
         rowsRead: upserts.length,
-        rowsLoaded: upserts.length + deletes.length,
+        rowsLoaded: upserts.length + extraKeys.length,
         rowsRejected: 0,
         commits: 1,
         cursorMin: null,
@@ -67,14 +75,14 @@ export async function repairStream(
       }),
       rejects: [],
       swap: false,
-      changes: [{ target: { schema, write: 'merge' }, changes: { deletes, upserts, patches: [] } }],
+      changes: [{ target: { schema, write: 'merge' }, changes: { deletes, upserts, patches } }],
       verify: () => context.lease.assertHeld(),
     });
   } catch (error) {
     await txn.rollback().catch(() => undefined);
     throw error;
   }
-  return { repair: { upserted: upserts.length, deleted: deletes.length }, state: next };
+  return { repair: { upserted: upserts.length, deleted: extraKeys.length }, state: next };
 }
 
 /** A canonical text (as the verify SQL prints it) back to tidemark's in-memory value of the column's type. */

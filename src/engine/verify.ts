@@ -8,7 +8,10 @@ import { UsageError } from '../core/errors.js';
 import type { Column, PipelineState, StreamSchema, StreamState } from '../core/types.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
+import type { Logger } from '../core/logger.js';
 import { aboveFence } from './lease-fence.js';
+import { recordVerify } from './verify-record.js';
+import { DELETED_AT } from './log-load.js';
 import { repairRefusal, repairStream, type StreamRepair } from './verify-repair.js';
 import { asText, bindText, columnSql, param, type BoundSql, type VerifyColumn } from '../shared/verify-sql.js';
 import { DEFAULT_TUNING, diffTable, rowsByKey, type ChangedRow, type DiffShape, type DiffTuning, type TableSide } from './table-diff.js';
@@ -19,6 +22,14 @@ export interface VerifyOptions extends OpenDestinationOptions {
   readonly tuning?: Partial<DiffTuning>;
   /** Reload the differing keys of merge streams (under the pipeline lease), then verify them again. */
   readonly repair?: boolean;
+  /** Compare only this fraction (0 < f ≤ 1) of each stream's key ranges, picked at random. */
+  readonly sample?: number;
+  /**
+   * Store each compared stream's result in the state as `lastVerify` (under the lease, after the verify) and tell
+   * the pipeline's `notify:` webhooks of drift. The CLI and scheduled verifies do; default false.
+   */
+  readonly record?: boolean;
+  readonly logger?: Logger;
 }
 
 /** A key as column → canonical text. */
@@ -39,8 +50,12 @@ export interface StreamVerify {
   readonly changed: readonly { readonly key: KeyValues; readonly columns: readonly string[] }[];
   /** Incremental streams: source rows past the committed watermark (new, or updated since), not compared. */
   readonly notYetLoaded: number;
+  /** `deletes: soft` mirrors: destination rows marked deleted (`_tidemark_deleted_at` set), counted as deleted, not compared. */
+  readonly softDeleted?: number;
   readonly ranges: number;
   readonly rowsFetched: number;
+  /** The fraction of key ranges compared, when `sample` asked for fewer than all (the counts are of those ranges). */
+  readonly sample?: number;
   /** `--repair` of a drifted stream: what was reloaded (or why not), and the verify that followed it. */
   readonly repair?: StreamRepair & { readonly after?: 'ok' | 'drift' };
 }
@@ -60,17 +75,28 @@ export interface VerifyTarget {
   readonly destination: TableSide;
   /** Rows of the source past the watermark (incremental streams). */
   readonly beyond?: TableSide;
+  /** `strategy: log` mirrors: the committed log position the mirror stands at, and its source table. */
+  readonly log?: { readonly position: string; readonly table: string };
+  /** `deletes: soft` mirrors: the mark column, and the destination rows it marks deleted. */
+  readonly soft?: { readonly column: string; readonly deleted: TableSide };
 }
 
 export async function verifyPipeline(pipeline: PipelineConfig, options: VerifyOptions = {}): Promise<VerifyReport> {
-  const tuning = { ...DEFAULT_TUNING, ...options.tuning };
+  if (options.sample !== undefined && !(options.sample > 0 && options.sample <= 1)) throw new UsageError(`verify: the sample must be a fraction above 0 and at most 1, not ${options.sample}`);
+  const report = await compare(pipeline, options);
+  if (options.record === true) await recordVerify(pipeline, report, options.logger);
+  return report;
+}
+
+async function compare(pipeline: PipelineConfig, options: VerifyOptions): Promise<VerifyReport> {
+  const tuning = { ...DEFAULT_TUNING, ...options.tuning, ...(options.sample !== undefined && options.sample < 1 ? { sample: options.sample } : {}) };
   const streams = selectedStreams(pipeline, options.streams);
   if (!options.repair) {
     return withEnds(pipeline, options, async (ends) => {
       const results: StreamVerify[] = [];
       for (const stream of streams) {
         const target = await verifyTarget(ends, stream);
-        results.push(typeof target === 'string' ? skipped(stream.name, target) : await verifyStream(target, tuning));
+        results.push(typeof target === 'string' ? skipped(stream.name, target) : await verifyAtRest(ends, pipeline.name, target, tuning));
       }
       return report(pipeline.name, results);
     });
@@ -89,8 +115,12 @@ export async function verifyPipeline(pipeline: PipelineConfig, options: VerifyOp
           results.push(skipped(stream.name, target));
           continue;
         }
-        const found = await verifyStream(target, tuning);
-        const refused = repairRefusal(target);
+        const found = await verifyAtRest(ends, pipeline.name, target, tuning);
+        if (found.status === 'skipped') {
+          results.push(found);
+          continue;
+        }
+        const refused = repairRefusal(target, ends.destination);
         if (found.status !== 'drift' || state === undefined) results.push(found);
         else if (refused !== undefined) results.push({ ...found, repair: { refused } });
         else {
@@ -159,10 +189,16 @@ export async function verifyTarget(ends: OpenEnds, stream: StreamConfig): Promis
   if (stream.table === undefined) return 'only table streams of SQL sources are verified';
   if (ends.sourceAccess === undefined) return 'this source cannot be checksummed in place';
   if (ends.destinationAccess === undefined) return 'this destination cannot be checksummed in place';
-  if (stream.strategy === 'log' || stream.strategy === 'partitioned') return `strategy ${stream.strategy} is not verified yet`;
+  if (stream.strategy === 'partitioned') return 'strategy partitioned is compared per partition by `tidemark ledger verify`';
+  if (stream.strategy === 'log' && stream.write === 'append') return 'a change log (strategy log, write append) keeps one row per change: it is not a copy of the table';
   const streamState = ends.state?.streams[stream.name];
   if (streamState === undefined) return 'the stream has never committed';
-  const columns = await loadedColumns(ends.source, stream, streamState);
+  if (stream.strategy === 'log') {
+    if (ends.source.changeLog?.pendingChanges === undefined) return 'this source cannot tell which changes its log still holds, so its mirrors are not compared';
+    if (streamState.log === undefined || streamState.log.snapshot?.done === false) return 'the table copy of this mirror is not complete yet';
+  }
+  // A soft-delete mirror's mark is tidemark's own column: not compared, it selects the rows that count as deleted.
+  const columns = (await loadedColumns(ends.source, stream, streamState)).filter((c) => c.name !== DELETED_AT);
   const keyNames = stream.primaryKey.length > 0 ? stream.primaryKey : (streamState.schema?.primaryKey ?? []);
   if (keyNames.length === 0) return 'the stream has no primary key to compare rows by';
   const shape: DiffShape = {
@@ -176,6 +212,19 @@ export async function verifyTarget(ends: OpenEnds, stream: StreamConfig): Promis
   const watermark = stream.strategy === 'incremental' ? watermarkColumn(streamState, columns) : undefined;
   const source = { access: ends.sourceAccess, relation: ends.sourceAccess.relation(stream.table) };
   const destination = { access: ends.destinationAccess, relation: ends.destinationAccess.relation(stream.name) };
+  if (stream.strategy === 'log') {
+    const log = { position: streamState.log!.position, table: stream.table };
+    if (stream.log?.deletes !== 'soft') return { stream, shape, source, destination, log };
+    const mark = columnSql(ends.destinationAccess.engine, DELETED_AT);
+    return {
+      stream,
+      shape,
+      source,
+      destination: { ...destination, filter: { sql: `${mark} IS NULL`, params: [] } },
+      log,
+      soft: { column: DELETED_AT, deleted: { ...destination, filter: { sql: `${mark} IS NOT NULL`, params: [] } } },
+    };
+  }
   if (watermark === undefined) return { stream, shape, source, destination };
   return {
     stream,
@@ -210,6 +259,37 @@ function cursorFilter(access: VerifyAccess, mark: CursorMark, op: '<=' | '>'): B
   return { sql: `${columnSql(engine, mark.column.name)} ${op} ${param(engine, mark.column.kind)}`, params: [bindText(engine, mark.column.kind, mark.value)] };
 }
 
+/**
+ * A stream compared where it is at rest. A mirror is compared with its source table as it is now, which is what the
+ * committed log position shows only when the log holds no change to the table past that position: the pending
+ * changes are looked at before the comparison and again after it (a change committed meanwhile makes the source
+ * newer than what was compared), and a table with any is reported as pending changes, not compared.
+ */
+export async function verifyAtRest(ends: OpenEnds, pipeline: string, target: VerifyTarget, tuning: DiffTuning): Promise<StreamVerify> {
+  if (target.log === undefined) return verifyStream(target, tuning);
+  const pendingNow = () => pendingChange(ends, pipeline, target);
+  const before = await pendingNow();
+  if (before !== undefined) return skipped(target.stream.name, before);
+  const result = await verifyStream(target, tuning);
+  const after = await pendingNow();
+  return after === undefined ? result : skipped(target.stream.name, after);
+}
+
+/** Why the mirror cannot be compared now (changes to its table past its committed position), or undefined. */
+async function pendingChange(ends: OpenEnds, pipeline: string, target: VerifyTarget): Promise<string | undefined> {
+  const log = ends.source.changeLog!;
+  const { position, table } = target.log!;
+  let pending: ReadonlyMap<string, string>;
+  try {
+    pending = await log.pendingChanges!({ pipeline, tables: [{ stream: target.stream.name, table, primaryKey: target.shape.key.map((k) => k.name) }] });
+  } catch (error) {
+    return `pending changes unknown: the log cannot be looked at now (${(error as Error).message.split('\n')[0]})`;
+  }
+  const newest = pending.get(table);
+  if (newest === undefined || log.compare(newest, position) <= 0) return undefined;
+  return `pending changes: the log holds changes to ${table} past the committed position ${position} (up to ${newest}); run the pipeline, then verify`;
+}
+
 export async function verifyStream(target: VerifyTarget, tuning: DiffTuning): Promise<StreamVerify> {
   const diff = await diffTable(target.source, target.destination, target.shape, tuning);
   let extra = diff.extra;
@@ -231,8 +311,10 @@ export async function verifyStream(target: VerifyTarget, tuning: DiffTuning): Pr
     extra: extra.map(named),
     changed: diff.changed.map((c: ChangedRow) => ({ key: named(c.key), columns: c.columns })),
     notYetLoaded,
+    ...(target.soft !== undefined ? { softDeleted: await countRows(target.soft.deleted) } : {}),
     ranges: diff.ranges,
     rowsFetched: diff.rowsFetched,
+    ...(tuning.sample !== undefined ? { sample: tuning.sample } : {}),
   };
 }
 

@@ -5,6 +5,7 @@ import type { Logger } from '../core/logger.js';
 import { ConflictError, errorMessage } from '../core/errors.js';
 import type { PipelineConfig } from '../config/load.js';
 import { run } from '../engine/run.js';
+import { verifyWhenDue } from '../engine/verify-schedule.js';
 import type { PipelineQueue } from '../queue/pipeline-queue.js';
 
 export type DispatchOutcome = 'committed' | 'failed' | 'locked' | 'queued' | 'already-queued';
@@ -38,6 +39,7 @@ export class InProcessDispatcher implements Dispatcher {
       const took = ((Date.now() - started) / 1000).toFixed(2);
       if (failed.length === 0) {
         this.logger.log('info', `${pipeline.name}: tick ${tick.toISOString()}: committed, ${loaded} rows loaded in ${result.streams.length} stream(s) (${took}s, run ${result.runId})`);
+        if (!signal.aborted) await verifyWhenDue(pipeline, { logger: this.logger });
         return 'committed';
       }
       this.logger.log('error', `${pipeline.name}: tick ${tick.toISOString()}: ${failed.length} stream(s) failed (${took}s, run ${result.runId}): ${failed.map((s) => `${s.stream}: ${s.error}`).join('; ')}`);

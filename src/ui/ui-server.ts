@@ -115,6 +115,8 @@ function streamSummary(view: PipelineView, stream: StreamConfig) {
     primaryKey: stream.primaryKey,
     watermark: s?.watermark ?? null,
     safeMark: s?.safeMark ?? null,
+    // The last `tidemark verify` of the stream (a badge beside its name), null when never verified.
+    lastVerify: s?.lastVerify ?? null,
     lagMs: lagMs(s?.watermark),
     // Freshness in two honest figures: when a run last asked the source (a run that found nothing new counts), and
     // how old the newest loaded row is (an up-to-date table whose newest row is old is not late).

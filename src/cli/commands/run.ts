@@ -7,6 +7,7 @@ import type { RunResult, StreamResult, Watermark } from '../../core/types.js';
 import { stderrLogger, type LogFields } from '../../core/logger.js';
 import { resolvePipelines } from '../../config/pipeline-names.js';
 import { EXIT, exitCodeFor } from '../exit-codes.js';
+import { verifyWhenDue } from '../../engine/verify-schedule.js';
 import { errorMessage } from '../../core/errors.js';
 import { formatCount, print, printError, toJson } from '../output.js';
 import { progressDisplay } from '../progress.js';
@@ -141,6 +142,8 @@ async function runOne(file: string, options: RunCommandOptions, signal: AbortSig
     if (s.outcome === 'failed') printError(summary(pipeline.name, s), failureFields(pipeline.name, result.runId, s), 'error');
     else if (!options.json) print(summary(pipeline.name, s));
   }
+  // `verify:` in the pipeline: a verify after the run when due (its lines go to the log; the result to the state).
+  if (result.ok && !signal.aborted && pipeline.verify !== undefined) await verifyWhenDue(pipeline, { logger: stderrLogger(options.verbose ? 'debug' : undefined) });
   return result.ok ? EXIT.ok : EXIT.failed;
 }
 

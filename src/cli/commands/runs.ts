@@ -8,9 +8,18 @@ export async function runsCommand(options: { config?: string; json?: boolean; li
   const opened = await openStateStore(pipeline);
   try {
     const runs = await opened.store.runs(pipeline.name, Number(options.limit ?? 50));
+    const state = await opened.store.load(pipeline.name);
+    const lastVerify = (stream: string) => state?.streams[stream]?.lastVerify;
     if (options.json) {
-      print(toJson(runs));
+      // Each run carries its stream's last verify (`last_verify`, null when never verified).
+      print(toJson(runs.map((r) => ({ ...r, lastVerify: lastVerify(r.stream) ?? null }))));
       return 0;
+    }
+    for (const [stream, s] of Object.entries(state?.streams ?? {})) {
+      const v = s.lastVerify;
+      if (v === undefined) continue;
+      const counts = v.status === 'equal' ? `${formatCount(v.sourceRows)} rows` : `${v.missing} missing, ${v.extra} extra, ${v.changed} changed`;
+      print(`last verify  ${stream}  ${v.status}${v.repaired ? ' (repaired)' : ''}  at ${v.at}  ${counts}${v.sample !== undefined ? `  sample ${v.sample}` : ''}`);
     }
     const lock = await readLockHolder(pipeline);
     if (lock?.live === true) print(`running now since ${lock.acquiredAt}: ${lock.host}:${lock.pid} (lease ${lock.token})`);

@@ -31,6 +31,8 @@ function showState(state: PipelineState): void {
     print(`  ${name}: ${s.strategy}, ${sync !== '' && s.watermark === undefined ? sync.slice(2) : `watermark ${describeWatermark(s.watermark)}${sync}`}${s.generation ? `, generation ${s.generation}` : ''}${build}${runs(s)}`);
     const meta = Object.entries(s.metadata ?? {});
     if (meta.length > 0) print(`    metadata: ${meta.map(([k, v]) => `${k}=${v}`).join(', ')}`);
+    const v = s.lastVerify;
+    if (v !== undefined) print(`    last verify: ${v.status}${v.repaired ? ' (repaired)' : ''} at ${v.at}; source ${v.sourceRows} rows, destination ${v.destinationRows}; ${v.missing} missing, ${v.extra} extra, ${v.changed} changed${v.sample !== undefined ? `; sample ${v.sample}` : ''}`);
   }
 }
 

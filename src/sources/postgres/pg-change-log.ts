@@ -520,6 +520,53 @@ export class PostgresChangeLog implements ChangeLogSource {
     }
   }
 
+  /**
+   * Tables of `request` with committed changes still in the slot, each with the position of its newest such
+   * transaction: the slot's changes are peeked (not consumed; the slot does not move) through the SQL interface of
+   * the same pgoutput plugin and publication the reader uses. A slot a reader holds cannot be peeked: that throws.
+   */
+  async pendingChanges(request: ChangeLogRequest): Promise<ReadonlyMap<string, string>> {
+    const slot = slotName(request.pipeline);
+    const byName = new Map(request.tables.map((t) => [normaliseTable(t.table), t.table]));
+    const rows = await this.query<{ data: string }>(
+      `SELECT encode(data, 'hex') AS data FROM pg_logical_slot_peek_binary_changes($1, pg_current_wal_lsn(), NULL, 'proto_version', '1', 'publication_names', $2)`,
+      [slot, quoteIdent(slot)],
+    );
+    const relations = new Map<number, string | undefined>();
+    let touched = new Set<string>();
+    const out = new Map<string, string>();
+    for (const row of rows) {
+      const message = decodePgOutput(Buffer.from(row.data, 'hex'));
+      switch (message.tag) {
+        case 'begin':
+          touched = new Set();
+          break;
+        case 'relation':
+          relations.set(message.relid, byName.get(`${message.namespace}.${message.name}`));
+          break;
+        case 'insert':
+        case 'update':
+        case 'delete': {
+          const table = relations.get(message.relid);
+          if (table !== undefined) touched.add(table);
+          break;
+        }
+        case 'truncate':
+          for (const id of message.relids) {
+            const table = relations.get(id);
+            if (table !== undefined) touched.add(table);
+          }
+          break;
+        case 'commit':
+          for (const table of touched) out.set(table, lsnPosition(message.endLsn));
+          touched = new Set();
+          break;
+        default:
+      }
+    }
+    return out;
+  }
+
   async status(request: ChangeLogRequest): Promise<ChangeLogStatus> {
     const slot = slotName(request.pipeline);
     const row = await this.slotRow(slot);

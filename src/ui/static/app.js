@@ -246,6 +246,14 @@
     return `next run ${ms < 5000 ? 'now' : `in ${duration(ms)}`} (${p.nextRun.replace('T', ' ').replace(/\.\d+Z$/, ' UTC')})`;
   }
 
+  /** The stream's last verify: equal, or drift with its counts (title: when, and the figures). */
+  function verifyBadge(v) {
+    if (!v) return null;
+    const figures = `${count(v.missing)} missing, ${count(v.extra)} extra, ${count(v.changed)} changed`;
+    const title = `last verify ${v.at}: source ${count(v.sourceRows)} rows, destination ${count(v.destinationRows)}; ${figures}${v.sample ? `; sample ${v.sample}` : ''}`;
+    return h('span', { class: `badge ${v.status === 'equal' ? 'ok' : 'warn'}`, dataset: { role: 'verify', status: v.status }, title }, v.status === 'equal' ? 'verified' : 'drift');
+  }
+
   function streamsTable(p) {
     const unknown = unknownState(p);
     return h('table', { class: 'grid' },
@@ -255,7 +263,7 @@
       h('tbody', {}, p.streams.map((s) => {
         const r = s.lastRun;
         return h('tr', { dataset: { stream: s.name } },
-          h('td', { class: 'name' }, h('a', { href: `#/p/${encodeURIComponent(p.name)}/s/${encodeURIComponent(s.name)}` }, s.name)),
+          h('td', { class: 'name' }, h('a', { href: `#/p/${encodeURIComponent(p.name)}/s/${encodeURIComponent(s.name)}` }, s.name), verifyBadge(s.lastVerify)),
           h('td', { class: 'strategy' }, s.strategy, s.partitioned && s.strategy !== 'partitioned' ? h('span', { class: 'muted' }, ' · ledger') : null),
           h('td', { class: 'write' }, s.write),
           h('td', { class: 'watermark mono', title: s.cursor ? `(${[s.cursor, ...s.primaryKey].join(', ')})` : '' }, unknown ? UNKNOWN() : positionText(s)),

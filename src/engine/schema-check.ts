@@ -149,8 +149,13 @@ export function withoutColumns(read: OpenedRead, leftOut: ReadonlySet<string>): 
   if (leftOut.size === 0) return read;
   const keep = read.schema.columns.flatMap((c, i) => (leftOut.has(c.name) ? [] : [i]));
   const schema: StreamSchema = { ...read.schema, columns: keep.map((i) => read.schema.columns[i]!) };
+  return withRowsMapped(read, schema, (row) => keep.map((i) => row[i] ?? null));
+}
+
+/** The read with another schema and each row mapped; the bulk path is dropped, as it would bypass the mapping. */
+function withRowsMapped(read: OpenedRead, schema: StreamSchema, map: (row: Row) => Row): OpenedRead {
   async function* batches(): AsyncIterable<Batch> {
-    for await (const batch of read.batches()) yield { ...batch, rows: batch.rows.map((row) => keep.map((i) => row[i] ?? null)) };
+    for await (const batch of read.batches()) yield { ...batch, rows: batch.rows.map(map) };
   }
   // A proxy, not a copy: a source may compute members such as `safeMark` while its rows are read.
   return new Proxy(read, {
@@ -194,18 +199,7 @@ export function withFoldedCase(read: OpenedRead, destination: Pick<Destination, 
     });
     return keep.map((i) => out[i] ?? null);
   };
-  async function* batches(): AsyncIterable<Batch> {
-    for await (const batch of read.batches()) yield { ...batch, rows: batch.rows.map(merge) };
-  }
-  return new Proxy(read, {
-    get(target, property) {
-      if (property === 'schema') return schema;
-      if (property === 'bulk') return undefined;
-      if (property === 'batches') return batches;
-      const value: unknown = Reflect.get(target, property, target);
-      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-    },
-  });
+  return withRowsMapped(read, schema, merge);
 }
 
 /**

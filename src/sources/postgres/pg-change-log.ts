@@ -28,6 +28,7 @@ import { coerceValue } from '../../core/values.js';
 import { loadPg } from '../../shared/pg-driver.js';
 import { quoteIdent, quoteQualified } from '../../shared/sql.js';
 import { describeServer, type ServerSourceOptions } from '../server-source.js';
+import { pgClientConfig } from './pg-client-config.js';
 import { ARRAY_ELEMENT_SQL, arrayElementKind, arrayElementOf, pgArrayToJson, type ArrayElementRow, type ArrayElementType } from './pg-array-text.js';
 import { decoderFor, pgColumnType, type Decoder, type PgTypeInfo } from './pg-types.js';
 import {
@@ -89,15 +90,8 @@ export class PostgresChangeLog implements ChangeLogSource {
   ) {}
 
   private clientConfig(replication: boolean): pg.ClientConfig {
-    const { url, host, port, user, password, database } = this.options;
     return {
-      ...(url !== undefined ? { connectionString: url } : {}),
-      ...(host !== undefined ? { host } : {}),
-      ...(port !== undefined ? { port } : {}),
-      ...(user !== undefined ? { user } : {}),
-      ...(password !== undefined ? { password } : {}),
-      ...(database !== undefined ? { database } : {}),
-      application_name: 'tidemark',
+      ...pgClientConfig(this.options),
       types: TEXT_TYPES,
       // The admin session prints catalog values (a column's missing value) for the same decoders as the walsender's.
       options: OUTPUT_SETTINGS,

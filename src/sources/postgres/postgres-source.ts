@@ -9,6 +9,7 @@ import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type pg from 'pg';
 import { loadPg } from '../../shared/pg-driver.js';
+import { pgClientConfig } from './pg-client-config.js';
 import { copyFormatOption } from '../../shared/postgres-client.js';
 import { to as copyTo } from 'pg-copy-streams';
 import { rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
@@ -130,16 +131,7 @@ export class PostgresSource implements Source {
 
   /** The driver settings of this source's connections (without type parsers). */
   private clientConfig(): pg.ClientConfig {
-    const { url, host, port, user, password, database } = this.options;
-    return {
-      ...(url !== undefined ? { connectionString: url } : {}),
-      ...(host !== undefined ? { host } : {}),
-      ...(port !== undefined ? { port } : {}),
-      ...(user !== undefined ? { user } : {}),
-      ...(password !== undefined ? { password } : {}),
-      ...(database !== undefined ? { database } : {}),
-      application_name: 'tidemark',
-    };
+    return pgClientConfig(this.options);
   }
 
   /** This source's server in messages (host, port, database; never the password). */

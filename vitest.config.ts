@@ -1,5 +1,3 @@
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
@@ -10,7 +8,8 @@ export default defineConfig({
     pool: 'forks',
     // e2e tests spawn CLI processes; two cores, so keep the fan-out small.
     maxWorkers: 2,
-    // Runs keep a journal for the dashboard (live progress, log lines); the suite's runs keep theirs out of $HOME.
-    env: { TIDEMARK_JOURNAL_DIR: join(tmpdir(), `tidemark-test-journal-${process.pid}`) },
+    // Runs keep a journal for the dashboard (live progress, log lines); the suite's runs keep theirs out of $HOME,
+    // one folder per worker.
+    setupFiles: ['test/helpers/journal-per-worker.ts'],
   },
 });

@@ -259,7 +259,7 @@ async function runStreams(ctx: RunContext): Promise<StreamResult[]> {
     const loaded = await loadOne(ctx, stream, state);
     state = loaded.state === undefined ? ((await destination.state.load(pipeline.name)) ?? state) : ctx.partitionLeases === undefined ? await recordQuietRuns(quietContext(ctx), loaded.state, [loaded.result]) : loaded.state;
     results.push(loaded.result);
-    finished(ctx, stream, loaded.result);
+    finished(ctx, stream, loaded);
   }
   await storeSharedResume(together, ctx.streams, state, results);
   return results;
@@ -295,7 +295,7 @@ async function runSideBySide(ctx: RunContext, streams: readonly StreamConfig[], 
     return await loadSideBySide(streams, lanes, async (lane, stream) => {
       const laneCtx: RunContext = { ...ctx, source: lane.source, destination: lane.destination };
       const loaded = await loadOne(laneCtx, stream, line.state);
-      finished(ctx, stream, loaded.result);
+      finished(ctx, stream, loaded);
       return loaded.result;
     });
   } finally {
@@ -306,9 +306,10 @@ async function runSideBySide(ctx: RunContext, streams: readonly StreamConfig[], 
   }
 }
 
-function finished(ctx: RunContext, stream: StreamConfig, result: StreamResult): void {
-  ctx.observer.streamFinished(result, stream.strategy);
-  if (result.outcome === 'committed') warnOfRejects(ctx, stream, result);
+/** A failed stream (no state) has its failure printed by the caller; a loaded one is told of its rejects here. */
+function finished(ctx: RunContext, stream: StreamConfig, loaded: { state?: PipelineState; result: StreamResult }): void {
+  ctx.observer.streamFinished(loaded.result, stream.strategy);
+  if (loaded.state !== undefined) warnOfRejects(ctx, stream, loaded.result);
 }
 
 /**

@@ -1,6 +1,6 @@
 /**
  * The process's telemetry: off unless the standard OTEL_* variables ask for an OTLP export, or a long-running command
- * serves Prometheus `/metrics`. The OpenTelemetry SDK (~40 ms of module loading) is imported only then, so a run
+ * serves Prometheus `/metrics`. The OpenTelemetry SDK (bundled into the CLI, see scripts/bundle.mjs) is initialised only then, so a run
  * without either pays one environment look-up.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';

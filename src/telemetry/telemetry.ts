@@ -1,7 +1,7 @@
 /**
  * The process's telemetry: off unless the standard OTEL_* variables ask for an OTLP export, or a long-running command
- * serves Prometheus `/metrics`. The OpenTelemetry SDK (bundled into the CLI, see scripts/bundle.mjs) is initialised only then, so a run
- * without either pays one environment look-up.
+ * serves Prometheus `/metrics`. The OpenTelemetry SDK (bundled into the CLI, see scripts/bundle.mjs) is initialised
+ * only then, so a run without either pays one environment look-up.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RunObserverFactory } from '../core/run-observer.js';

@@ -1,0 +1,72 @@
+/**
+ * The writers of a ranged load. Where the destination takes concurrent writers (Postgres: a connection each; the
+ * lake: transactions side by side, each writing its own objects), up to `parallel` writers each load a range and
+ * commit it on their own; elsewhere (DuckDB, SQLite: one writer per file) one writer loads the ranges in turn.
+ *
+ * The writers share the stream's state: a range's commit carries the state naming everything committed so far, so the
+ * commits pass one at a time (`CommitTurn`), each computing its state when its turn comes, and none undoes another.
+ */
+import type { Destination, RangePlan } from '../core/connector.js';
+import type { StreamConfig } from '../config/load.js';
+
+/**
+ * Writers to run: one unless the run can open more (`openWriter`) and more than one range is to load. A merge
+ * stream's writers each insert straight into a table they all see empty; that is exact only when every key lies in
+ * one range (a shared snapshot, or ranges that follow the key), so any other plan keeps one writer.
+ */
+export function writerCount(openWriter: (() => Promise<Destination>) | undefined, stream: StreamConfig, plan: Pick<RangePlan, 'rowsKeepRange' | 'snapshot'>, readers: number, pending: number): number {
+  if (openWriter === undefined) return 1;
+  if (stream.write === 'merge' && !plan.rowsKeepRange && plan.snapshot === undefined) return 1;
+  return Math.max(1, Math.min(readers, pending));
+}
+
+/** Runs async work one call at a time, in the order asked. */
+export class CommitTurn {
+  private last: Promise<unknown> = Promise.resolve();
+
+  run<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.last.then(work, work);
+    this.last = next.catch(() => undefined);
+    return next;
+  }
+}
+
+/**
+ * Runs `count` writers over `items` pending ranges: writer 0 on `first`, the others on destinations from `open`
+ * (closed again at the end; one that cannot be opened is reported to `onOpenFailure` and left out). Each takes the next range no writer has taken. The first failure stops the others from
+ * taking another range and aborts `stop` (their range in hand is rolled back); it is thrown once every writer ended.
+ */
+export async function runWriters(
+  items: number,
+  count: number,
+  first: Destination,
+  open: (() => Promise<Destination>) | undefined,
+  work: (index: number, destination: Destination) => Promise<void>,
+  stop: AbortController,
+  onOpenFailure: (error: unknown) => void,
+): Promise<void> {
+  const opened: Destination[] = [];
+  let next = 0;
+  let failure: { readonly error: unknown } | undefined;
+  const fail = (error: unknown) => {
+    failure ??= { error };
+    stop.abort(error);
+  };
+  const writer = async (destination: Destination | Promise<Destination>) => {
+    // A writer whose connection cannot be opened (the destination's connections are used up) leaves its share to the others.
+    const d = await Promise.resolve(destination).catch((error: unknown) => void onOpenFailure(error));
+    if (d === undefined) return;
+    try {
+      while (failure === undefined && next < items) await work(next++, d);
+    } catch (error) {
+      fail(error);
+    }
+  };
+  const destinations = [first, ...Array.from({ length: count - 1 }, () => open!().then((d) => (opened.push(d), d)))];
+  try {
+    await Promise.all(destinations.map(writer));
+  } finally {
+    for (const d of opened) await d.close().catch(() => undefined);
+  }
+  if (failure !== undefined) throw failure.error;
+}

@@ -354,7 +354,7 @@ class RangeLoader {
       target: {
         schema: this.schema,
         write,
-        ...(this.plan.generation !== undefined ? { build: this.plan.generation } : {}),
+        ...(this.plan.generation !== undefined ? { build: this.plan.generation, ...(this.freshBuild ? {} : { buildStarted: true as const }) } : {}),
         ...(this.schemaStep.widen.length > 0 && this.commits === 0 ? { widen: this.schemaStep.widen } : {}),
       },
       fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },

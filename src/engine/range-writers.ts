@@ -10,12 +10,13 @@ import type { Destination, RangePlan } from '../core/connector.js';
 import type { StreamConfig } from '../config/load.js';
 
 /**
- * Writers to run: one unless the run can open more (`openWriter`) and more than one range is to load. A merge
+ * Writers to run: one unless the run can open more (`openWriter`) and more than one range is to load
+ * (`TIDEMARK_RANGE_WRITERS=1` keeps one, for comparison). A merge
  * stream's writers each insert straight into a table they all see empty; that is exact only when every key lies in
  * one range (a shared snapshot, or ranges that follow the key), so any other plan keeps one writer.
  */
 export function writerCount(openWriter: (() => Promise<Destination>) | undefined, stream: StreamConfig, plan: Pick<RangePlan, 'rowsKeepRange' | 'snapshot'>, readers: number, pending: number): number {
-  if (openWriter === undefined) return 1;
+  if (openWriter === undefined || process.env.TIDEMARK_RANGE_WRITERS === '1') return 1;
   if (stream.write === 'merge' && !plan.rowsKeepRange && plan.snapshot === undefined) return 1;
   return Math.max(1, Math.min(readers, pending));
 }

@@ -220,7 +220,7 @@ class SqlLoadTransaction implements LoadTransaction {
         const existing = await this.dialect.tableColumns(this.exec, table);
         this.targetHadRows = existing !== undefined && (await this.exec.query(`SELECT 1 AS one FROM ${this.dialect.table(table)} LIMIT 1`)).length > 0;
       }
-      const direct = target.build === undefined && target.replacePartition === undefined && (!merge || (chunk.uniqueKey && this.targetHadRows === false));
+      const direct = (target.build === undefined || target.buildStarted === true) && target.replacePartition === undefined && (!merge || (chunk.uniqueKey && this.targetHadRows === false));
       let into: string;
       if (direct) {
         if (!this.open) {

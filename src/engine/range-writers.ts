@@ -21,6 +21,17 @@ export function writerCount(openWriter: (() => Promise<Destination>) | undefined
   return Math.max(1, Math.min(readers, pending));
 }
 
+/** `destination` for one more writer beside its owner's: its transactions run side by side; only the owner closes it. */
+export function sharedWriter(destination: Destination): Destination {
+  return new Proxy(destination, {
+    get(target, property) {
+      if (property === 'close') return async () => undefined;
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
 /** Runs async work one call at a time, in the order asked. */
 export class CommitTurn {
   private last: Promise<unknown> = Promise.resolve();

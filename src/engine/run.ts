@@ -30,6 +30,7 @@ import { notifyObserver } from '../notify/notify.js';
 import { runTelemetry } from '../telemetry/telemetry.js';
 import { observedDestination } from './observed-destination.js';
 import { StateLine, loadSideBySide, loadsAlone, type Lane } from './side-by-side.js';
+import { sharedWriter } from './range-writers.js';
 import { destinationFileError } from './destination-file-errors.js';
 
 export interface RunOptions {
@@ -314,11 +315,14 @@ async function laneDestination(ctx: RunContext, opened: Destination, line: State
 }
 
 /**
- * How a ranged load opens its further writers: a destination connection each, where the destination takes concurrent
- * writers and holds the state (Postgres). Undefined elsewhere: one writer.
+ * How a ranged load opens its further writers, where the destination holds the state: on Postgres a connection each; on
+ * the lake, transactions side by side on the run's own destination (each uploads objects under names of its own; a
+ * second instance would collect the first one's uncommitted objects as leftovers). Undefined elsewhere: one writer.
  */
 function rangeWriterOpener(ctx: RunContext): (() => Promise<Destination>) | undefined {
-  if (ctx.partitionLeases !== undefined || !concurrentPartitionWriters(ctx.pipeline.destination, ctx.pipeline.state)) return undefined;
+  if (ctx.partitionLeases !== undefined || ctx.pipeline.state !== 'destination') return undefined;
+  if (ctx.pipeline.destination.type === 'files') return async () => sharedWriter(ctx.destination);
+  if (!concurrentPartitionWriters(ctx.pipeline.destination, ctx.pipeline.state)) return undefined;
   return async () => {
     const opened = await openPipelineDestination(ctx.pipeline, ctx.logger);
     try {

@@ -3,7 +3,8 @@
  * on a destination connection of its own, its rows, ledger row and state in one transaction. Sources: Postgres (CTID
  * ranges in one snapshot), MariaDB (key ranges) and SQLite (rowid ranges), 24,000 rows in ~10 ranges of ~2,500 rows,
  * each range in chunks of 1,000 rows. Killed inside and between ranges with writers at work, the next run finishes
- * with every row once; a writer hung inside its range does not keep the others from committing theirs.
+ * with every row once; a writer hung inside its range does not keep the others from committing theirs. The lake (a
+ * directory, a bucket) takes its writers side by side too: each range's objects, one manifest commit at a time.
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -13,6 +14,8 @@ import { tempDir, writeYaml } from '../helpers/fs.js';
 import { createPgDb, type PgTestDb } from '../integration/postgres/pg-db.js';
 import { createMysqlDb, type MysqlTestDb } from '../integration/mysql/mysql-db.js';
 import { createItems as createSqliteItems, itemRange } from '../helpers/shop.js';
+import { startS3, type LocalS3 } from '../helpers/s3.js';
+import { bucketLake, committed, dirLake, lakeDestinationYaml, tableRows, type LakeAccess } from './lake/helpers.js';
 
 const ROWS = 24_000;
 /** ~10 ranges of ~2,500 rows, each in chunks of 1,000 rows; three readers and three writers. */
@@ -90,8 +93,8 @@ async function underWay(schema: string, stream: string): Promise<{ load: string;
   return { load: ranged.load, total: ranged.ranges.length, ledger };
 }
 
-async function killedAt(config: string, failpoint: string): Promise<void> {
-  const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: failpoint } });
+async function killedAt(config: string, failpoint: string, env: Record<string, string> = {}): Promise<void> {
+  const killed = await cli(['run', config], { env: { ...env, TIDEMARK_FAILPOINTS: failpoint } });
   expect(killed.signal, killed.stderr).toBe('SIGKILL');
 }
 
@@ -247,5 +250,53 @@ describe('parallel range writers into Postgres from MariaDB and SQLite', () => {
     const rows = await target.sql(`SELECT count(*)::int AS n, count(DISTINCT id)::int AS d, min(id)::int AS lo, max(id)::int AS hi, count(*) FILTER (WHERE value <> 'v1-' || id)::int AS wrong FROM rw_sqlite.items`);
     expect(rows[0]).toEqual({ n: String(ROWS), d: String(ROWS), lo: '1', hi: String(ROWS), wrong: '0' });
     expect(sum(await ledgerOf('rw_sqlite', 'items'))).toBe(ROWS);
+  }, 240_000);
+});
+
+describe.each(['dir', 's3'] as const)('parallel range writers into the lake (%s)', (where) => {
+  let s3: LocalS3;
+  beforeAll(async () => {
+    s3 = await startS3();
+  }, 120_000);
+  afterAll(async () => {
+    await s3?.stop();
+  }, 120_000);
+
+  const ITEM_TEXT = `id || '|' || CAST(n AS VARCHAR) || '|' || CAST(v AS VARCHAR)`;
+  const sourceText = async (table: string) => (await rowsOf(source, table, `concat_ws('|', id, n, v)`)).sort();
+  const lakeText = async (lake: LakeAccess, name: string, table: string) => (await tableRows(lake, name, table, ITEM_TEXT)).sort();
+  type Ledger = { partition: string; rows: number }[];
+
+  it('while one writer hangs inside its range the others commit theirs; killed between ranges, the next build holds every row once', async () => {
+    const table = `lake_${where}`;
+    await createItems(table);
+    const name = `rw_lake_${where}`;
+    const dir = join(root, name);
+    await mkdir(dir, { recursive: true });
+    const stream = Object.entries({ table: `public.${table}`, strategy: 'full', ...RANGED }).map(([k, v], i) => `${i === 0 ? '  - ' : '    '}${k}: ${JSON.stringify(v)}`).join('\n');
+    const config = await writeYaml(dir, 'p.yaml', `name: ${name}\nsource:\n${pgSource()}streams:\n${stream}\n${lakeDestinationYaml(where, dir, s3, name)}`);
+    const lake = where === 'dir' ? dirLake(join(dir, 'lake')) : bucketLake(s3, name);
+    const ledgerOfLake = async () => ((await committed(lake, name))?.manifest as unknown as { ledger?: Ledger } | undefined)?.ledger ?? [];
+
+    const run = startCli(['run', config], { ...s3.env, TIDEMARK_FAILPOINTS: 'range.after_write=1:hang' });
+    try {
+      await until('three ranges committed beside the hung one', async () => (await ledgerOfLake()).length >= 3);
+    } finally {
+      run.child.kill('SIGKILL');
+      await run.done;
+    }
+    const hung = await committed(lake, name);
+    const built = (hung!.manifest.builds[table]!.files as unknown as { rows: number }[]).reduce((n, f) => n + f.rows, 0);
+    expect(built).toBe((await ledgerOfLake()).reduce((n, e) => n + e.rows, 0));
+    expect(built).toBeLessThan(ROWS);
+
+    await killedAt(config, 'range.after_commit=4:kill', s3.env);
+    const resumed = await cli(['run', config], { env: s3.env });
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(await lakeText(lake, name, table)).toEqual(await sourceText(table));
+    const ledger = await ledgerOfLake();
+    const load = ledger.at(-1)!.partition.split(':')[0]!;
+    const last = ledger.filter((e) => e.partition.startsWith(`${load}:`));
+    expect(last.reduce((n, e) => n + e.rows, 0)).toBe(ROWS);
   }, 240_000);
 });

@@ -146,6 +146,23 @@ describe('parallel range writers, Postgres → Postgres', () => {
     expect(sum(after)).toBe(ROWS);
   }, 240_000);
 
+  it('a writer that fails stops the others: their ranges roll back, the run fails naming the range, the next run builds every row once', async () => {
+    await createItems('fail_items');
+    const config = await pipeline('rw_fail', pgSource(), [{ table: 'public.fail_items', strategy: 'full', ...RANGED }]);
+    const failed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'range.after_write=7:throw' } });
+    expect(failed.code).not.toBe(0);
+    expect(failed.stderr).toContain('failpoint range.after_write fired');
+    expect(failed.stderr).toMatch(/range ctid \d+-\d*/);
+    const { total, ledger } = await underWay('rw_fail', 'fail_items');
+    expect(ledger.length).toBeLessThan(total);
+    expect(Number((await target.sql(`SELECT count(*)::int AS n FROM rw_fail._tidemark_build_fail_items`))[0]!.n)).toBe(sum(ledger));
+
+    const resumed = await runJson(config);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(await rowsOf(target, 'rw_fail.fail_items')).toEqual(await rowsOf(source, 'fail_items'));
+    expect(sum(await ledgerOf('rw_fail', 'fail_items'))).toBe(ROWS);
+  }, 240_000);
+
   it.each([
     ['between ranges', 'range.after_commit=4:kill'],
     ['inside a range', 'range.after_write=12:kill'],

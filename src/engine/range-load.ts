@@ -236,14 +236,15 @@ class RangeLoader {
     try {
       // Parallel writers only add rows: the table (or build table) is created, widened or started afresh first, alone.
       if (writers > 1) await this.commitRange(undefined, await this.transaction(this.ctx.destination), { rows: 0, rejects: [], high: undefined });
-      await runWriters(pending.length, writers, this.ctx.destination, this.ctx.openWriter, async (i, destination) => {
+      const onOpenFailure = (error: unknown) => this.ctx.onWarning?.(this.stream.name, `a range writer could not connect, the others load its share: ${errorMessage(error)}`);
+      await runWriters(pending.length, { count: writers, first: this.ctx.destination, open: this.ctx.openWriter, stop: this.stop, onOpenFailure }, async (i, destination) => {
         const next = await opened.take(i);
         try {
           await this.loadRange(next, probe, destination);
         } finally {
           await opened.release(next);
         }
-      }, this.stop, (error) => this.ctx.onWarning?.(this.stream.name, `a range writer could not connect, the others load its share: ${errorMessage(error)}`));
+      });
     } catch (error) {
       await opened.abandon();
       throw withContext(error, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'extract' }, 'source');

@@ -43,20 +43,24 @@ export class CommitTurn {
   }
 }
 
+/** The writers of one load: `count` of them, the first on `first`, the others on destinations from `open`. */
+export interface Writers {
+  readonly count: number;
+  readonly first: Destination;
+  readonly open: (() => Promise<Destination>) | undefined;
+  /** Aborted at the first failure. */
+  readonly stop: AbortController;
+  /** A further writer's destination could not be opened: that writer is left out. */
+  readonly onOpenFailure: (error: unknown) => void;
+}
+
 /**
- * Runs `count` writers over `items` pending ranges: writer 0 on `first`, the others on destinations from `open`
- * (closed again at the end; one that cannot be opened is reported to `onOpenFailure` and left out). Each takes the next range no writer has taken. The first failure stops the others from
- * taking another range and aborts `stop` (their range in hand is rolled back); it is thrown once every writer ended.
+ * Runs the writers over `items` pending ranges, each taking the next range no writer has taken; the destinations
+ * opened for them are closed again at the end. The first failure stops the others from taking another range and
+ * aborts `stop` (their range in hand is rolled back); it is thrown once every writer has ended.
  */
-export async function runWriters(
-  items: number,
-  count: number,
-  first: Destination,
-  open: (() => Promise<Destination>) | undefined,
-  work: (index: number, destination: Destination) => Promise<void>,
-  stop: AbortController,
-  onOpenFailure: (error: unknown) => void,
-): Promise<void> {
+export async function runWriters(items: number, writers: Writers, work: (index: number, destination: Destination) => Promise<void>): Promise<void> {
+  const { count, first, open, stop, onOpenFailure } = writers;
   const opened: Destination[] = [];
   let next = 0;
   let failure: { readonly error: unknown } | undefined;

@@ -6,7 +6,11 @@
  *   tidemark        `strategy: full, parallel: N` (ranged) and the same stream without `parallel` (one reader)
  * Peak RSS of each tidemark run is reported too.
  *
- * Usage: npm run build && npx tsx bench/pg-ranges.ts [--rows 3000000] [--reps 3] [--parallel 2]
+ * `--destination postgres`: Postgres → Postgres instead (a second database). The floors are then COPY pipes
+ * (`psql COPY … TO STDOUT | psql COPY … FROM STDIN` into an unindexed table), one for the table and N for its ranges at
+ * once; the ranged load runs with its parallel writers, and once more with one writer (`TIDEMARK_RANGE_WRITERS=1`).
+ *
+ * Usage: npm run build && npx tsx bench/pg-ranges.ts [--rows 3000000] [--reps 3] [--parallel 2] [--destination duckdb|postgres]
  * Needs the machine's PostgreSQL at 127.0.0.1:5432 (or BENCH_PG_URL) and `psql` on PATH; the database is named
  * uniquely per run and dropped at the end.
  */
@@ -34,6 +38,9 @@ function arg(name: string, fallback: string): string {
 const ROWS = Number(arg('rows', '3000000'));
 const REPS = Number(arg('reps', '3'));
 const PARALLEL = Number(arg('parallel', '2'));
+const DESTINATION = arg('destination', 'duckdb');
+const TARGET_DB = `${DB}_dst`;
+const TARGET_URL = `${BASE}/${TARGET_DB}`;
 
 interface Timing {
   readonly seconds: number;
@@ -81,6 +88,63 @@ async function blockRanges(parallel: number): Promise<string[]> {
   return out;
 }
 
+/** A COPY pipe into the target's unindexed `floor.trips`: `select` out of the source, into the target. */
+function copyPipe(select: string): string[] {
+  return ['bash', '-o', 'pipefail', '-c', `psql -q "${URL_}" -c "COPY (${select}) TO STDOUT" | psql -q "${TARGET_URL}" -c "COPY floor.trips FROM STDIN"`];
+}
+
+/** Postgres → Postgres: the COPY-pipe floors, the ranged load with N writers and with one, and the unranged load. */
+async function intoPostgres(dir: string): Promise<void> {
+  await query(`${BASE}/postgres`, `CREATE DATABASE ${TARGET_DB}`);
+  const yaml = (name: string, parallel: number | undefined) => `name: ${name}
+source: { type: postgres, url: "${URL_}" }
+streams:
+  - table: public.trips
+    strategy: full
+${parallel !== undefined ? `    parallel: ${parallel}
+    range_rows: ${Math.ceil(ROWS / (parallel * 2))}
+` : ''}destination: { type: postgres, url: "${TARGET_URL}", schema: ${name} }
+`;
+  await writeFile(join(dir, 'ranged.yaml'), yaml('ranged', PARALLEL));
+  await writeFile(join(dir, 'single.yaml'), yaml('single', undefined));
+  const rangeSelects = (await blockRanges(PARALLEL)).map((sql) => /^COPY \((.*)\) TO STDOUT$/.exec(sql)![1]!);
+  const floorTable = async () => {
+    await query(TARGET_URL, 'DROP SCHEMA IF EXISTS floor CASCADE; CREATE SCHEMA floor');
+    await query(TARGET_URL, taxiTableDdl('floor.trips').replace(' PRIMARY KEY', ''));
+  };
+  const pairs: { one: number; many: number; writers: number; oneWriter: number; single: number; rss: number }[] = [];
+  for (let rep = 0; rep < REPS; rep += 1) {
+    await floorTable();
+    const one = await timedAll([copyPipe('SELECT * FROM trips')]);
+    await floorTable();
+    const many = await timedAll(rangeSelects.map(copyPipe));
+    const writers = await timedAll([['node', BIN, 'run', join(dir, 'ranged.yaml')]]);
+    const oneWriter = await timedAll([['node', BIN, 'run', join(dir, 'ranged.yaml')]], { TIDEMARK_RANGE_WRITERS: '1' });
+    const single = await timedAll([['node', BIN, 'run', join(dir, 'single.yaml')]]);
+    pairs.push({ one: one.seconds, many: many.seconds, writers: writers.seconds, oneWriter: oneWriter.seconds, single: single.seconds, rss: Math.max(writers.rssMb, oneWriter.rssMb) });
+    process.stderr.write(
+      `rep ${rep + 1}: one COPY pipe ${one.seconds.toFixed(2)} s, ${rangeSelects.length} pipes ${many.seconds.toFixed(2)} s, ranged ${PARALLEL} writers ${writers.seconds.toFixed(2)} s (${writers.rssMb} MB), ` +
+        `ranged 1 writer ${oneWriter.seconds.toFixed(2)} s (${oneWriter.rssMb} MB), unranged ${single.seconds.toFixed(2)} s\n`,
+    );
+  }
+  const result = {
+    destination: 'postgres',
+    rows: ROWS,
+    parallel: PARALLEL,
+    reps: REPS,
+    one_pipe_s: median(pairs.map((p) => p.one)),
+    parallel_pipes_s: median(pairs.map((p) => p.many)),
+    ranged_writers_s: median(pairs.map((p) => p.writers)),
+    ranged_one_writer_s: median(pairs.map((p) => p.oneWriter)),
+    unranged_s: median(pairs.map((p) => p.single)),
+    writers_vs_one_writer: median(pairs.map((p) => p.writers / p.oneWriter)),
+    writers_vs_one_pipe: median(pairs.map((p) => p.writers / p.one)),
+    writers_vs_parallel_pipes: median(pairs.map((p) => p.writers / p.many)),
+    ranged_peak_rss_mb: Math.max(...pairs.map((p) => p.rss)),
+  };
+  console.log(`BENCH_RESULT ${JSON.stringify(result)}`);
+}
+
 async function main(): Promise<void> {
   await query(`${BASE}/postgres`, `CREATE DATABASE ${DB}`);
   const dir = await mkdtemp(join(tmpdir(), 'tidemark-bench-ranges-'));
@@ -91,6 +155,7 @@ async function main(): Promise<void> {
     await pipeline(Readable.from(taxiCopyChunks(1, ROWS, 20240101)), c.query(copyFrom('COPY trips FROM STDIN')));
     await c.query('VACUUM ANALYZE trips');
     await c.end();
+    if (DESTINATION === 'postgres') return await intoPostgres(dir);
     const config = (parallel: number | undefined, name: string) => `name: ${name}
 source: { type: postgres, url: "${URL_}" }
 streams:
@@ -129,6 +194,7 @@ ${parallel !== undefined ? `    parallel: ${parallel}\n    range_rows: ${Math.ce
   } finally {
     await rm(dir, { recursive: true, force: true });
     await query(`${BASE}/postgres`, `DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
+    await query(`${BASE}/postgres`, `DROP DATABASE IF EXISTS ${TARGET_DB} WITH (FORCE)`);
   }
 }
 

@@ -53,6 +53,7 @@ Environment variables:
 | \`TIDEMARK_JOURNAL_DIR\` | where each run keeps its live progress and log lines for the dashboard (default \`$XDG_STATE_HOME/tidemark\`, else \`~/.local/state/tidemark\`; \`none\`: no journal): see [dashboard](dashboard.md#what-goes-on-now) |
 | \`OTEL_EXPORTER_OTLP_ENDPOINT\` | send a span per run, stream and commit and the run metrics over OTLP/HTTP; with the other standard \`OTEL_*\` variables: see [operations](operations.md#metrics-and-traces) |
 | \`TIDEMARK_BULK=0\` | Postgres or MySQL/MariaDB → DuckDB, Postgres or SQLite on the row path instead of the bulk path |
+| \`TIDEMARK_RANGE_WRITERS=1\` | a ranged load into Postgres or the lake with one writer instead of one per reader, for comparison: see [ranges](ranges.md#readers-and-writers) |
 | \`TIDEMARK_FAILPOINTS\` | crash tests only: see [how it stays correct](how-it-stays-correct.md#failpoints) |
 `;
 

@@ -529,6 +529,11 @@ export interface TableTarget {
   /** When set, rows go to the build table of this generation; the live table is untouched until `swap`. */
   readonly build?: string;
   /**
+   * The build table exists and no commit of this load starts it afresh (`CommitRequest.freshBuild`): the rows may go
+   * straight into it inside the transaction, as into a live table (readers only ever see it once it is swapped in).
+   */
+  readonly buildStarted?: true;
+  /**
    * The load replaces one partition: rows whose `column` equals `value` are deleted in the same commit, before the
    * new rows land (a first load deletes nothing; a reload is delete-then-insert).
    */

@@ -7,8 +7,8 @@
  * for an incremental stream, the upper bound and safe mark fixed before the first range was read.
  */
 import { availableParallelism } from 'node:os';
-import type { BulkChunk, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, RangeSizing, ReadRequest, Source } from '../core/connector.js';
-import { SourceError, withContext } from '../core/errors.js';
+import type { BulkChunk, Destination, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, RangeSizing, ReadRequest, Source } from '../core/connector.js';
+import { SourceError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { elapsedMs } from '../core/run-clock.js';
 import type { LedgerEntry, PipelineState, RangedLoadState, Reject, Row, StreamResult, StreamSchema, StreamState, TableRange, Watermark } from '../core/types.js';
@@ -20,6 +20,7 @@ import { runMarks } from './run-marks.js';
 import { withoutColumns, type SchemaStep } from './schema-check.js';
 import { bulkFormat, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 import { checkRow, isReject } from './row-check.js';
+import { CommitTurn, runWriters, writerCount } from './range-writers.js';
 
 /** Rows per range when `range_rows` is not set. */
 export const DEFAULT_RANGE_ROWS = 250_000;
@@ -176,9 +177,18 @@ function started<T>(iterable: AsyncIterable<T>): AsyncIterable<T> {
   };
 }
 
+/** What one range has written so far, counted into the load's totals when the range commits. */
+interface RangeTally {
+  rows: number;
+  readonly rejects: Reject[];
+  high: Watermark | undefined;
+}
+
 class RangeLoader {
   private state: PipelineState;
+  /** Rows read, committed or not (progress); the other counts are of committed ranges. */
   private rowsRead = 0;
+  private rowsCommitted = 0;
   private rowsLoaded = 0;
   private rowsRejected = 0;
   private commits = 0;
@@ -187,6 +197,11 @@ class RangeLoader {
   private buildRows: number;
   private high: Watermark | undefined;
   private readonly building: boolean;
+  /** Range commits of parallel writers pass one at a time, each onto the state the previous one left. */
+  private readonly turn = new CommitTurn();
+  /** Aborted when a writer fails: the others stop at their next chunk and roll their range back. */
+  private readonly stop = new AbortController();
+  private readonly signal: AbortSignal;
 
   constructor(
     private readonly ctx: StreamContext,
@@ -208,6 +223,7 @@ class RangeLoader {
     const prior = state.streams[stream.name];
     this.buildRows = resumed ? (prior?.build?.rows ?? 0) : 0;
     this.high = resumed ? prior?.ranged?.high : undefined;
+    this.signal = ctx.signal ? AbortSignal.any([ctx.signal, this.stop.signal]) : this.stop.signal;
   }
 
   async load(rangePlan: RangePlan, readers: number, probe: OpenedRead): Promise<StreamOutcome> {
@@ -216,15 +232,19 @@ class RangeLoader {
     this.rangesDone = this.ranged.ranges.length - pending.length;
     this.progress(probe);
     const opened = new Opener(rangePlan, pending, Math.max(1, Math.min(readers, pending.length)), (range) => this.request(range), (read, range) => this.chunksOf(read, range));
+    const writers = writerCount(this.ctx.openWriter, this.stream, rangePlan, readers, pending.length);
     try {
-      for (let i = 0; i < pending.length; i += 1) {
+      // Parallel writers only add rows: the table (or build table) is created, widened or started afresh first, alone.
+      if (writers > 1) await this.commitRange(undefined, await this.transaction(this.ctx.destination), { rows: 0, rejects: [], high: undefined });
+      const onOpenFailure = (error: unknown) => this.ctx.onWarning?.(this.stream.name, `a range writer could not connect, the others load its share: ${errorMessage(error)}`);
+      await runWriters(pending.length, { count: writers, first: this.ctx.destination, open: this.ctx.openWriter, stop: this.stop, onOpenFailure }, async (i, destination) => {
         const next = await opened.take(i);
         try {
-          await this.loadRange(next, probe);
+          await this.loadRange(next, probe, destination);
         } finally {
           await opened.release(next);
         }
-      }
+      });
     } catch (error) {
       await opened.abandon();
       throw withContext(error, { pipeline: this.ctx.pipeline, stream: this.stream.name, phase: 'extract' }, 'source');
@@ -244,17 +264,19 @@ class RangeLoader {
     return { ...request, range, ...(until !== undefined && until !== null ? { untilAtMost: until.value } : {}) };
   }
 
-  private async loadRange(current: RangeRead, probe: OpenedRead): Promise<void> {
+  private async loadRange(current: RangeRead, probe: OpenedRead, destination: Destination): Promise<void> {
     const read = withoutColumns(current.read, this.schemaStep.leftOut);
+    const tally: RangeTally = { rows: 0, rejects: [], high: undefined };
     if (this.ranged.until === null && this.stream.strategy === 'incremental') {
       // The table had no row when the bounds were fixed: every range is empty, and rows added since wait for the next run.
-      await this.commitRange(current.range, await this.transaction(), 0, []);
+      await this.commitRange(current.range, await this.transaction(destination), tally);
       return;
     }
-    const txn = await this.transaction();
+    const txn = await this.transaction(destination);
     try {
-      const { rows, rejects } = current.chunks !== undefined ? await this.writeChunks(txn, current.chunks, probe) : await this.writeBatches(txn, read, probe);
-      await this.commitRange(current.range, txn, rows, rejects);
+      if (current.chunks !== undefined) await this.writeChunks(txn, current.chunks, probe, tally);
+      else await this.writeBatches(txn, read, probe, tally);
+      await this.commitRange(current.range, txn, tally);
     } catch (error) {
       await txn.rollback().catch(() => undefined);
       // The error keeps its kind (a lost lease stays a conflict); `at` names the range.
@@ -272,7 +294,7 @@ class RangeLoader {
     const format = bulkFormat(this.ctx.destination, read.bulk, read.schema.columns);
     if (format === undefined) return undefined;
     const ahead = Math.min(MAX_CHUNKS_AHEAD, Math.max(2, Math.ceil((range.estimatedRows ?? 0) / this.chunkRows()) + 1));
-    return started(read.bulk.chunks({ format, chunkRows: this.chunkRows(), ahead, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) }));
+    return started(read.bulk.chunks({ format, chunkRows: this.chunkRows(), ahead, signal: this.signal }));
   }
 
   /** Chunks of `checkpoint_rows`, rounded up to whole row groups where the destination stores rows so. */
@@ -282,108 +304,117 @@ class RangeLoader {
     return group !== undefined && rows >= group / 2 ? Math.ceil(rows / group) * group : rows;
   }
 
-  private async writeChunks(txn: LoadTransaction, chunks: AsyncIterable<BulkChunk>, probe: OpenedRead): Promise<{ rows: number; rejects: Reject[] }> {
-    let rows = 0;
-    const rejects: Reject[] = [];
+  private async writeChunks(txn: LoadTransaction, chunks: AsyncIterable<BulkChunk>, probe: OpenedRead, tally: RangeTally): Promise<void> {
     for await (const chunk of chunks) {
       try {
-        this.ctx.signal?.throwIfAborted();
+        this.signal.throwIfAborted();
         const written = await txn.writeBulk!(chunk);
         await failpoint('range.after_write');
-        rows += chunk.rows;
+        tally.rows += chunk.rows;
         this.rowsRead += chunk.rows;
-        this.rowsLoaded += written.loaded;
-        this.rowsRejected += written.rejects.length;
-        rejects.push(...written.rejects);
-        if (chunk.last !== undefined && written.loaded > 0) this.high = maxWatermark(this.high, chunk.last);
+        tally.rejects.push(...written.rejects);
+        if (chunk.last !== undefined && written.loaded > 0) tally.high = maxWatermark(tally.high, chunk.last);
         this.progress(probe);
       } finally {
         await chunk.release();
       }
     }
-    return { rows, rejects };
   }
 
   /** The row path (no bulk format both ends share): every value checked as the destination will hold it. */
-  private async writeBatches(txn: LoadTransaction, read: OpenedRead, probe: OpenedRead): Promise<{ rows: number; rejects: Reject[] }> {
+  private async writeBatches(txn: LoadTransaction, read: OpenedRead, probe: OpenedRead, tally: RangeTally): Promise<void> {
     const columns = read.schema.columns;
     const cursorIndex = read.schema.cursor !== undefined && this.stream.strategy === 'incremental' ? columns.findIndex((c) => c.name === read.schema.cursor) : -1;
     const pkIndexes = read.schema.primaryKey.map((name) => columns.findIndex((c) => c.name === name));
-    let rows = 0;
-    const rejects: Reject[] = [];
     for await (const batch of read.batches()) {
-      this.ctx.signal?.throwIfAborted();
+      this.signal.throwIfAborted();
       const good: Row[] = [];
       for (const raw of batch.rows) {
-        rows += 1;
+        tally.rows += 1;
         this.rowsRead += 1;
         const checked = checkRow(columns, raw, this.ctx.destination);
         if (isReject(checked)) {
-          rejects.push(checked);
-          this.rowsRejected += 1;
+          tally.rejects.push(checked);
           continue;
         }
         good.push(checked);
-        this.rowsLoaded += 1;
-        if (cursorIndex >= 0 && checked[cursorIndex] !== null) this.high = maxWatermark(this.high, positionOf(checked, columns, cursorIndex, pkIndexes));
+        if (cursorIndex >= 0 && checked[cursorIndex] !== null) tally.high = maxWatermark(tally.high, positionOf(checked, columns, cursorIndex, pkIndexes));
       }
       if (good.length > 0) await txn.write(good);
       await failpoint('range.after_write');
       this.progress(probe);
     }
-    return { rows, rejects };
   }
 
 
-  private async transaction(): Promise<LoadTransaction> {
+  private async transaction(destination: Destination): Promise<LoadTransaction> {
     const write = this.building && this.stream.write === 'replace' ? 'append' : this.stream.write;
-    return this.ctx.destination.begin({
+    return destination.begin({
       pipeline: this.ctx.pipeline,
       runId: this.ctx.runId,
       target: {
         schema: this.schema,
         write,
-        ...(this.plan.generation !== undefined ? { build: this.plan.generation } : {}),
+        ...(this.plan.generation !== undefined ? { build: this.plan.generation, ...(this.freshBuild ? {} : { buildStarted: true as const }) } : {}),
         ...(this.schemaStep.widen.length > 0 && this.commits === 0 ? { widen: this.schemaStep.widen } : {}),
       },
       fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
     });
   }
 
-  /** A range's rows, its ledger row and the state naming what is still to do, in one commit. */
-  private async commitRange(range: TableRange, txn: LoadTransaction, rows: number, rejects: readonly Reject[]): Promise<void> {
-    const loaded = rows - rejects.length;
-    this.buildRows += loaded;
-    const next = this.nextState(false);
-    const entry: LedgerEntry = {
-      pipeline: this.ctx.pipeline,
-      stream: this.stream.name,
-      partition: rangeLedgerName(this.ranged.load, range),
-      files: [],
-      rows: loaded,
-      bytes: 0,
-      status: 'loaded',
-      runId: this.ctx.runId,
-      loadedAt: new Date().toISOString(),
-    };
-    await this.ctx.lease.assertHeld();
-    await txn.commit({
-      state: next,
-      run: this.runRecord('running'),
-      rejects,
-      swap: false,
-      freshBuild: this.freshBuild,
-      ledger: [entry],
-      verify: () => this.ctx.lease.assertHeld(),
+  /**
+   * A range's rows, its ledger row and the state naming what is still to do, in one commit, when its turn comes (the
+   * state then counts every range committed before it). No range: the commit that readies the table for parallel
+   * writers. Once a writer has failed, the others' ranges are rolled back instead: the load stops.
+   */
+  private async commitRange(range: TableRange | undefined, txn: LoadTransaction, tally: RangeTally): Promise<void> {
+    await this.turn.run(async () => {
+      this.signal.throwIfAborted();
+      const loaded = tally.rows - tally.rejects.length;
+      const before = { buildRows: this.buildRows, high: this.high };
+      // The state of this commit counts the range in; a commit that fails leaves the counts as they were.
+      this.buildRows += loaded;
+      this.high = maxWatermark(this.high, tally.high);
+      const next = this.nextState(false);
+      const entry: LedgerEntry[] = range === undefined ? [] : [{
+        pipeline: this.ctx.pipeline,
+        stream: this.stream.name,
+        partition: rangeLedgerName(this.ranged.load, range),
+        files: [],
+        rows: loaded,
+        bytes: 0,
+        status: 'loaded',
+        runId: this.ctx.runId,
+        loadedAt: new Date().toISOString(),
+      }];
+      try {
+        await this.ctx.lease.assertHeld();
+        await txn.commit({
+          state: next,
+          run: this.runRecord('running', tally),
+          rejects: tally.rejects,
+          swap: false,
+          freshBuild: this.freshBuild,
+          ledger: entry,
+          verify: () => this.ctx.lease.assertHeld(),
+        });
+      } catch (error) {
+        this.buildRows = before.buildRows;
+        this.high = before.high;
+        throw error;
+      }
+      this.rowsCommitted += tally.rows;
+      this.rowsLoaded += loaded;
+      this.rowsRejected += tally.rejects.length;
+      this.committed(next);
+      if (range !== undefined) this.rangesDone += 1;
     });
-    this.committed(next);
-    this.rangesDone += 1;
-    await failpoint('range.after_commit');
+    if (range !== undefined) await failpoint('range.after_commit');
   }
 
   /** The load's last commit: a build swaps in; an incremental stream's watermark becomes the highest row committed. */
   private async finish(): Promise<void> {
-    const txn = await this.transaction();
+    const txn = await this.transaction(this.ctx.destination);
     const next = this.nextState(true);
     await this.ctx.lease.assertHeld();
     await txn.commit({ state: next, run: this.runRecord('committed'), rejects: [], swap: this.building, freshBuild: this.freshBuild, final: true, verify: () => this.ctx.lease.assertHeld() });
@@ -440,11 +471,14 @@ class RangeLoader {
     return { ...this.ranged, ...(this.high ? { high: this.high } : {}) };
   }
 
-  private runRecord(outcome: 'running' | 'committed') {
+  /** `adding`: the range being committed, counted in with the ranges committed before it. */
+  private runRecord(outcome: 'running' | 'committed', adding?: RangeTally) {
+    const rows = adding?.rows ?? 0;
+    const rejected = adding?.rejects.length ?? 0;
     return runRecordFor(this.ctx, this.stream.name, outcome, {
-      rowsRead: this.rowsRead,
-      rowsLoaded: this.rowsLoaded,
-      rowsRejected: this.rowsRejected,
+      rowsRead: this.rowsCommitted + rows,
+      rowsLoaded: this.rowsLoaded + rows - rejected,
+      rowsRejected: this.rowsRejected + rejected,
       commits: this.commits + 1,
       cursorMin: null,
       cursorMax: this.high?.cursor.value ?? null,
@@ -464,7 +498,7 @@ class RangeLoader {
     return {
       stream: this.stream.name,
       outcome: 'committed',
-      rowsRead: this.rowsRead,
+      rowsRead: this.rowsCommitted,
       rowsLoaded: this.rowsLoaded,
       rowsRejected: this.rowsRejected,
       commits: this.commits,

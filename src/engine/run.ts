@@ -30,6 +30,7 @@ import { notifyObserver } from '../notify/notify.js';
 import { runTelemetry } from '../telemetry/telemetry.js';
 import { observedDestination } from './observed-destination.js';
 import { StateLine, loadSideBySide, loadsAlone, type Lane } from './side-by-side.js';
+import { sharedWriter } from './range-writers.js';
 import { destinationFileError } from './destination-file-errors.js';
 
 export interface RunOptions {
@@ -203,6 +204,8 @@ interface RunContext {
   readonly options: RunOptions;
   readonly logger: Logger;
   readonly observer: RunObserver;
+  /** The state line of the lane this stream loads on, when streams load side by side. */
+  readonly line?: StateLine;
 }
 
 /** Sources whose reads take a caller's upper bound (`ReadRequest.untilAtMost`). */
@@ -286,14 +289,10 @@ async function runSideBySide(ctx: RunContext, streams: readonly StreamConfig[], 
     while (lanes.length < count) {
       const ends = await openEnds(ctx.pipeline, ctx.logger);
       opened.push(ends);
-      // The lane's data session carries the lease token in its name, as the run's own does (Postgres: a later holder
-      // finds it by that name, and a source's safe mark does not mistake it for one of tidemark's read sessions).
-      await cutOffOlderHolders(ends.destination, ctx.lease, ctx.logger);
-      const destination = ctx.observer === NO_OBSERVER ? ends.destination : observedDestination(ends.destination, ctx.observer);
-      lanes.push({ source: ends.source, destination: line.destination(destination) });
+      lanes.push({ source: ends.source, destination: await laneDestination(ctx, ends.destination, line) });
     }
     return await loadSideBySide(streams, lanes, async (lane, stream) => {
-      const laneCtx: RunContext = { ...ctx, source: lane.source, destination: lane.destination };
+      const laneCtx: RunContext = { ...ctx, source: lane.source, destination: lane.destination, line };
       const loaded = await loadOne(laneCtx, stream, line.state);
       finished(ctx, stream, loaded);
       return loaded.result;
@@ -304,6 +303,35 @@ async function runSideBySide(ctx: RunContext, streams: readonly StreamConfig[], 
       await ends.destination.close().catch(() => undefined);
     }
   }
+}
+
+/** A further destination connection of the run, made ready to load beside the run's own, committing through `line`. */
+async function laneDestination(ctx: RunContext, opened: Destination, line: StateLine | undefined): Promise<Destination> {
+  // Its data session carries the lease token in its name, as the run's own does (Postgres: a later holder finds it by
+  // that name, and a source's safe mark does not mistake it for one of tidemark's read sessions).
+  await cutOffOlderHolders(opened, ctx.lease, ctx.logger);
+  const observed = ctx.observer === NO_OBSERVER ? opened : observedDestination(opened, ctx.observer);
+  return line === undefined ? observed : line.destination(observed);
+}
+
+/**
+ * How a ranged load opens its further writers, where the destination holds the state: on Postgres a connection each; on
+ * the lake, transactions side by side on the run's own destination (each uploads objects under names of its own; a
+ * second instance would collect the first one's uncommitted objects as leftovers). Undefined elsewhere: one writer.
+ */
+function rangeWriterOpener(ctx: RunContext): (() => Promise<Destination>) | undefined {
+  if (ctx.partitionLeases !== undefined || ctx.pipeline.state !== 'destination') return undefined;
+  if (ctx.pipeline.destination.type === 'files') return async () => sharedWriter(ctx.destination);
+  if (!concurrentPartitionWriters(ctx.pipeline.destination, ctx.pipeline.state)) return undefined;
+  return async () => {
+    const opened = await openPipelineDestination(ctx.pipeline, ctx.logger);
+    try {
+      return await laneDestination(ctx, opened, ctx.line);
+    } catch (error) {
+      await opened.close().catch(() => undefined);
+      throw error;
+    }
+  };
 }
 
 /** A failed stream (no state) has its failure printed by the caller; a loaded one is told of its rejects here. */
@@ -323,6 +351,7 @@ async function loadOne(ctx: RunContext, stream: StreamConfig, state: PipelineSta
   let durable: StreamResult | undefined;
   try {
     const load = stream.strategy === 'partitioned' ? partitionLoader(ctx.options.reload, ctx.options.partitions, ctx.partitionLeases) : loadStream;
+    const openWriter = rangeWriterOpener(ctx);
     const outcome = await load(
       {
         pipeline: pipeline.name,
@@ -339,6 +368,7 @@ async function loadOne(ctx: RunContext, stream: StreamConfig, state: PipelineSta
         onCommit: (result: StreamResult) => (durable = result),
         ...(ctx.options.onProgress ? { onProgress: ctx.options.onProgress } : {}),
         onWarning: (name: string, message: string) => ctx.logger.log('warn', `pipeline ${pipeline.name}, stream ${name}: ${message}`, { pipeline: pipeline.name, stream: name, run_id: ctx.runId }),
+        ...(openWriter !== undefined ? { openWriter } : {}),
       },
       stream,
       pipeline.stateless ? withoutPosition(state, stream.name) : state,

@@ -62,6 +62,11 @@ export interface StreamContext {
    * in, and a later call, without this, publishes it.
    */
   readonly openEnded?: boolean;
+  /**
+   * Another writer on the destination, for a ranged load's parallel writers: present only where the destination takes
+   * concurrent writers. Its commits are fenced by the same lease and go onto the same state; the loader closes it.
+   */
+  readonly openWriter?: () => Promise<Destination>;
 }
 
 /**

@@ -36,6 +36,12 @@ const STAGE = '_tidemark_stage';
 /** Rows of bulk chunks, already in the target types, waiting for the commit (merges into tables holding rows). */
 const BULK_STAGE = '_tidemark_bulk';
 
+/**
+ * Numbers the loads of this process: a load id names its run, stream and this number, so the ids stay unique when a
+ * run loads one stream over several connections at once (parallel range writers).
+ */
+let loadCounter = 0;
+
 export function buildTableName(stream: string): string {
   return `_tidemark_build_${stream}`;
 }
@@ -50,7 +56,6 @@ export abstract class SqlDestination implements Destination {
   readonly meta: SqlMeta;
   readonly state: StateStore;
   readonly ledger: LedgerStore;
-  private loadCounter = 0;
   /**
    * Tables this destination created, with the partition values it has committed into them since: no other value
    * can have rows there, so loading a new partition needs no delete (and SQLite no index for one) — an initial
@@ -110,8 +115,8 @@ export abstract class SqlDestination implements Destination {
     const columns = load.target.schema.columns;
     const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.stageType(c.type)}`), `${SEQ_COLUMN} BIGINT`].join(', ');
     await this.dialect.createStage(this.exec, STAGE, ddl);
-    this.loadCounter += 1;
-    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${this.loadCounter}`, ddl, this.createdTables, this.capabilities.foldsCase === true, () =>
+    loadCounter += 1;
+    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${loadCounter}`, ddl, this.createdTables, this.capabilities.foldsCase === true, () =>
       this.prepareVerify(),
     );
   }
@@ -215,7 +220,7 @@ class SqlLoadTransaction implements LoadTransaction {
         const existing = await this.dialect.tableColumns(this.exec, table);
         this.targetHadRows = existing !== undefined && (await this.exec.query(`SELECT 1 AS one FROM ${this.dialect.table(table)} LIMIT 1`)).length > 0;
       }
-      const direct = target.build === undefined && target.replacePartition === undefined && (!merge || (chunk.uniqueKey && this.targetHadRows === false));
+      const direct = (target.build === undefined || target.buildStarted === true) && target.replacePartition === undefined && (!merge || (chunk.uniqueKey && this.targetHadRows === false));
       let into: string;
       if (direct) {
         if (!this.open) {

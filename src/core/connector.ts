@@ -225,6 +225,11 @@ export interface RangedSource {
 export interface RangeSizing {
   readonly minRanges: number;
   readonly rowsPerRange: number;
+  /**
+   * The ranges are read in different snapshots (queue workers on several machines): plan ranges a row never leaves
+   * (`RangePlan.rowsKeepRange`) where the table allows, e.g. Postgres key ranges instead of CTID ones.
+   */
+  readonly keepRows?: boolean;
 }
 
 /** How many ranges a table of about `rows` rows is cut into. */

@@ -8,7 +8,7 @@
  */
 import { availableParallelism } from 'node:os';
 import type { BulkChunk, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, RangeSizing, ReadRequest, Source } from '../core/connector.js';
-import { SourceError, withContext } from '../core/errors.js';
+import { SourceError, UsageError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { elapsedMs } from '../core/run-clock.js';
 import type { LedgerEntry, PipelineState, RangedLoadState, Reject, Row, StreamResult, StreamSchema, StreamState, TableRange, Watermark } from '../core/types.js';
@@ -62,8 +62,13 @@ export async function readerCount(source: Source, stream: StreamConfig): Promise
 }
 
 /** Ranges to plan: at least one per reader, and about `range_rows` rows each. */
-function sizing(stream: StreamConfig, readers: number): RangeSizing {
-  return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS };
+function sizing(stream: StreamConfig, readers: number, keepRows = false): RangeSizing {
+  return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS, ...(keepRows ? { keepRows } : {}) };
+}
+
+/** Ranges read in different snapshots (range jobs, or a load they planned): only ranges a row never leaves will do. */
+function keepsRows(ctx: StreamContext, prior: StreamState | undefined): boolean {
+  return ctx.rangeJob !== undefined || prior?.ranged?.ranges.some((r) => r.by === 'key') === true;
 }
 
 /**
@@ -102,7 +107,7 @@ export async function plannedRanges(
     readers,
     ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })),
   });
-  const planned = await source.ranges?.plan(stream, sizing(stream, readers));
+  const planned = await source.ranges?.plan(stream, sizing(stream, readers, prior?.ranged?.ranges.some((r) => r.by === 'key')));
   await planned?.close();
   if (prior?.ranged !== undefined && (planned === undefined || !startsOver(prior.ranged, planned, stream, building))) return report(prior.ranged.load, prior.ranged.ranges);
   return { ...report('', planned?.ranges ?? []), ...(prior?.ranged !== undefined ? { startsOver: true as const } : {}) };
@@ -123,12 +128,19 @@ export async function loadRanges(
   const readers = await readerCount(ctx.source, stream);
   const fresh = { until: probe.until, safeMark: probe.safeMark ?? undefined };
   await probe.close();
-  const rangePlan = await ctx.source.ranges!.plan(stream, sizing(stream, readers)).catch((e: unknown) => {
+  const rangePlan = await ctx.source.ranges!.plan(stream, sizing(stream, readers, keepsRows(ctx, prior))).catch((e: unknown) => {
     throw withContext(e, { ...context, phase: 'plan' }, 'source');
   });
   if (rangePlan === undefined) throw new SourceError(`the source cannot split ${stream.table} into ranges; remove parallel`, { context: { ...context, phase: 'plan' } });
   try {
-    const over = prior?.ranged !== undefined && startsOver(prior.ranged, rangePlan, stream, plan.generation !== undefined);
+    if (ctx.rangeJob !== undefined && !rangePlan.rowsKeepRange) {
+      throw new UsageError(`${stream.table} has no ranges that keep their rows across snapshots (a Postgres table needs a primary key), so it cannot be spread over range jobs`, {
+        context: { ...context, phase: 'plan' },
+      });
+    }
+    // Ranges planned in one snapshot (CTID) cannot be handed to range jobs, which read in snapshots of their own.
+    const unshareable = ctx.rangeJob?.plansOnly === true && prior?.ranged?.snapshot !== undefined;
+    const over = prior?.ranged !== undefined && (unshareable || startsOver(prior.ranged, rangePlan, stream, plan.generation !== undefined));
     if (over) {
       const what = plan.generation !== undefined ? 'builds a new generation' : 'reads every range again (merge makes the re-read exact)';
       ctx.onWarning?.(stream.name, `the ranged load under way was planned in another snapshot, in which rows may have moved between ranges: it starts over and ${what}`);
@@ -212,8 +224,13 @@ class RangeLoader {
 
   async load(rangePlan: RangePlan, readers: number, probe: OpenedRead): Promise<StreamOutcome> {
     const done = new Set((await this.ledger.list(this.ctx.pipeline, this.stream.name)).filter((e) => e.status === 'loaded').map((e) => e.partition));
-    const pending = this.ranged.ranges.filter((r) => !done.has(rangeLedgerName(this.ranged.load, r)));
-    this.rangesDone = this.ranged.ranges.length - pending.length;
+    const left = this.ranged.ranges.filter((r) => !done.has(rangeLedgerName(this.ranged.load, r)));
+    this.rangesDone = this.ranged.ranges.length - left.length;
+    const job = this.ctx.rangeJob;
+    const pending = job !== undefined ? job.select(left) : left;
+    // Rows of this load are in the build table already: it must not be dropped (range jobs never create it).
+    if (done.size > 0 || (job !== undefined && !job.plansOnly)) this.freshBuild = false;
+    if (job?.plansOnly) return this.planned();
     this.progress(probe);
     const opened = new Opener(rangePlan, pending, Math.max(1, Math.min(readers, pending.length)), (range) => this.request(range), (read, range) => this.chunksOf(read, range));
     try {
@@ -231,6 +248,8 @@ class RangeLoader {
     }
     // Every range is in: only idle readers are left to close.
     await opened.abandon();
+    // A range job's ranges are in; the stream's own job finishes the load.
+    if (job !== undefined) return { state: this.state, result: this.result() };
     await this.finish();
     await this.forgetOtherLoads();
     return { state: this.state, result: this.result() };
@@ -248,10 +267,10 @@ class RangeLoader {
     const read = withoutColumns(current.read, this.schemaStep.leftOut);
     if (this.ranged.until === null && this.stream.strategy === 'incremental') {
       // The table had no row when the bounds were fixed: every range is empty, and rows added since wait for the next run.
-      await this.commitRange(current.range, await this.transaction(), 0, []);
+      await this.commitRange(current.range, await this.transaction(current.range), 0, []);
       return;
     }
-    const txn = await this.transaction();
+    const txn = await this.transaction(current.range);
     try {
       const { rows, rejects } = current.chunks !== undefined ? await this.writeChunks(txn, current.chunks, probe) : await this.writeBatches(txn, read, probe);
       await this.commitRange(current.range, txn, rows, rejects);
@@ -335,7 +354,8 @@ class RangeLoader {
   }
 
 
-  private async transaction(): Promise<LoadTransaction> {
+  private async transaction(range?: TableRange): Promise<LoadTransaction> {
+    const fence = { pipeline: this.ctx.pipeline, token: this.ctx.lease.token };
     const write = this.building && this.stream.write === 'replace' ? 'append' : this.stream.write;
     return this.ctx.destination.begin({
       pipeline: this.ctx.pipeline,
@@ -346,7 +366,7 @@ class RangeLoader {
         ...(this.plan.generation !== undefined ? { build: this.plan.generation } : {}),
         ...(this.schemaStep.widen.length > 0 && this.commits === 0 ? { widen: this.schemaStep.widen } : {}),
       },
-      fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
+      fence: range !== undefined && this.ctx.rangeJob !== undefined ? this.ctx.rangeJob.fence(fence, this.ranged.load, range) : fence,
     });
   }
 
@@ -354,7 +374,9 @@ class RangeLoader {
   private async commitRange(range: TableRange, txn: LoadTransaction, rows: number, rejects: readonly Reject[]): Promise<void> {
     const loaded = rows - rejects.length;
     this.buildRows += loaded;
-    const next = this.nextState(false);
+    const job = this.ctx.rangeJob;
+    // A range job leaves the state document alone: range jobs commit side by side, and the ledger row says it is in.
+    const next = job !== undefined ? this.state : this.nextState(false);
     const entry: LedgerEntry = {
       pipeline: this.ctx.pipeline,
       stream: this.stream.name,
@@ -366,19 +388,33 @@ class RangeLoader {
       runId: this.ctx.runId,
       loadedAt: new Date().toISOString(),
     };
-    await this.ctx.lease.assertHeld();
+    const held = async () => {
+      await this.ctx.lease.assertHeld();
+      await job?.held(this.ranged.load, range);
+    };
+    await held();
     await txn.commit({
       state: next,
-      run: this.runRecord('running'),
+      run: this.runRecord(job !== undefined ? 'committed' : 'running'),
       rejects,
       swap: false,
       freshBuild: this.freshBuild,
       ledger: [entry],
-      verify: () => this.ctx.lease.assertHeld(),
+      verify: held,
     });
     this.committed(next);
     this.rangesDone += 1;
     await failpoint('range.after_commit');
+  }
+
+  /** The producer of range jobs: the ranges in the state and the build table created, one commit, no row. */
+  private async planned(): Promise<StreamOutcome> {
+    const txn = await this.transaction();
+    const next = this.nextState(false);
+    await this.ctx.lease.assertHeld();
+    await txn.commit({ state: next, run: this.runRecord('committed'), rejects: [], swap: false, freshBuild: this.freshBuild, verify: () => this.ctx.lease.assertHeld() });
+    this.committed(next);
+    return { state: this.state, result: this.result() };
   }
 
   /** The load's last commit: a build swaps in; an incremental stream's watermark becomes the highest row committed. */

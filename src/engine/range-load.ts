@@ -229,7 +229,7 @@ class RangeLoader {
     const job = this.ctx.rangeJob;
     const pending = job !== undefined ? job.select(left) : left;
     // Rows of this load are in the build table already: it must not be dropped (range jobs never create it).
-    if (done.size > 0 || (job !== undefined && !job.plansOnly)) this.freshBuild = false;
+    if (this.rangesDone > 0 || (job !== undefined && !job.plansOnly)) this.freshBuild = false;
     if (job?.plansOnly) return this.planned();
     this.progress(probe);
     const opened = new Opener(rangePlan, pending, Math.max(1, Math.min(readers, pending.length)), (range) => this.request(range), (read, range) => this.chunksOf(read, range));

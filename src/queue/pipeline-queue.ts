@@ -53,6 +53,8 @@ export interface QueuedJob {
   readonly pipeline: string;
   readonly stream: string | null;
   readonly partition: string | null;
+  /** A range job's range: `<load>:<range id>`. */
+  readonly range: string | null;
   readonly full: boolean;
   /** Starts that ended without completing the job (failures and takeovers from dead workers). */
   readonly attempts: number;
@@ -119,6 +121,7 @@ export class PipelineQueue {
           pipeline: job.data.pipeline,
           stream: job.data.stream ?? null,
           partition: job.data.partition ?? null,
+          range: job.data.range !== undefined ? `${job.data.range.load}:${job.data.range.id}` : null,
           full: job.data.full === true,
           attempts: startsEnded(job),
           max_attempts: job.opts.attempts ?? 1,

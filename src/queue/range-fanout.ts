@@ -10,7 +10,7 @@ import { silentLogger } from '../core/logger.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { rangeLedgerName } from '../engine/range-load.js';
 import { run } from '../engine/run.js';
-import { concurrentPartitionWriters, openDestination } from '../registry/index.js';
+import { concurrentPartitionWriters, openDestination, openSource } from '../registry/index.js';
 
 /** The ranged load the range jobs belong to, and the ids of its ranges not committed yet. */
 export interface RangeFanOut {
@@ -46,6 +46,11 @@ export async function planRangeJobs(
     return undefined;
   }
   try {
+    const unshareable = await rangesMoveRows(pipeline, stream);
+    if (unshareable !== undefined) {
+      logger.log('info', `${where}: one job for the stream, not one per range: ${unshareable}`);
+      return undefined;
+    }
     const planned = await run(pipeline, { streams: [stream.name], rangeJob: { plan: true }, worker: 'enqueue', ...(options.full ? { full: true } : {}) });
     const failed = planned.streams.find((s) => s.outcome !== 'committed');
     if (failed !== undefined) throw new Error(failed.error ?? failed.outcome);
@@ -53,6 +58,23 @@ export async function planRangeJobs(
   } catch (error) {
     logger.log('warn', `${where}: cannot plan its ranges as jobs (${errorMessage(error)}); queuing one job for the stream`);
     return undefined;
+  }
+}
+
+/**
+ * Why the table's ranges cannot be read in snapshots of their own, if they cannot: a one-range plan tells (it reads
+ * only the catalog, no key scan).
+ */
+async function rangesMoveRows(pipeline: PipelineConfig, stream: StreamConfig): Promise<string | undefined> {
+  const source = await openSource(pipeline.source);
+  try {
+    const plan = await source.ranges?.plan(stream, { minRanges: 1, rowsPerRange: Number.POSITIVE_INFINITY, keepRows: true });
+    await plan?.close();
+    if (plan === undefined) return `a ${pipeline.source.type} source does not split ${stream.table ?? 'it'} into ranges`;
+    if (!plan.rowsKeepRange) return `${stream.table ?? 'the table'} has no ranges a row keeps across snapshots (on Postgres, a table needs a primary key)`;
+    return undefined;
+  } finally {
+    await source.close();
   }
 }
 

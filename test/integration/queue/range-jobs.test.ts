@@ -157,6 +157,26 @@ describe('one table across queue workers (range jobs into Postgres)', () => {
     }
   }, 200_000);
 
+  it('a Postgres table without a primary key stays one job (its CTID ranges hold only in one snapshot), and says why', async () => {
+    const name = uniqueQueueName('qrange-nokey');
+    const { close } = openQueue(name);
+    const source = await createTestDatabase('tm_qrange_src');
+    const target = await createTestDatabase('tm_qrange_dst');
+    try {
+      await source.query(`CREATE TABLE items (id bigint NOT NULL, big bigint NOT NULL, amount numeric(30,6) NOT NULL, note text)`);
+      await source.query(`INSERT INTO items SELECT i, i, i, 'n' || i FROM generate_series(1, 100) AS i`);
+      const config = await pipelineFile('nokey', `{ type: postgres, url: ${JSON.stringify(source.url)} }`, 'public.items', target);
+      const out = await cli(['enqueue', config, ...queueArgs(name), '--json'], { env: { TIDEMARK_LOG_LEVEL: 'info' } });
+      expect(out.code, out.stderr).toBe(0);
+      expect((JSON.parse(out.stdout) as { unit: string }[]).map((j) => j.unit)).toEqual(['ranged/items']);
+      expect(out.stderr).toMatch(/ranged\.items: one job for the stream, not one per range: .*needs a primary key/);
+    } finally {
+      await close();
+      await target.drop();
+      await source.drop();
+    }
+  }, 60_000);
+
   it('a MariaDB table by primary-key ranges, copied by 2 workers: equal to the source, each range once', async () => {
     const name = uniqueQueueName('qrange-my');
     const { queue, close } = openQueue(name);

@@ -9,7 +9,7 @@
 import { partitionLeaseName, type Fence, type Lease } from '../core/connector.js';
 import { UsageError } from '../core/errors.js';
 import { elapsedMs, monotonicMs } from '../core/run-clock.js';
-import type { PipelineState, TableRange } from '../core/types.js';
+import type { PipelineState, StreamResult, TableRange } from '../core/types.js';
 import type { StreamConfig } from '../config/load.js';
 import { loadStream, type StreamContext, type StreamOutcome } from './stream-load.js';
 
@@ -74,24 +74,13 @@ export function rangeJobLoader(job: RangeJob, leases: ReadonlyMap<string, Lease>
   return async (ctx: StreamContext, stream: StreamConfig, state: PipelineState): Promise<StreamOutcome> => {
     const started = monotonicMs();
     if ('load' in job && state.streams[stream.name]?.ranged?.load !== job.load) {
-      return { state, result: idleResult(stream.name, started) };
+      return { state, result: nothingLoaded(stream.name, started, true) };
     }
     return loadStream({ ...ctx, rangeJob: new RangeJobScope(job, ctx.pipeline, stream.name, leases) }, stream, state);
   };
 }
 
-function idleResult(stream: string, started: number): StreamOutcome['result'] {
-  return {
-    stream,
-    outcome: 'committed',
-    rowsRead: 0,
-    rowsLoaded: 0,
-    rowsRejected: 0,
-    commits: 0,
-    cursorMin: null,
-    cursorMax: null,
-    watermark: null,
-    durationMs: elapsedMs(started),
-    full: true,
-  };
+/** The result of a stream job that loaded nothing (its counts all zero). */
+export function nothingLoaded(stream: string, started: number, full: boolean): StreamResult {
+  return { stream, outcome: 'committed', rowsRead: 0, rowsLoaded: 0, rowsRejected: 0, commits: 0, cursorMin: null, cursorMax: null, watermark: null, durationMs: elapsedMs(started), full };
 }

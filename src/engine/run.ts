@@ -17,7 +17,7 @@ import { concurrentPartitionWriters, leaseProviderFor, openSource } from '../reg
 import { aboveFence } from './lease-fence.js';
 import { openPipelineDestination } from './state-sync.js';
 import { partitionLoader } from './partition-load.js';
-import { rangeJobLoader, rangeLeaseNames, type RangeJob } from './range-job.js';
+import { nothingLoaded, rangeJobLoader, rangeLeaseNames, type RangeJob } from './range-job.js';
 import type { ProgressListener } from './progress.js';
 import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
@@ -455,15 +455,7 @@ function stopReason(signal: AbortSignal): string {
 /** Counts of a failed stream are those of its last commit: what is durable, and balanced (read = loaded + rejected). */
 function failedResult(stream: string, error: TidemarkError, started: number, durable: StreamResult | undefined): StreamResult {
   return {
-    stream,
-    rowsRead: 0,
-    rowsLoaded: 0,
-    rowsRejected: 0,
-    commits: 0,
-    cursorMin: null,
-    cursorMax: null,
-    watermark: null,
-    full: false,
+    ...nothingLoaded(stream, started, false),
     ...durable,
     outcome: 'failed',
     durationMs: elapsedMs(started),

@@ -12,7 +12,7 @@ import { loadPg } from '../../shared/pg-driver.js';
 import { pgClientConfig } from './pg-client-config.js';
 import { copyFormatOption } from '../../shared/postgres-client.js';
 import { to as copyTo } from 'pg-copy-streams';
-import { rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
+import { keyRangesAt, rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
@@ -392,14 +392,7 @@ export class PostgresSource implements Source {
           )
         : { rows: [] };
     const splits = found.rows.map((r) => key.map((c, j) => ({ type: c.type.kind, value: canonical(c.type, r[`k${j}`]!) })));
-    const edges = [undefined, ...splits, undefined];
-    const ranges: TableRange[] = edges.slice(1).map((to, i) => ({
-      id: `key ${i + 1}/${edges.length - 1}`,
-      by: 'key',
-      ...(edges[i] !== undefined ? { from: edges[i] } : {}),
-      ...(to !== undefined ? { to } : {}),
-      estimatedRows: Math.round(rows / (edges.length - 1)),
-    }));
+    const ranges = keyRangesAt(splits, rows);
     return {
       ranges,
       rowsKeepRange: true,

@@ -66,6 +66,16 @@ function sizing(stream: StreamConfig, readers: number, keepRows = false): RangeS
   return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS, ...(keepRows ? { keepRows } : {}) };
 }
 
+/**
+ * A load under way whose key ranges it goes on with: its ranges are in the state and never start over, so the plan
+ * is needed only for its readers, and one range (no scan of the key for split points) will do.
+ */
+function continuedKeyRanges(prior: StreamState | undefined, plan: StreamPlan): RangeSizing | undefined {
+  const ranged = prior?.ranged;
+  if (ranged === undefined || !ranged.ranges.some((r) => r.by === 'key')) return undefined;
+  return plan.generation === undefined || plan.generation === ranged.load ? { minRanges: 1, rowsPerRange: Number.POSITIVE_INFINITY, keepRows: true } : undefined;
+}
+
 /** Ranges read in different snapshots (range jobs, or a load they planned): only ranges a row never leaves will do. */
 function keepsRows(ctx: StreamContext, prior: StreamState | undefined): boolean {
   return ctx.rangeJob !== undefined || prior?.ranged?.ranges.some((r) => r.by === 'key') === true;
@@ -128,7 +138,7 @@ export async function loadRanges(
   const readers = await readerCount(ctx.source, stream);
   const fresh = { until: probe.until, safeMark: probe.safeMark ?? undefined };
   await probe.close();
-  const rangePlan = await ctx.source.ranges!.plan(stream, sizing(stream, readers, keepsRows(ctx, prior))).catch((e: unknown) => {
+  const rangePlan = await ctx.source.ranges!.plan(stream, continuedKeyRanges(prior, plan) ?? sizing(stream, readers, keepsRows(ctx, prior))).catch((e: unknown) => {
     throw withContext(e, { ...context, phase: 'plan' }, 'source');
   });
   if (rangePlan === undefined) throw new SourceError(`the source cannot split ${stream.table} into ranges; remove parallel`, { context: { ...context, phase: 'plan' } });

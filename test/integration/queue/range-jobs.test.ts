@@ -71,6 +71,26 @@ async function rangeCommits(target: TestDatabase): Promise<number> {
   return Number(r!.n);
 }
 
+/** A worker that takes a range job, stops at `failpoint` while holding the range's lease, and is killed with -9. */
+async function killedVictim(queueName: string, target: TestDatabase, failpoint: string): Promise<Started> {
+  const victim = startWorker(queueName, 'victim', { TIDEMARK_FAILPOINTS: failpoint });
+  await waitFor('the victim to start a range', () => /range key .*started/.test(victim.stderr()));
+  await waitFor('the victim to hold a range lease', async () => (await target.query(`SELECT 1 FROM _tidemark_leases WHERE pipeline LIKE 'ranged/items/%'`).catch(() => [])).length > 0);
+  // Time to reach the failpoint (two chunks, or the range's commit) and hang there.
+  await new Promise((r) => setTimeout(r, 1500));
+  victim.child.kill('SIGKILL');
+  expect((await victim.done).signal).toBe('SIGKILL');
+  return victim;
+}
+
+/** Every range has its ledger row and was committed by exactly one run, and together they hold every row. */
+async function eachRangeOnce(target: TestDatabase, ranges: number): Promise<void> {
+  const ledger = await rangeLedger(target);
+  expect(ledger).toHaveLength(ranges);
+  expect(ledger.reduce((n, r) => n + r.rows, 0)).toBe(ROWS);
+  expect(await rangeCommits(target)).toBe(ranges);
+}
+
 async function enqueue(config: string, name: string): Promise<{ unit: string }[]> {
   const out = await cli(['enqueue', config, ...queueArgs(name), '--json']);
   expect(out.code, out.stderr).toBe(0);
@@ -128,27 +148,45 @@ describe('one table across queue workers (range jobs into Postgres)', () => {
     try {
       const jobs = await enqueue(config, name);
       // The victim stages two chunks of its first range and hangs there, before the range's commit.
-      const victim = startWorker(name, 'victim', { TIDEMARK_FAILPOINTS: 'range.after_write=2:hang' });
-      workers.push(victim);
-      await waitFor('the victim to stage a range', () => /range key/.test(victim.stderr()) && /started/.test(victim.stderr()));
-      await waitFor('the victim to hold a range lease', async () => (await target.query(`SELECT 1 FROM _tidemark_leases WHERE pipeline LIKE 'ranged/items/%'`).catch(() => [])).length > 0);
-      await new Promise((r) => setTimeout(r, 1500));
-      victim.child.kill('SIGKILL');
-      expect((await victim.done).signal).toBe('SIGKILL');
+      const victim = await killedVictim(name, target, 'range.after_write=2:hang');
       expect(await rangeLedger(target)).toEqual([]);
       // Every row gets a new version elsewhere in the heap: CTID ranges read after this would miss or repeat rows.
       await source.query(`UPDATE items SET note = note || '+moved'`);
-      workers.push(startWorker(name, 'r1'), startWorker(name, 'r2'));
+      workers.push(victim, startWorker(name, 'r1'), startWorker(name, 'r2'));
       await completed(queue, jobs.length, workers);
 
       const landed = await digest(target, 'items');
       expect(landed).toEqual(await digest(source, 'items'));
       expect(landed.ids).toBe(ROWS);
-      const ledger = await rangeLedger(target);
-      expect(ledger).toHaveLength(jobs.length - 1);
-      expect(ledger.reduce((n, r) => n + r.rows, 0)).toBe(ROWS);
+      await eachRangeOnce(target, jobs.length - 1);
       const [victims] = await target.query(`SELECT count(*)::int AS n FROM _tidemark_runs WHERE stream = 'items' AND worker LIKE 'victim#%' AND rows_loaded > 0`);
       expect(Number(victims!.n)).toBe(0);
+    } finally {
+      await stopAll(workers);
+      await close();
+      await target.drop();
+      await source.drop();
+    }
+  }, 200_000);
+
+  it('a worker killed with -9 right after its range committed: the job taken over loads nothing again', async () => {
+    const name = uniqueQueueName('qrange-killc');
+    const { queue, close } = openQueue(name);
+    const { config, source, target } = await postgresPipeline('killc');
+    const workers: Started[] = [];
+    try {
+      const jobs = await enqueue(config, name);
+      // The victim commits its first range (rows, ledger row) and hangs before its job is marked done.
+      const victim = await killedVictim(name, target, 'range.after_commit=1:hang');
+      expect(await rangeLedger(target)).toHaveLength(1);
+      workers.push(victim, startWorker(name, 'r1'), startWorker(name, 'r2'));
+      await completed(queue, jobs.length, workers);
+
+      const landed = await digest(target, 'items');
+      expect(landed).toEqual(await digest(source, 'items'));
+      await eachRangeOnce(target, jobs.length - 1);
+      const [victims] = await target.query(`SELECT count(*)::int AS n FROM _tidemark_runs WHERE stream = 'items' AND worker LIKE 'victim#%' AND rows_loaded > 0`);
+      expect(Number(victims!.n)).toBe(1);
     } finally {
       await stopAll(workers);
       await close();

@@ -74,7 +74,7 @@ async function rangeCommits(target: TestDatabase): Promise<number> {
 /** A worker that takes a range job, stops at `failpoint` while holding the range's lease, and is killed with -9. */
 async function killedVictim(queueName: string, target: TestDatabase, failpoint: string): Promise<Started> {
   const victim = startWorker(queueName, 'victim', { TIDEMARK_FAILPOINTS: failpoint });
-  await waitFor('the victim to start a range', () => /range key .*started/.test(victim.stderr()));
+  await waitFor('the victim to start a range', () => / range \S+ .*started/.test(victim.stderr()));
   await waitFor('the victim to hold a range lease', async () => (await target.query(`SELECT 1 FROM _tidemark_leases WHERE pipeline LIKE 'ranged/items/%'`).catch(() => [])).length > 0);
   // Time to reach the failpoint (two chunks, or the range's commit) and hang there.
   await new Promise((r) => setTimeout(r, 1500));

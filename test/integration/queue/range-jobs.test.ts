@@ -127,6 +127,9 @@ describe('one table across queue workers (range jobs into Postgres)', () => {
       // The ranges were loaded by more than one worker.
       const [byWorkers] = await target.query(`SELECT count(DISTINCT split_part(worker, '#', 1))::int AS n FROM _tidemark_runs WHERE stream = 'items' AND rows_loaded > 0`);
       expect(Number(byWorkers!.n)).toBeGreaterThanOrEqual(2);
+      // The key index the build deferred exists once, whichever range job committed first.
+      const indexes = await target.query(`SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = 'items'`);
+      expect(indexes.map((i) => String(i.indexdef).replace(/INDEX \S+ ON/, 'INDEX ON'))).toEqual(['CREATE INDEX ON public.items USING btree (id)']);
       // The build was swapped in and the load is over: no ranged state left.
       const state = await cli(['state', 'show', '--config', config, '--json']);
       expect(state.code, state.stderr).toBe(0);

@@ -5,7 +5,11 @@
  * 1, 2 or 4 connections at once); rows/s of each, and the speed-ups over one reader, the median of the repetitions'
  * ratios. A raw `COPY … TO STDOUT` through the proxy shows the link's floor for one connection.
  *
- * Usage: npm run build && npx tsx bench/pg-ranges-remote.ts [--rows 300000] [--reps 3] [--mbps 4]
+ * With `--workers 1,2,4` the same table is also copied through the job queue (BullMQ on Redis at 127.0.0.1:6379)
+ * into Postgres: `tidemark enqueue` turns its eight key ranges into eight jobs, taken by 1, 2 or 4 worker processes
+ * (each reading its range on one connection through the proxy); the time runs from the enqueue to the last job done.
+ *
+ * Usage: npm run build && npx tsx bench/pg-ranges-remote.ts [--rows 300000] [--reps 3] [--mbps 4] [--workers 1,2,4]
  * Needs the machine's PostgreSQL at 127.0.0.1:5432 (or BENCH_PG_HOST/BENCH_PG_PORT) and `psql` on PATH; the database
  * is named uniquely per run and dropped at the end.
  */
@@ -16,6 +20,8 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { taxiCopyChunks, taxiTableDdl } from './taxi.js';
@@ -35,6 +41,8 @@ const ROWS = Number(arg('rows', '300000'));
 const REPS = Number(arg('reps', '3'));
 const MBPS = Number(arg('mbps', '4'));
 const READERS = [1, 2, 4] as const;
+const WORKERS = arg('workers', '').split(',').filter(Boolean).map(Number);
+const REDIS_URL = 'redis://127.0.0.1:6379';
 
 const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
@@ -53,6 +61,47 @@ async function withClient<T>(url: string, work: (c: pg.Client) => Promise<T>): P
     return await work(c);
   } finally {
     await c.end();
+  }
+}
+
+/** The queued variant's pipeline: the same table and ranges into Postgres, one reader per range job. */
+async function queuePipeline(dir: string, remote: string, rangeRows: number, destination: string): Promise<string> {
+  const file = join(dir, 'queued.yaml');
+  await writeFile(
+    file,
+    `name: remote_queued
+source: { type: postgres, url: "${remote}" }
+streams:
+  - { table: public.trips, name: trips_copy, strategy: full, parallel: 1, range_rows: ${rangeRows} }
+destination: { type: postgres, url: "${destination}", schema: queued }
+`,
+  );
+  return file;
+}
+
+/** Seconds from `tidemark enqueue` to every job done, with `workers` worker processes already waiting. */
+async function queuedSeconds(file: string, workers: number): Promise<number> {
+  const name = `bench-ranges-${process.pid}-${Date.now().toString(36)}`;
+  const queueArgs = ['--queue', REDIS_URL, '--queue-name', name];
+  const procs = Array.from({ length: workers }, (_, i) => spawn('node', [BIN, 'worker', ...queueArgs, '--name', `w${i + 1}`], { stdio: ['ignore', 'ignore', 'inherit'] }));
+  const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+  const queue = new Queue(name, { connection, prefix: 'tidemark' });
+  try {
+    const started = process.hrtime.bigint();
+    await seconds('node', [BIN, 'enqueue', file, ...queueArgs]);
+    for (;;) {
+      const c = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized', 'failed');
+      if (c.failed! > 0) throw new Error(`a queued job failed (${workers} workers)`);
+      if (c.waiting! + c.active! + c.delayed! + c.prioritized! === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return Number(process.hrtime.bigint() - started) / 1e9;
+  } finally {
+    for (const p of procs) p.kill('SIGTERM');
+    await Promise.all(procs.map((p) => new Promise((r) => (p.exitCode !== null ? r(null) : p.on('close', r)))));
+    await queue.obliterate({ force: true }).catch(() => undefined);
+    await queue.close();
+    await connection.quit();
   }
 }
 
@@ -84,11 +133,13 @@ destination: { type: duckdb, path: "${join(dir, `p${n}.duckdb`)}" }
 `,
       );
     }
+    const queued = WORKERS.length > 0 ? await queuePipeline(dir, remote, rangeRows, `${direct}/${DB}`) : undefined;
     const reps: Record<string, number>[] = [];
     for (let rep = 0; rep < REPS; rep += 1) {
       const copy = await seconds('psql', [remote, '-qAc', 'COPY trips TO STDOUT', '-o', '/dev/null']);
       const t: Record<string, number> = { copy };
       for (const n of READERS) t[`p${n}`] = await seconds('node', [BIN, 'run', join(dir, `p${n}.yaml`)]);
+      for (const w of WORKERS) t[`w${w}`] = await queuedSeconds(queued!, w);
       reps.push(t);
       process.stderr.write(`rep ${rep + 1}: COPY ${copy.toFixed(2)} s, ${READERS.map((n) => `parallel ${n} ${t[`p${n}`]!.toFixed(2)} s`).join(', ')}\n`);
     }
@@ -103,6 +154,7 @@ destination: { type: duckdb, path: "${join(dir, `p${n}.duckdb`)}" }
       p4_rows_per_s: rate(median(reps.map((r) => r.p4!))),
       speedup_p2: median(reps.map((r) => r.p1! / r.p2!)),
       speedup_p4: median(reps.map((r) => r.p1! / r.p4!)),
+      ...Object.fromEntries(WORKERS.flatMap((w) => [[`workers_${w}_rows_per_s`, rate(median(reps.map((r) => r[`w${w}`]!)))], [`speedup_workers_${w}`, median(reps.map((r) => r[`w${WORKERS[0]}`]! / r[`w${w}`]!))]])),
     };
     console.log(`BENCH_RESULT ${JSON.stringify(result)}`);
   } finally {

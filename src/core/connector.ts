@@ -225,11 +225,31 @@ export interface RangedSource {
 export interface RangeSizing {
   readonly minRanges: number;
   readonly rowsPerRange: number;
+  /**
+   * The ranges are read in different snapshots (queue workers on several machines): plan ranges a row never leaves
+   * (`RangePlan.rowsKeepRange`) where the table allows, e.g. Postgres key ranges instead of CTID ones.
+   */
+  readonly keepRows?: boolean;
 }
 
 /** How many ranges a table of about `rows` rows is cut into. */
 export function rangeCount(rows: number, sizing: RangeSizing): number {
   return Math.max(1, sizing.minRanges, Math.ceil(rows / sizing.rowsPerRange));
+}
+
+/**
+ * Key ranges cut at `splits` (keys in the key's order, ascending), the first open below and the last open above, so
+ * together they cover every key; `rows` is shared evenly among them as their estimate.
+ */
+export function keyRangesAt(splits: readonly (readonly TypedValue[])[], rows: number): TableRange[] {
+  const edges = [undefined, ...splits, undefined];
+  return edges.slice(1).map((to, i) => ({
+    id: `key ${i + 1}/${edges.length - 1}`,
+    by: 'key',
+    ...(edges[i] !== undefined ? { from: edges[i] } : {}),
+    ...(to !== undefined ? { to } : {}),
+    estimatedRows: Math.round(rows / (edges.length - 1)),
+  }));
 }
 
 /** Planned ranges and their readers. Every reader of one plan reads one snapshot where the source can share it. */

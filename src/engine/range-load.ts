@@ -8,7 +8,7 @@
  */
 import { availableParallelism } from 'node:os';
 import type { BulkChunk, Destination, LedgerStore, LoadTransaction, OpenedRead, RangePlan, RangeReader, RangeSizing, ReadRequest, Source } from '../core/connector.js';
-import { SourceError, errorMessage, withContext } from '../core/errors.js';
+import { SourceError, UsageError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { elapsedMs } from '../core/run-clock.js';
 import type { LedgerEntry, PipelineState, RangedLoadState, Reject, Row, StreamResult, StreamSchema, StreamState, TableRange, Watermark } from '../core/types.js';
@@ -63,8 +63,23 @@ export async function readerCount(source: Source, stream: StreamConfig): Promise
 }
 
 /** Ranges to plan: at least one per reader, and about `range_rows` rows each. */
-function sizing(stream: StreamConfig, readers: number): RangeSizing {
-  return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS };
+function sizing(stream: StreamConfig, readers: number, keepRows = false): RangeSizing {
+  return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS, ...(keepRows ? { keepRows } : {}) };
+}
+
+/**
+ * A load under way whose key ranges it goes on with: its ranges are in the state and never start over, so the plan
+ * is needed only for its readers, and one range (no scan of the key for split points) will do.
+ */
+function continuedKeyRanges(prior: StreamState | undefined, plan: StreamPlan): RangeSizing | undefined {
+  const ranged = prior?.ranged;
+  if (ranged === undefined || !ranged.ranges.some((r) => r.by === 'key')) return undefined;
+  return plan.generation === undefined || plan.generation === ranged.load ? { minRanges: 1, rowsPerRange: Number.POSITIVE_INFINITY, keepRows: true } : undefined;
+}
+
+/** Ranges read in different snapshots (range jobs, or a load they planned): only ranges a row never leaves will do. */
+function keepsRows(ctx: StreamContext, prior: StreamState | undefined): boolean {
+  return ctx.rangeJob !== undefined || prior?.ranged?.ranges.some((r) => r.by === 'key') === true;
 }
 
 /**
@@ -103,7 +118,7 @@ export async function plannedRanges(
     readers,
     ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })),
   });
-  const planned = await source.ranges?.plan(stream, sizing(stream, readers));
+  const planned = await source.ranges?.plan(stream, sizing(stream, readers, prior?.ranged?.ranges.some((r) => r.by === 'key')));
   await planned?.close();
   if (prior?.ranged !== undefined && (planned === undefined || !startsOver(prior.ranged, planned, stream, building))) return report(prior.ranged.load, prior.ranged.ranges);
   return { ...report('', planned?.ranges ?? []), ...(prior?.ranged !== undefined ? { startsOver: true as const } : {}) };
@@ -124,12 +139,19 @@ export async function loadRanges(
   const readers = await readerCount(ctx.source, stream);
   const fresh = { until: probe.until, safeMark: probe.safeMark ?? undefined };
   await probe.close();
-  const rangePlan = await ctx.source.ranges!.plan(stream, sizing(stream, readers)).catch((e: unknown) => {
+  const rangePlan = await ctx.source.ranges!.plan(stream, continuedKeyRanges(prior, plan) ?? sizing(stream, readers, keepsRows(ctx, prior))).catch((e: unknown) => {
     throw withContext(e, { ...context, phase: 'plan' }, 'source');
   });
   if (rangePlan === undefined) throw new SourceError(`the source cannot split ${stream.table} into ranges; remove parallel`, { context: { ...context, phase: 'plan' } });
   try {
-    const over = prior?.ranged !== undefined && startsOver(prior.ranged, rangePlan, stream, plan.generation !== undefined);
+    if (ctx.rangeJob !== undefined && !rangePlan.rowsKeepRange) {
+      throw new UsageError(`${stream.table} has no ranges that keep their rows across snapshots (a Postgres table needs a primary key), so it cannot be spread over range jobs`, {
+        context: { ...context, phase: 'plan' },
+      });
+    }
+    // Ranges planned in one snapshot (CTID) cannot be handed to range jobs, which read in snapshots of their own.
+    const unshareable = ctx.rangeJob?.plansOnly === true && prior?.ranged?.snapshot !== undefined;
+    const over = prior?.ranged !== undefined && (unshareable || startsOver(prior.ranged, rangePlan, stream, plan.generation !== undefined));
     if (over) {
       const what = plan.generation !== undefined ? 'builds a new generation' : 'reads every range again (merge makes the re-read exact)';
       ctx.onWarning?.(stream.name, `the ranged load under way was planned in another snapshot, in which rows may have moved between ranges: it starts over and ${what}`);
@@ -228,8 +250,13 @@ class RangeLoader {
 
   async load(rangePlan: RangePlan, readers: number, probe: OpenedRead): Promise<StreamOutcome> {
     const done = new Set((await this.ledger.list(this.ctx.pipeline, this.stream.name)).filter((e) => e.status === 'loaded').map((e) => e.partition));
-    const pending = this.ranged.ranges.filter((r) => !done.has(rangeLedgerName(this.ranged.load, r)));
-    this.rangesDone = this.ranged.ranges.length - pending.length;
+    const left = this.ranged.ranges.filter((r) => !done.has(rangeLedgerName(this.ranged.load, r)));
+    this.rangesDone = this.ranged.ranges.length - left.length;
+    const job = this.ctx.rangeJob;
+    const pending = job !== undefined ? job.select(left) : left;
+    // Rows of this load are in the build table already: it must not be dropped (range jobs never create it).
+    if (this.rangesDone > 0 || (job !== undefined && !job.plansOnly)) this.freshBuild = false;
+    if (job?.plansOnly) return this.planned();
     this.progress(probe);
     const opened = new Opener(rangePlan, pending, Math.max(1, Math.min(readers, pending.length)), (range) => this.request(range), (read, range) => this.chunksOf(read, range));
     const writers = writerCount(this.ctx.openWriter, this.stream, rangePlan, readers, pending.length);
@@ -251,6 +278,8 @@ class RangeLoader {
     }
     // Every range is in: only idle readers are left to close.
     await opened.abandon();
+    // A range job's ranges are in; the stream's own job finishes the load.
+    if (job !== undefined) return { state: this.state, result: this.result() };
     await this.finish();
     await this.forgetOtherLoads();
     return { state: this.state, result: this.result() };
@@ -269,10 +298,10 @@ class RangeLoader {
     const tally: RangeTally = { rows: 0, rejects: [], high: undefined };
     if (this.ranged.until === null && this.stream.strategy === 'incremental') {
       // The table had no row when the bounds were fixed: every range is empty, and rows added since wait for the next run.
-      await this.commitRange(current.range, await this.transaction(destination), tally);
+      await this.commitRange(current.range, await this.transaction(destination, current.range), tally);
       return;
     }
-    const txn = await this.transaction(destination);
+    const txn = await this.transaction(destination, current.range);
     try {
       if (current.chunks !== undefined) await this.writeChunks(txn, current.chunks, probe, tally);
       else await this.writeBatches(txn, read, probe, tally);
@@ -347,7 +376,8 @@ class RangeLoader {
   }
 
 
-  private async transaction(destination: Destination): Promise<LoadTransaction> {
+  private async transaction(destination: Destination, range?: TableRange): Promise<LoadTransaction> {
+    const fence = { pipeline: this.ctx.pipeline, token: this.ctx.lease.token };
     const write = this.building && this.stream.write === 'replace' ? 'append' : this.stream.write;
     return destination.begin({
       pipeline: this.ctx.pipeline,
@@ -358,7 +388,7 @@ class RangeLoader {
         ...(this.plan.generation !== undefined ? { build: this.plan.generation, ...(this.freshBuild ? {} : { buildStarted: true as const }) } : {}),
         ...(this.schemaStep.widen.length > 0 && this.commits === 0 ? { widen: this.schemaStep.widen } : {}),
       },
-      fence: { pipeline: this.ctx.pipeline, token: this.ctx.lease.token },
+      fence: range !== undefined && this.ctx.rangeJob !== undefined ? this.ctx.rangeJob.fence(fence, this.ranged.load, range) : fence,
     });
   }
 
@@ -375,7 +405,9 @@ class RangeLoader {
       // The state of this commit counts the range in; a commit that fails leaves the counts as they were.
       this.buildRows += loaded;
       this.high = maxWatermark(this.high, tally.high);
-      const next = this.nextState(false);
+      const job = this.ctx.rangeJob;
+      // A range job leaves the state document alone: range jobs commit side by side, and the ledger row says it is in.
+      const next = job !== undefined ? this.state : this.nextState(false);
       const entry: LedgerEntry[] = range === undefined ? [] : [{
         pipeline: this.ctx.pipeline,
         stream: this.stream.name,
@@ -387,16 +419,20 @@ class RangeLoader {
         runId: this.ctx.runId,
         loadedAt: new Date().toISOString(),
       }];
-      try {
+      const held = async () => {
         await this.ctx.lease.assertHeld();
+        if (range !== undefined) await job?.held(this.ranged.load, range);
+      };
+      try {
+        await held();
         await txn.commit({
           state: next,
-          run: this.runRecord('running', tally),
+          run: this.runRecord(job !== undefined ? 'committed' : 'running', tally),
           rejects: tally.rejects,
           swap: false,
           freshBuild: this.freshBuild,
           ledger: entry,
-          verify: () => this.ctx.lease.assertHeld(),
+          verify: held,
         });
       } catch (error) {
         this.buildRows = before.buildRows;
@@ -410,6 +446,16 @@ class RangeLoader {
       if (range !== undefined) this.rangesDone += 1;
     });
     if (range !== undefined) await failpoint('range.after_commit');
+  }
+
+  /** The producer of range jobs: the ranges in the state and the build table created, one commit, no row. */
+  private async planned(): Promise<StreamOutcome> {
+    const txn = await this.transaction(this.ctx.destination);
+    const next = this.nextState(false);
+    await this.ctx.lease.assertHeld();
+    await txn.commit({ state: next, run: this.runRecord('committed'), rejects: [], swap: false, freshBuild: this.freshBuild, verify: () => this.ctx.lease.assertHeld() });
+    this.committed(next);
+    return { state: this.state, result: this.result() };
   }
 
   /** The load's last commit: a build swaps in; an incremental stream's watermark becomes the highest row committed. */

@@ -17,6 +17,7 @@ import { concurrentPartitionWriters, leaseProviderFor, openSource } from '../reg
 import { aboveFence } from './lease-fence.js';
 import { openPipelineDestination } from './state-sync.js';
 import { partitionLoader } from './partition-load.js';
+import { nothingLoaded, rangeJobLoader, rangeLeaseNames, type RangeJob } from './range-job.js';
 import type { ProgressListener } from './progress.js';
 import { checkLookbacks, checkStoredColumns } from './plan.js';
 import { loadStream } from './stream-load.js';
@@ -48,6 +49,8 @@ export interface RunOptions {
   readonly worker?: string;
   /** Partitioned streams: load only these of the pending partitions (one queue job per partition). */
   readonly partitions?: readonly string[];
+  /** A queue job's share of a ranged build spread over workers (see range-job.ts); one stream only. */
+  readonly rangeJob?: RangeJob;
   /** A files stream whose pattern matches no file fails instead of warning. */
   readonly strict?: boolean;
   /**
@@ -163,27 +166,23 @@ interface RunLeases {
  * A run limited to partitions of partitioned streams, into a destination that takes concurrent writers, is a
  * partition job: it holds the pipeline lease shared (so it never runs beside a whole-pipeline run or an admin
  * command, which hold it exclusively) and one exclusive lease per partition (so no partition loads twice at once),
- * and its commits are fenced by the partition's token. Any other run holds the pipeline lease exclusively.
+ * and its commits are fenced by the partition's token. A range job (ranges of a build planned beforehand) holds
+ * leases the same way, one per range. Any other run holds the pipeline lease exclusively.
  */
 async function acquireLeases(provider: LeaseProvider, pipeline: PipelineConfig, streams: readonly StreamConfig[], options: RunOptions): Promise<RunLeases> {
   const ttl = { ttlMs: pipeline.lockTtlMs, onWarning: (message: string) => options.logger?.log('warn', message) };
   const partitions = options.partitions ?? [];
-  const partitionJob =
-    partitions.length > 0 &&
-    options.full !== true &&
-    streams.every((s) => s.strategy === 'partitioned') &&
-    provider.acquireShared !== undefined &&
-    concurrentPartitionWriters(pipeline.destination, pipeline.state);
-  if (!partitionJob) return { pipeline: await provider.acquire(pipeline.name, ttl) };
+  // A range job loads ranges of a build planned beforehand, like a partition job its partitions.
+  const ranges = options.rangeJob !== undefined ? rangeLeaseNames(pipeline.name, streams, options.rangeJob) : [];
+  const writers = provider.acquireShared !== undefined && concurrentPartitionWriters(pipeline.destination, pipeline.state);
+  const partitionJob = partitions.length > 0 && options.full !== true && streams.every((s) => s.strategy === 'partitioned') && writers;
+  const rangeJob = ranges.length > 0 && streams.length === 1 && writers;
+  if (!partitionJob && !rangeJob) return { pipeline: await provider.acquire(pipeline.name, ttl) };
+  const names = rangeJob ? ranges : streams.flatMap((s) => partitions.map((partition) => partitionLeaseName(pipeline.name, s.name, partition)));
   const shared = await provider.acquireShared!(pipeline.name, ttl);
   const own = new Map<string, Lease>();
   try {
-    for (const stream of streams) {
-      for (const partition of partitions) {
-        const name = partitionLeaseName(pipeline.name, stream.name, partition);
-        own.set(name, await provider.acquire(name, ttl));
-      }
-    }
+    for (const name of names) own.set(name, await provider.acquire(name, ttl));
   } catch (error) {
     for (const l of own.values()) await l.release();
     await shared.release();
@@ -350,7 +349,12 @@ async function loadOne(ctx: RunContext, stream: StreamConfig, state: PipelineSta
   const started = monotonicMs();
   let durable: StreamResult | undefined;
   try {
-    const load = stream.strategy === 'partitioned' ? partitionLoader(ctx.options.reload, ctx.options.partitions, ctx.partitionLeases) : loadStream;
+    const load =
+      stream.strategy === 'partitioned'
+        ? partitionLoader(ctx.options.reload, ctx.options.partitions, ctx.partitionLeases)
+        : ctx.options.rangeJob !== undefined
+          ? rangeJobLoader(ctx.options.rangeJob, ctx.partitionLeases)
+          : loadStream;
     const openWriter = rangeWriterOpener(ctx);
     const outcome = await load(
       {
@@ -481,15 +485,7 @@ function stopReason(signal: AbortSignal): string {
 /** Counts of a failed stream are those of its last commit: what is durable, and balanced (read = loaded + rejected). */
 function failedResult(stream: string, error: TidemarkError, started: number, durable: StreamResult | undefined): StreamResult {
   return {
-    stream,
-    rowsRead: 0,
-    rowsLoaded: 0,
-    rowsRejected: 0,
-    commits: 0,
-    cursorMin: null,
-    cursorMax: null,
-    watermark: null,
-    full: false,
+    ...nothingLoaded(stream, started, false),
     ...durable,
     outcome: 'failed',
     durationMs: elapsedMs(started),

@@ -8,7 +8,7 @@ import { runMarks } from './run-marks.js';
 import { elapsedMs, finishedAt, monotonicMs } from '../core/run-clock.js';
 import { hostname } from 'node:os';
 import type { BulkFormat, BulkRead, Destination, JsonValue, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
-import { ConfigError, DestinationError, SourceError, TidemarkError, withContext } from '../core/errors.js';
+import { ConfigError, DestinationError, SourceError, TidemarkError, UsageError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type {
   Column,
@@ -35,6 +35,7 @@ import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type
 import { evaluateSchema, restartsBuild, schemaInput, streamSchemaStep, withFoldedCase, withoutBuild, withoutColumns, type SchemaStep } from './schema-check.js';
 import { emptyResult, reopenedOnSchemaGrowth } from './schema-growth.js';
 import { loadRanges, rangeAbilities, readsAsRanges } from './range-load.js';
+import type { RangeJobScope } from './range-job.js';
 import { checkRow, isReject } from './row-check.js';
 
 export interface StreamContext {
@@ -67,6 +68,8 @@ export interface StreamContext {
    * concurrent writers. Its commits are fenced by the same lease and go onto the same state; the loader closes it.
    */
   readonly openWriter?: () => Promise<Destination>;
+  /** The queue job's share of a ranged build spread over workers (see range-job.ts). */
+  readonly rangeJob?: RangeJobScope;
 }
 
 /**
@@ -139,6 +142,11 @@ async function loadStreamFrom(ctx: StreamContext, configured: StreamConfig, stat
     const schema = streamSchemaStep(ctx, settled, plan, prior, picked.schema);
     const opened = withoutColumns(picked, schema.leftOut);
     if (readsAsRanges(rangeAbilities(ctx), settled, plan, prior) && !rangesBlocked(settled, picked)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
+    if (ctx.rangeJob !== undefined) {
+      throw new UsageError(`this read of ${stream.table ?? stream.name} is not a ranged build, so it cannot be spread over range jobs`, {
+        context: { pipeline: ctx.pipeline, stream: stream.name, phase: 'plan' },
+      });
+    }
     const loader = new StreamLoader(ctx, settled, plan, opened, state, started, schema);
     return await loader.load(opened);
   } finally {

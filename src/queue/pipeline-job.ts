@@ -9,6 +9,8 @@ export interface PipelineJobData {
   readonly pipeline: string;
   readonly stream?: string;
   readonly partition?: string;
+  /** A range job: the ranged load (`RangedLoadState.load`) and the id of its range this job loads. */
+  readonly range?: { readonly load: string; readonly id: string };
   readonly full?: boolean;
   /** Who put the job on the queue: `enqueue`, or `schedule <tick>`. */
   readonly reason: string;
@@ -31,11 +33,12 @@ export function startsEnded(job: { readonly attemptsMade: number; readonly stall
 }
 
 /**
- * The unit a job stands for. Two jobs of one unit never wait or run side by side (BullMQ deduplication on this key),
+ * The unit a job stands for (a range's: its load and range). Two jobs of one unit never wait or run side by side (BullMQ deduplication on this key),
  * so enqueuing the same partition twice loads it once; a later enqueue after it loaded finds it in the ledger.
  */
-export function unitKey(data: Pick<PipelineJobData, 'pipeline' | 'stream' | 'partition' | 'full'>): string {
-  const parts = [data.pipeline, data.stream, data.partition].filter((p): p is string => p !== undefined);
+export function unitKey(data: Pick<PipelineJobData, 'pipeline' | 'stream' | 'partition' | 'range' | 'full'>): string {
+  const range = data.range !== undefined ? `${data.range.load}:${data.range.id}` : undefined;
+  const parts = [data.pipeline, data.stream, data.partition, range].filter((p): p is string => p !== undefined);
   return `${parts.join('/')}${data.full ? '+full' : ''}`;
 }
 

@@ -13,7 +13,11 @@ import { planPartitions } from '../engine/partition-load.js';
 import { selectStreams } from '../engine/run.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { connectRedis, reportReachability, type QueueTarget } from './queue-connection.js';
+import { planRangeJobs } from './range-fanout.js';
 import { JOB_NAME, jobIdFor, startsEnded, unitKey, type PipelineJobData } from './pipeline-job.js';
+
+/** BullMQ priority of a stream job that finishes range jobs: jobs without a priority (its ranges) are taken first. */
+const FINISHING_PRIORITY = 1;
 
 export interface EnqueueOptions {
   /** Only these streams (default: all). */
@@ -49,6 +53,8 @@ export interface QueuedJob {
   readonly pipeline: string;
   readonly stream: string | null;
   readonly partition: string | null;
+  /** A range job's range: `<load>:<range id>`. */
+  readonly range: string | null;
   readonly full: boolean;
   /** Starts that ended without completing the job (failures and takeovers from dead workers). */
   readonly attempts: number;
@@ -91,7 +97,11 @@ export class PipelineQueue {
     if (pipeline.file === undefined) throw new UsageError(`pipeline ${pipeline.name} has no file; workers read pipelines from files`);
     const units = await this.units(pipeline, options);
     const jobs: EnqueuedJob[] = [];
-    for (const unit of units) jobs.push(await this.add({ ...unit, file: pipeline.file, reason: options.reason ?? 'enqueue' }, options));
+    for (const unit of units) {
+      // A stream whose ranges are jobs too finishes its build: it waits behind them (lower priority), not beside them.
+      const last = unit.range === undefined && units.some((u) => u.range !== undefined && u.stream === unit.stream);
+      jobs.push(await this.add({ ...unit, file: pipeline.file, reason: options.reason ?? 'enqueue' }, options, last ? FINISHING_PRIORITY : undefined));
+    }
     return jobs;
   }
 
@@ -111,6 +121,7 @@ export class PipelineQueue {
           pipeline: job.data.pipeline,
           stream: job.data.stream ?? null,
           partition: job.data.partition ?? null,
+          range: job.data.range !== undefined ? `${job.data.range.load}:${job.data.range.id}` : null,
           full: job.data.full === true,
           attempts: startsEnded(job),
           max_attempts: job.opts.attempts ?? 1,
@@ -135,13 +146,14 @@ export class PipelineQueue {
     await this.connection.quit().catch(() => this.connection.disconnect());
   }
 
-  private async add(data: PipelineJobData, options: EnqueueOptions): Promise<EnqueuedJob> {
+  private async add(data: PipelineJobData, options: EnqueueOptions, priority?: number): Promise<EnqueuedJob> {
     const unit = unitKey(data);
     const jobId = jobIdFor(unit, newRunId());
     const job = await this.queue.add(JOB_NAME, data, {
       jobId,
       deduplication: { id: unit, ...(options.overlap === 'queue' ? { keepLastIfActive: true } : {}) },
       attempts: options.attempts ?? 3,
+      ...(priority !== undefined ? { priority } : {}),
       backoff: { type: 'exponential', delay: 1000 },
       // Run history lives in the destination (`tidemark runs`); the queue keeps a bounded tail for inspection.
       removeOnComplete: { count: 1000 },
@@ -168,6 +180,13 @@ export class PipelineQueue {
     }
     const units: Omit<PipelineJobData, 'file' | 'reason'>[] = [];
     for (const stream of streams) {
+      if (stream.parallel !== undefined && stream.strategy !== 'partitioned') {
+        const fanned = await planRangeJobs(pipeline, stream, { logger: this.logger, ...(options.full ? { full: true } : {}) });
+        // Range jobs load ranges of the load planned now: never `full`, which would plan another one.
+        for (const id of fanned?.ranges ?? []) units.push({ pipeline: pipeline.name, stream: stream.name, range: { load: fanned!.load, id } });
+        units.push({ ...base, stream: stream.name });
+        continue;
+      }
       if (stream.strategy !== 'partitioned' || options.full) {
         units.push({ ...base, stream: stream.name });
         continue;

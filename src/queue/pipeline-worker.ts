@@ -6,7 +6,8 @@
  * Which jobs run side by side is decided by leases, taken by `run` before it opens anything (engine/run.ts):
  * - a partition job into a destination that takes concurrent writers (Postgres) holds the pipeline lease shared and
  *   its partition's lease exclusively, so partition jobs of one pipeline load and commit in parallel, never beside a
- *   whole-pipeline job, and never two of one partition;
+ *   whole-pipeline job, and never two of one partition; a range job (a range of a build spread over workers, see
+ *   engine/range-job.ts) holds its range's lease the same way;
  * - any other job, and every job into DuckDB or SQLite (one writer per file), holds the pipeline lease exclusively:
  *   those run one at a time per pipeline. Jobs for a DuckDB destination also take the file's writer lease, because
  *   DuckDB allows one writer process per file: they are serialised per file, whatever the pipeline.
@@ -93,6 +94,7 @@ export class PipelineWorker {
           },
           ...(job.data.stream !== undefined ? { streams: [job.data.stream] } : {}),
           ...(job.data.partition !== undefined ? { partitions: [job.data.partition] } : {}),
+          ...(job.data.range !== undefined ? { rangeJob: { load: job.data.range.load, ranges: [job.data.range.id] } } : {}),
           ...(job.data.full ? { full: true } : {}),
           worker: label,
           signal: controller.signal,
@@ -191,5 +193,6 @@ function attemptOf(job: Job): number {
 }
 
 function describeJob(data: PipelineJobData): string {
-  return `${data.pipeline}${data.stream !== undefined ? `.${data.stream}` : ''}${data.partition !== undefined ? ` partition ${data.partition}` : ''}${data.full ? ' (full)' : ''}`;
+  const range = data.range !== undefined ? ` range ${data.range.id} of load ${data.range.load}` : '';
+  return `${data.pipeline}${data.stream !== undefined ? `.${data.stream}` : ''}${data.partition !== undefined ? ` partition ${data.partition}` : ''}${range}${data.full ? ' (full)' : ''}`;
 }

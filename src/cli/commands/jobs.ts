@@ -25,7 +25,7 @@ export async function jobsCommand(options: JobsCommandOptions): Promise<number> 
 }
 
 function unitOf(job: QueuedJob): string {
-  return `${job.pipeline}${job.stream !== null ? `.${job.stream}` : ''}${job.partition !== null ? ` partition ${job.partition}` : ''}${job.full ? ' (full)' : ''}`;
+  return `${job.pipeline}${job.stream !== null ? `.${job.stream}` : ''}${job.partition !== null ? ` partition ${job.partition}` : ''}${job.range !== null ? ` range ${job.range}` : ''}${job.full ? ' (full)' : ''}`;
 }
 
 function printTable(jobs: readonly QueuedJob[]): void {

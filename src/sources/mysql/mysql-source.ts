@@ -4,9 +4,9 @@
  * server-side prepared statement with every watermark value bound and cast to its column's type.
  */
 import mysql from 'mysql2/promise';
-import { rangeCount, type Batch, type BulkChunk, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
+import { keyRangesAt, rangeCount, type Batch, type BulkChunk, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
-import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue } from '../../core/types.js';
+import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, describeServer, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
@@ -150,14 +150,7 @@ export class MysqlSource implements Source {
       if (found.length === 0) break;
       splits.push(key.map((c, j) => ({ type: c.type.kind, value: canonical(c.type, found[0]![`k${j}`]) })));
     }
-    const edges = [undefined, ...splits, undefined];
-    const ranges: TableRange[] = edges.slice(1).map((to, i) => ({
-      id: `key ${i + 1}/${edges.length - 1}`,
-      by: 'key',
-      ...(edges[i] !== undefined ? { from: edges[i] } : {}),
-      ...(to !== undefined ? { to } : {}),
-      estimatedRows: Math.round(rows / (edges.length - 1)),
-    }));
+    const ranges = keyRangesAt(splits, rows);
     return {
       ranges,
       // A row's key places it: an UPDATE leaves it where it was (a changed key is another row, see docs/ranges.md).

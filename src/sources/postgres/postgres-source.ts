@@ -12,7 +12,7 @@ import { loadPg } from '../../shared/pg-driver.js';
 import { pgClientConfig } from './pg-client-config.js';
 import { copyFormatOption } from '../../shared/postgres-client.js';
 import { to as copyTo } from 'pg-copy-streams';
-import { rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
+import { keyRangesAt, rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
@@ -344,6 +344,8 @@ export class PostgresSource implements Source {
     );
     const blocks = BigInt(size.rows[0]?.blocks ?? '0');
     const rows = Number(size.rows[0]?.rows ?? '0');
+    const keyed = sizing.keepRows ? await this.planKeyRanges(stream, rows, sizing) : undefined;
+    if (keyed !== undefined) return keyed;
     const ranges = blockRanges(blocks, rangeCount(rows, sizing), rows);
     const holder = await PostgresSource.connect(this.options);
     const client = await holder.connection();
@@ -362,6 +364,43 @@ export class PostgresSource implements Source {
         await client.query('COMMIT').catch(() => undefined);
         await holder.close();
       },
+    };
+  }
+
+  /**
+   * Primary-key ranges, for loads whose ranges are read in different snapshots (queue workers): a row's key keeps it
+   * in its range whatever an UPDATE does to its place in the heap. Split at the keys found at evenly spaced positions
+   * of the key's order (one ordered scan of the key). Undefined when the stream's key is not the table's own primary
+   * key: a declared key may hold NULLs or repeat, and CTID ranges hold only within one snapshot.
+   */
+  private async planKeyRanges(stream: StreamSpec, rows: number, sizing: RangeSizing): Promise<RangePlan | undefined> {
+    const described = await this.describe(stream, 'plan');
+    const names = described.schema.primaryKey;
+    const own = described.table !== undefined ? await this.tablePrimaryKey(described.table) : [];
+    if (own.length === 0 || own.length !== names.length || !names.every((n) => own.includes(n))) return undefined;
+    const key = names.map((name) => described.columns.find((c) => c.name === name)!);
+    const count = rangeCount(rows, sizing);
+    const step = Math.max(1, Math.ceil(rows / count));
+    const refs = key.map((c) => `${ALIAS}.${quoteIdent(c.name)}`);
+    const found =
+      count > 1
+        ? await this.query<Record<string, string>>(
+            `SELECT ${key.map((_, j) => `k${j}::text AS k${j}`).join(', ')}
+               FROM (SELECT ${refs.map((r, j) => `${r} AS k${j}`).join(', ')}, row_number() OVER (ORDER BY ${refs.join(', ')}) AS n FROM ${described.relation}) s
+              WHERE n > 1 AND (n - 1) % $1 = 0 ORDER BY n LIMIT $2`,
+            [step, count - 1],
+          )
+        : { rows: [] };
+    const splits = found.rows.map((r) => key.map((c, j) => ({ type: c.type.kind, value: canonical(c.type, r[`k${j}`]!) })));
+    const ranges = keyRangesAt(splits, rows);
+    return {
+      ranges,
+      rowsKeepRange: true,
+      reader: async () => {
+        const reader = await PostgresSource.connect(this.options);
+        return { open: (request) => reader.open(request), close: () => reader.close() };
+      },
+      close: async () => undefined,
     };
   }
 
@@ -458,7 +497,15 @@ export class PostgresSource implements Source {
     } else if (request.afterPk !== undefined && pk.length > 0) {
       add((m) => tupleGreaterThan(pk, request.afterPk!, (i) => m(i), { rowValues: true }), schema.primaryKey);
     }
-    if (request.range !== undefined) {
+    if (request.range?.by === 'key') {
+      // A key range of the table's own primary key (planKeyRanges): its bounds are tuples of the key's columns.
+      const tuple = `(${pk.join(', ')})`;
+      const edge = (operator: string, bound: readonly TypedValue[] | undefined) => {
+        if (bound !== undefined) add((m) => ({ sql: `${tuple} ${operator} (${bound.map((_, i) => m(i)).join(', ')})`, values: bound }), schema.primaryKey);
+      };
+      edge('>=', request.range.from);
+      edge('<', request.range.to);
+    } else if (request.range !== undefined) {
       const range = ctidRange(request.range, values.length);
       where.push(range.sql);
       display.push(range.display);

@@ -133,7 +133,7 @@ async function loadStreamFrom(ctx: StreamContext, configured: StreamConfig, stat
     if (restart !== undefined) return RESTART;
     const schema = streamSchemaStep(ctx, settled, plan, prior, picked.schema);
     const opened = withoutColumns(picked, schema.leftOut);
-    if (readsAsRanges(rangeAbilities(ctx), settled, plan, prior) && !rangesBlocked(settled, picked)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
+    if (readsAsRanges(rangeAbilities(ctx), settled, plan, prior, opened.estimatedRows) && !rangesBlocked(settled, picked)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
     const loader = new StreamLoader(ctx, settled, plan, opened, state, started, schema);
     return await loader.load(opened);
   } finally {

@@ -27,7 +27,7 @@ const REBUILT_SQL = `SELECT CAST(id AS VARCHAR) AS id, CAST(v AS VARCHAR) AS v, 
 /** A range is committed, then the next range's first chunks are staged slowly: the writers get in meanwhile. */
 const SLOW = 'range.after_write=2:sleep(800),range.after_write=6:sleep(800)';
 
-async function setup(base: string, write: 'merge' | 'append', into: 'duckdb' | 'lake' = 'duckdb'): Promise<{ db: PgTestDb; config: string; destination: CdcDestination; name: string }> {
+async function setup(base: string, write: 'merge' | 'append', into: 'duckdb' | 'lake' | 'postgres' = 'duckdb'): Promise<{ db: PgTestDb; config: string; destination: CdcDestination; name: string }> {
   const name = uniquePipeline(base);
   const db = await workspace.db();
   await db.sql(`CREATE TABLE t (id bigint PRIMARY KEY, v numeric(30,3), note text)`);
@@ -36,7 +36,12 @@ async function setup(base: string, write: 'merge' | 'append', into: 'duckdb' | '
   await db.sql(`ANALYZE t`);
   const dir = join(workspace.root(), name);
   await mkdir(dir, { recursive: true });
-  const destination: CdcDestination = into === 'duckdb' ? { type: 'duckdb', path: join(dir, 'w.duckdb') } : { type: 'files', location: join(dir, 'lake') };
+  const destination: CdcDestination =
+    into === 'duckdb'
+      ? { type: 'duckdb', path: join(dir, 'w.duckdb') }
+      : into === 'lake'
+        ? { type: 'files', location: join(dir, 'lake') }
+        : { type: 'postgres', url: (await workspace.db('cdcdst')).url, schema: 'mirror' };
   const stream = { table: 't', strategy: 'log', write, parallel: 2, range_rows: 3000, checkpoint_rows: 1000 };
   const config = await writeYaml(dir, 'p.yaml', cdcPipelineYaml({ name, url: db.url, destination, streams: [stream] }));
   return { db, config, destination, name };
@@ -121,8 +126,8 @@ async function rangeRows(config: string): Promise<string[]> {
 }
 
 describe('a log stream copied as ranges', () => {
-  it('write: merge — writers during the copy, kill -9 between ranges: the copy starts over in a new snapshot and the mirror equals the source', async () => {
-    const { db, config, destination } = await setup('rng_merge', 'merge');
+  it.each(['duckdb', 'postgres'] as const)('write: merge into %s — writers during the copy, kill -9 between ranges: the copy starts over in a new snapshot and the mirror equals the source', async (into) => {
+    const { db, config, destination } = await setup(`rng_merge_${into}`, 'merge', into);
     const killed = await runWhileWriting(db, config, 1, { TIDEMARK_FAILPOINTS: `${SLOW},range.after_commit=3:kill` });
     expect(killed.run.signal).toBe('SIGKILL');
     expect(killed.writes).toBeGreaterThan(0);

@@ -196,7 +196,8 @@ class LogLoader {
       s.log = undefined;
     }
     const resumes = start !== undefined && 'resumes' in start ? start.resumes : undefined;
-    const ranges = await planLogRanges(this.ctx, s.config, snapshot, resumes);
+    // A copy under way in key order goes on in key order: its segments say which keys the older snapshot holds.
+    const ranges = s.log?.snapshot?.afterPk !== undefined ? undefined : await planLogRanges(this.ctx, s.config, snapshot, resumes);
     try {
       await this.copyFrom(s, snapshot, resumes, ranges);
     } finally {

@@ -5,7 +5,7 @@
  * commits, and after the resume and a last run the destination equals the source: a mirror row for row, a change
  * log once rebuilt from its versions, with no change recorded twice.
  */
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
@@ -205,5 +205,22 @@ describe('a log stream copied as ranges', () => {
     expect(last.code, last.stderr).toBe(0);
     const location = destination.type === 'files' ? destination.location : '';
     expect(await rebuiltFromLake(location, name)).toEqual(await sourceRows(db, ROWS_SQL));
+  }, 240_000);
+
+  it('a copy killed in key order (parallel: 1) goes on in key order when parallel is set later: each key copied once', async () => {
+    const { db, config, destination } = await setup('rng_keyset', 'append');
+    const yaml = await readFile(config, 'utf8');
+    await writeFile(config, yaml.replace('parallel: 2', 'parallel: 1'));
+    const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'load.after_commit=4:kill' } });
+    expect(killed.signal).toBe('SIGKILL');
+    expect((await state(config)).streams.t!.log!.snapshot!.done).toBe(false);
+    await writeFile(config, yaml);
+    await moveRowsIntoCopiedRanges(db);
+    const resumed = await cli(['run', config]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(await rangeRows(config)).toEqual([]);
+    const path = destination.type === 'duckdb' ? destination.path : '';
+    expect(await duckdbQuery(path, `SELECT id FROM t WHERE _tidemark_op = 'snapshot' GROUP BY id HAVING count(*) > 1`)).toEqual([]);
+    expect(await destinationRows(destination, REBUILT_SQL)).toEqual(await sourceRows(db, ROWS_SQL));
   }, 240_000);
 });

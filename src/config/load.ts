@@ -62,7 +62,7 @@ export interface StreamConfig extends StreamSpec {
   readonly log?: LogStreamConfig;
   /** `schema_changes:` (absent: the default policy, evolve; see src/engine/schema-check.ts). */
   readonly schemaChanges?: SchemaPolicy;
-  /** `parallel:` a full read as ranges, this many read at once (see src/engine/range-load.ts); absent: no ranges. */
+  /** `parallel:` a full read as ranges, this many read at once (see src/engine/range-load.ts); absent: `auto` for a table above `range_rows` (range-default.ts); 1: no ranges. */
   readonly parallel?: number | 'auto';
   /** `range_rows:` about this many rows per range. */
   readonly rangeRows?: number;

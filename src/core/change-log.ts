@@ -7,7 +7,7 @@
  * Positions are opaque strings chosen by the source; only the source compares them (`compare`). Every transaction
  * carries the position of its commit; positions of committed transactions are totally ordered, in commit order.
  */
-import type { OpenedRead, ReadRequest } from './connector.js';
+import type { OpenedRead, RangePlan, RangeSizing, ReadRequest, StreamSpec } from './connector.js';
 import type { Column, Row, Value } from './types.js';
 
 /** The tables a pipeline's log streams read, as the source names them (`schema.table`), with the stream names. */
@@ -49,6 +49,11 @@ export interface LogSnapshot {
   readonly position: string;
   /** A read of one table as of this snapshot (`request.afterPk` resumes a keyset read, as for full loads). */
   open(request: ReadRequest): Promise<OpenedRead>;
+  /**
+   * The table of `stream` split into ranges whose readers, each on a connection of its own, all read this same
+   * snapshot (`parallel:`); absent where the snapshot cannot be shared between connections.
+   */
+  ranges?(stream: StreamSpec, sizing: RangeSizing): Promise<RangePlan | undefined>;
   /** Ends the snapshot (the exported snapshot, the consistent-read transaction). */
   close(): Promise<void>;
 }

@@ -207,7 +207,12 @@ export interface LogState {
    * The table copy while it is not complete: its rows are copied in key order as of `position` of each segment; a
    * copy resumed after a kill continues above `afterPk` from a newer snapshot (a new segment).
    */
-  readonly snapshot?: { readonly afterPk?: readonly TypedValue[]; readonly done: boolean };
+  readonly snapshot?: {
+    readonly afterPk?: readonly TypedValue[];
+    readonly done: boolean;
+    /** A copy read as ranges (`parallel:`), all in the snapshot of `position`: which are done is the ledger's word. */
+    readonly ranged?: RangedLoadState;
+  };
   /**
    * Key ranges copied from snapshots newer than `position`, lowest first: a change to a key at or below `upToPk`
    * (and above the previous segment's) at or before the segment's `position` is already in the copy and is skipped.

@@ -9,6 +9,7 @@ import { digestOf, partitionDigestSql } from '../shared/verify-sql.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
 import { leaseProviderFor, openDestination, openSource, type OpenDestinationOptions } from '../registry/index.js';
 import { ledgerOf, planPartitions } from './partition-load.js';
+import { mayReadAsRanges } from './range-default.js';
 import { run, type RunOptions } from './run.js';
 
 /** One partition as `ledger verify` sees it: the ledger's row count against the rows in the table. */
@@ -81,7 +82,7 @@ export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinatio
   const partitioned = pipeline.streams.filter((s) => s.strategy === 'partitioned');
 
   // Streams read as ranges keep a ledger row per committed range: shown by `list`, not reloaded by partition.
-  const ranged = pipeline.streams.filter((s) => s.strategy !== 'partitioned' && s.parallel !== undefined);
+  const ranged = pipeline.streams.filter((s) => s.strategy !== 'partitioned' && mayReadAsRanges(s));
 
   function streamsFor(stream: string | undefined, action: string, withRanges = false): StreamConfig[] {
     const ledgered = withRanges ? [...partitioned, ...ranged] : partitioned;

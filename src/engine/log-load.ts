@@ -12,10 +12,10 @@
  */
 import { elapsedMs, monotonicMs } from '../core/run-clock.js';
 import type { ChangeLogRequest, ChangeLogSource, ChangeSet, LogSnapshot, LogTransaction, RelationChange, RowChange } from '../core/change-log.js';
-import type { BulkFormat, ColumnWidening, LoadTransaction, OpenedRead, TableChanges, TableTarget } from '../core/connector.js';
+import type { BulkChunk, BulkFormat, ColumnWidening, LoadTransaction, OpenedRead, RangePlan, ReadRequest, TableChanges, TableTarget } from '../core/connector.js';
 import { ConfigError, SourceError, TidemarkError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
-import type { Column, LogState, PipelineState, Reject, Row, RunRecord, StreamResult, StreamSchema, StreamState, TypedValue, Value } from '../core/types.js';
+import type { Column, LedgerEntry, LogState, PipelineState, RangedLoadState, Reject, Row, RunRecord, StreamResult, StreamSchema, StreamState, TypedValue, Value } from '../core/types.js';
 import { compareCanonical, encodeValue } from '../core/values.js';
 import { classifyType, typeName } from '../core/schema-diff.js';
 import type { StreamConfig } from '../config/load.js';
@@ -23,6 +23,8 @@ import { withSourceKey } from './plan.js';
 import { runMarks } from './run-marks.js';
 import { bulkFormat, runRecordFor, type StreamContext } from './stream-load.js';
 import { checkRow, isReject } from './row-check.js';
+import { copyRanges, planLogRanges, rangedCopyStart } from './log-range-copy.js';
+import { started } from './range-load.js';
 
 export const DELETED_AT = '_tidemark_deleted_at';
 export const OP_COLUMN = '_tidemark_op';
@@ -188,8 +190,28 @@ class LogLoader {
   }
 
   private async copy(s: LogStream, snapshot: LogSnapshot): Promise<void> {
+    const start = rangedCopyStart(s.config, s.log);
+    if (start !== undefined && 'startsOver' in start) {
+      this.ctx.onWarning?.(s.config.name, start.startsOver);
+      s.log = undefined;
+    }
+    const resumes = start !== undefined && 'resumes' in start ? start.resumes : undefined;
+    // A copy under way in key order goes on in key order: its segments say which keys the older snapshot holds.
+    const ranges = s.log?.snapshot?.afterPk !== undefined ? undefined : await planLogRanges(this.ctx, s.config, snapshot, resumes);
+    try {
+      await this.copyFrom(s, snapshot, resumes, ranges);
+    } finally {
+      await ranges?.plan.close();
+    }
+  }
+
+  private async copyFrom(s: LogStream, snapshot: LogSnapshot, resumes: RangedLoadState | undefined, ranges: { readonly plan: RangePlan; readonly readers: number } | undefined): Promise<void> {
     const resumedFrom = s.log?.snapshot?.afterPk;
-    if (s.log === undefined || resumedFrom === undefined) {
+    // A ranged change log resumed in place keeps the first snapshot's position: the log from there carries every row
+    // an UPDATE moved out of the ranges still to copy (see log-range-copy.ts).
+    if (resumes !== undefined) {
+      if (ranges === undefined) throw new SourceError(`the ranged copy of ${s.config.table} under way cannot be resumed: the source no longer splits it into ranges`);
+    } else if (s.log === undefined || resumedFrom === undefined) {
       // A new copy: a mirror is emptied in a commit of its own (a reset stream's old rows are not the source's); a
       // change log keeps its history and records the new copy after it.
       s.log = { position: snapshot.position, snapshot: { done: false } };
@@ -202,29 +224,116 @@ class LogLoader {
       const closed = last === undefined ? { upToPk: resumedFrom, position: s.log.position } : { upToPk: resumedFrom, position: last.position };
       s.log = { ...s.log, segments: [...segments, closed, { position: snapshot.position }] };
     }
-    const read = await snapshot.open({
-      stream: s.config,
-      ...(resumedFrom !== undefined ? { afterPk: resumedFrom } : {}),
-      incremental: false,
-      nullCursor: 'include',
-      batchRows: s.config.batchRows,
-      ...(this.ctx.signal ? { signal: this.ctx.signal } : {}),
-    });
-    // A resumed copy keeps the columns of its first snapshot: the log from there describes what came after.
-    if (resumedFrom === undefined) s.log = { ...s.log, columns: read.schema.columns.map((c) => c.name) };
-    try {
-      const bulk = s.config.write === 'merge' && s.config.log?.deletes !== 'soft' ? read.bulk : undefined;
-      const sourceColumns = s.schema.columns.slice(0, s.sourceColumns);
-      const format = bulk === undefined ? undefined : bulkFormat(this.ctx.destination, bulk, sourceColumns);
-      if (format !== undefined) await this.copyBulk(s, read, sourceColumns, format);
-      else await this.copyRows(s, read, snapshot.position);
-    } finally {
-      await read.close();
+    if (ranges !== undefined) await this.copyInRanges(s, snapshot.position, resumes, ranges);
+    else {
+      const read = await snapshot.open({ ...this.copyRequest(s), ...(resumedFrom !== undefined ? { afterPk: resumedFrom } : {}) });
+      // A resumed copy keeps the columns of its first snapshot: the log from there describes what came after.
+      if (resumedFrom === undefined) s.log = { ...s.log!, columns: read.schema.columns.map((c) => c.name) };
+      try {
+        const format = this.bulkFormatOf(s, read);
+        if (format !== undefined) await this.copyBulk(s, read, this.sourceColumns(s), format);
+        else await this.copyRows(s, read, snapshot.position);
+      } finally {
+        await read.close();
+      }
     }
     s.log = { ...s.log!, snapshot: { done: true } };
     const { snapshot: _done, ...rest } = s.log;
     s.log = rest;
     await this.commit([s]);
+  }
+
+  private copyRequest(s: LogStream): ReadRequest {
+    return { stream: s.config, incremental: false, nullCursor: 'include', batchRows: s.config.batchRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) };
+  }
+
+  private sourceColumns(s: LogStream): readonly Column[] {
+    return s.schema.columns.slice(0, s.sourceColumns);
+  }
+
+  /** The bulk path's format: a mirror with hard deletes whose two ends share one; undefined: the row path. */
+  private bulkFormatOf(s: LogStream, read: OpenedRead): BulkFormat | undefined {
+    const bulk = s.config.write === 'merge' && s.config.log?.deletes !== 'soft' ? read.bulk : undefined;
+    return bulk === undefined ? undefined : bulkFormat(this.ctx.destination, bulk, this.sourceColumns(s));
+  }
+
+  /** The copy as ranges of one snapshot at `position` (log-range-copy.ts), each range committed with its ledger row. */
+  private async copyInRanges(s: LogStream, position: string, resumes: RangedLoadState | undefined, ranges: { readonly plan: RangePlan; readonly readers: number }): Promise<void> {
+    const ranged: RangedLoadState = resumes ?? { load: this.ctx.runId, ranges: ranges.plan.ranges, ...(ranges.plan.snapshot !== undefined ? { snapshot: ranges.plan.snapshot } : {}) };
+    s.log = { ...s.log!, snapshot: { done: false, ranged } };
+    const progress = (done: number) => this.ctx.onProgress?.(s.config.name, s.changesRead, { startedAt: s.started, ranges: { done, total: ranged.ranges.length } });
+    await copyRanges({
+      ctx: this.ctx,
+      stream: s.config,
+      ranged,
+      plan: ranges.plan,
+      readers: ranges.readers,
+      request: (range) => ({ ...this.copyRequest(s), range }),
+      chunksOf: (read, range) => {
+        const format = this.bulkFormatOf(s, read);
+        if (format === undefined) return undefined;
+        const ahead = Math.min(64, Math.max(2, Math.ceil((range.estimatedRows ?? 0) / s.config.checkpointRows) + 1));
+        return started(read.bulk!.chunks({ format, chunkRows: s.config.checkpointRows, ahead, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) }));
+      },
+      copyRange: async (read, chunks, ledger, done) => {
+        // Every range has the columns of the snapshot; the log from its position describes what came after.
+        if (resumes === undefined) s.log = { ...s.log!, columns: read.schema.columns.map((c) => c.name) };
+        const before = s.changesApplied;
+        if (chunks !== undefined) await this.writeRangeChunks(s, chunks);
+        else await this.writeRangeRows(s, read, position);
+        await this.commit([s], [ledger(s.changesApplied - before)]);
+        progress(done);
+        await failpoint('range.after_commit');
+      },
+    });
+  }
+
+  /** A range's bulk chunks, staged in one destination transaction (committed by the caller). */
+  private async writeRangeChunks(s: LogStream, chunks: AsyncIterable<BulkChunk>): Promise<void> {
+    const txn = await this.begin({ schema: { ...s.schema, columns: this.sourceColumns(s) }, write: 'merge' });
+    for await (const chunk of chunks) {
+      try {
+        this.ctx.signal?.throwIfAborted();
+        this.counted(s, chunk.rows, await txn.writeBulk!(chunk));
+        await failpoint('range.after_write');
+      } finally {
+        await chunk.release();
+      }
+    }
+  }
+
+  /** A range's rows, checked and staged batch by batch in one destination transaction (committed by the caller). */
+  private async writeRangeRows(s: LogStream, read: OpenedRead, position: string): Promise<void> {
+    const txn = await this.begin({ schema: s.schema, write: s.config.write });
+    const columns = read.schema.columns;
+    for await (const batch of read.batches()) {
+      this.ctx.signal?.throwIfAborted();
+      const rows: Row[] = [];
+      for (const raw of batch.rows) {
+        const row = this.snapshotRow(s, columns, raw, position);
+        if (row !== undefined) rows.push(row);
+      }
+      if (rows.length > 0) await txn.write(rows);
+      await failpoint('range.after_write');
+    }
+  }
+
+  private counted(s: LogStream, rows: number, written: { readonly loaded: number; readonly rejects: readonly Reject[] }): void {
+    s.changesRead += rows;
+    s.changesApplied += written.loaded;
+    s.rowsRejected += written.rejects.length;
+    s.rejects.push(...written.rejects);
+  }
+
+  /** A copied row as the destination takes it (checked; a change log's marks added); undefined: rejected. */
+  private snapshotRow(s: LogStream, columns: readonly Column[], raw: readonly unknown[], position: string): Row | undefined {
+    s.changesRead += 1;
+    const row = this.checked(s, columns, raw);
+    if (row === undefined) return undefined;
+    if (s.config.write === 'append') row.push('snapshot', position, null);
+    else if (s.config.log?.deletes === 'soft') row.push(null);
+    s.changesApplied += 1;
+    return row;
   }
 
   private async copyBulk(s: LogStream, read: OpenedRead, sourceColumns: readonly Column[], format: BulkFormat): Promise<void> {
@@ -233,11 +342,7 @@ class LogLoader {
       try {
         this.ctx.signal?.throwIfAborted();
         const txn = await this.begin(target);
-        const { loaded, rejects } = await txn.writeBulk!(chunk);
-        s.changesRead += chunk.rows;
-        s.changesApplied += loaded;
-        s.rowsRejected += rejects.length;
-        s.rejects.push(...rejects);
+        this.counted(s, chunk.rows, await txn.writeBulk!(chunk));
         if (chunk.lastPk !== undefined) s.log = { ...s.log!, snapshot: { afterPk: chunk.lastPk, done: false } };
         await failpoint('load.after_write');
         await this.commit([s]);
@@ -265,14 +370,10 @@ class LogLoader {
     for await (const batch of read.batches()) {
       this.ctx.signal?.throwIfAborted();
       for (const raw of batch.rows) {
-        s.changesRead += 1;
-        const row = this.checked(s, columns, raw);
+        const row = this.snapshotRow(s, columns, raw, position);
         if (row === undefined) continue;
         lastKey = s.keyIndexes.map((i) => ({ type: columns[i]!.type.kind, value: encodeValue(columns[i]!.type.kind, row[i]!) }));
-        if (s.config.write === 'append') row.push('snapshot', position, null);
-        else if (s.config.log?.deletes === 'soft') row.push(null);
         rows.push(row);
-        s.changesApplied += 1;
         if (rows.length >= s.config.checkpointRows) await flush();
       }
       this.ctx.onProgress?.(s.config.name, s.changesRead, { startedAt: s.started });
@@ -634,7 +735,7 @@ class LogLoader {
   }
 
   /** One commit: the pending changes of these streams, their log states, the rejects and a run record. */
-  private async commit(streams: readonly LogStream[]): Promise<void> {
+  private async commit(streams: readonly LogStream[], ledger: readonly LedgerEntry[] = []): Promise<void> {
     const first = streams[0]!;
     const txn = await this.begin({ schema: first.schema, write: first.config.write });
     const changes: TableChanges[] = [];
@@ -658,6 +759,7 @@ class LogLoader {
       rejects,
       swap: false,
       ...(changes.length ? { changes } : {}),
+      ...(ledger.length ? { ledger } : {}),
       verify: () => this.ctx.lease.assertHeld(),
     });
     this.txn = undefined;

@@ -12,6 +12,7 @@ import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 import { withoutPosition } from './stateless.js';
 import { plannedRanges, readsAsRanges, type RangePlanReport } from './range-load.js';
+import { mayReadAsRanges } from './range-default.js';
 import { loadsAlone } from './side-by-side.js';
 
 /** A partition of a partitioned stream, as the next run would treat it. */
@@ -117,7 +118,7 @@ async function planStreams(
   const rangeRows = new Map<string, ReadonlySet<string>>();
   const keepsLedger = destination.ledger !== undefined;
   try {
-    for (const stream of streams.filter((s) => s.parallel !== undefined && s.strategy !== 'partitioned' && destination.ledger !== undefined)) {
+    for (const stream of streams.filter((s) => mayReadAsRanges(s) && s.strategy !== 'partitioned' && destination.ledger !== undefined)) {
       rangeRows.set(stream.name, new Set((await destination.ledger!.list(pipeline.name, stream.name)).map((e) => e.partition)));
     }
     // With a separate state store, the state the run would reconcile to (the store may be ahead of the destination).
@@ -177,7 +178,7 @@ async function planStreams(
           schema = { ...(schemaPlan(pipeline.name, stream, plan, afresh, read.schema, true, widens) ?? { changes: [], widens: [] }), restartsBuild: restart };
         }
         const ends = { sourceSplits: source.ranges !== undefined, destinationKeepsLedger: keepsLedger, boundedRun: false };
-        const ranges = readsAsRanges(ends, stream, plan, prior)
+        const ranges = readsAsRanges(ends, stream, plan, prior, read.estimatedRows)
           ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set(), plan.generation !== undefined).catch(inStreamContext)
           : undefined;
         reports.push({

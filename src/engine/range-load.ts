@@ -21,9 +21,8 @@ import { withoutColumns, type SchemaStep } from './schema-check.js';
 import { bulkFormat, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 import { checkRow, isReject } from './row-check.js';
 import { CommitTurn, runWriters, writerCount } from './range-writers.js';
+import { DEFAULT_RANGE_ROWS, rangesWanted } from './range-default.js';
 
-/** Rows per range when `range_rows` is not set. */
-export const DEFAULT_RANGE_ROWS = 250_000;
 /** Chunk files a reader may have written ahead of the writer (per range in flight): disk, not memory. */
 const MAX_CHUNKS_AHEAD = 64;
 
@@ -40,11 +39,12 @@ export function rangeAbilities(ctx: Pick<StreamContext, 'source' | 'destination'
 }
 
 /**
- * Whether this stream's read is loaded as ranges: `parallel` is set, the source splits tables, the destination keeps a
- * ledger, and the read is a whole table (a build, or an incremental stream's first load, or one already under way).
+ * Whether this stream's read is loaded as ranges: `parallel` asks for it (see range-default.ts; `estimatedRows`: the
+ * table's), the source splits tables, the destination keeps a ledger, and the read is a whole table (a build, or an
+ * incremental stream's first load, or one already under way).
  */
-export function readsAsRanges(ends: RangeAbilities, stream: StreamConfig, plan: StreamPlan, prior: StreamState | undefined): boolean {
-  if (stream.parallel === undefined || !ends.sourceSplits || !ends.destinationKeepsLedger) return false;
+export function readsAsRanges(ends: RangeAbilities, stream: StreamConfig, plan: StreamPlan, prior: StreamState | undefined, estimatedRows: number | undefined): boolean {
+  if (!rangesWanted(stream, prior?.ranged !== undefined ? Number.POSITIVE_INFINITY : estimatedRows) || !ends.sourceSplits || !ends.destinationKeepsLedger) return false;
   if (stream.table === undefined || stream.onReject === 'fail' || stream.checkpoint === 'end' || ends.boundedRun) return false;
   // A ranged build resumes with its ranges; a `--full` run that starts another generation plans new ones.
   if (prior?.ranged !== undefined && (plan.generation === undefined || plan.generation === prior.ranged.load)) return true;
@@ -54,16 +54,16 @@ export function readsAsRanges(ends: RangeAbilities, stream: StreamConfig, plan: 
   return wholeTable && (plan.freshBuild || firstLoad);
 }
 
-/** Readers to run: the configured count, or for `auto` the machine's cores within the source's free connections. */
-export async function readerCount(source: Source, stream: StreamConfig): Promise<number> {
-  if (stream.parallel !== 'auto') return stream.parallel ?? 1;
+/** Readers to run: the configured count, or for `auto` (and unset) the machine's cores within the source's free connections. */
+export async function readerCount(source: Pick<Source, 'ranges'>, stream: StreamConfig): Promise<number> {
+  if (typeof stream.parallel === 'number') return stream.parallel;
   const free = await source.ranges?.freeConnections?.().catch(() => undefined);
   const cores = availableParallelism();
   return Math.max(1, free === undefined ? cores : Math.min(cores, free - 1));
 }
 
 /** Ranges to plan: at least one per reader, and about `range_rows` rows each. */
-function sizing(stream: StreamConfig, readers: number, keepRows = false): RangeSizing {
+export function rangeSizing(stream: StreamConfig, readers: number, keepRows = false): RangeSizing {
   return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS, ...(keepRows ? { keepRows } : {}) };
 }
 
@@ -118,7 +118,7 @@ export async function plannedRanges(
     readers,
     ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })),
   });
-  const planned = await source.ranges?.plan(stream, sizing(stream, readers, prior?.ranged?.ranges.some((r) => r.by === 'key')));
+  const planned = await source.ranges?.plan(stream, rangeSizing(stream, readers, prior?.ranged?.ranges.some((r) => r.by === 'key')));
   await planned?.close();
   if (prior?.ranged !== undefined && (planned === undefined || !startsOver(prior.ranged, planned, stream, building))) return report(prior.ranged.load, prior.ranged.ranges);
   return { ...report('', planned?.ranges ?? []), ...(prior?.ranged !== undefined ? { startsOver: true as const } : {}) };
@@ -139,7 +139,7 @@ export async function loadRanges(
   const readers = await readerCount(ctx.source, stream);
   const fresh = { until: probe.until, safeMark: probe.safeMark ?? undefined };
   await probe.close();
-  const rangePlan = await ctx.source.ranges!.plan(stream, continuedKeyRanges(prior, plan) ?? sizing(stream, readers, keepsRows(ctx, prior))).catch((e: unknown) => {
+  const rangePlan = await ctx.source.ranges!.plan(stream, continuedKeyRanges(prior, plan) ?? rangeSizing(stream, readers, keepsRows(ctx, prior))).catch((e: unknown) => {
     throw withContext(e, { ...context, phase: 'plan' }, 'source');
   });
   if (rangePlan === undefined) throw new SourceError(`the source cannot split ${stream.table} into ranges; remove parallel`, { context: { ...context, phase: 'plan' } });
@@ -172,6 +172,13 @@ export async function loadRanges(
   }
 }
 
+/** Drops the ledger rows of a stream's ranged loads other than `load` (theirs are over once this one is). */
+export async function forgetOtherRangedLoads(ledger: LedgerStore, pipeline: string, stream: string, load: string): Promise<void> {
+  const entries = await ledger.list(pipeline, stream);
+  const stale = entries.map((e) => e.partition).filter((p) => !p.startsWith(`${load}:`) && /^[^:]+:(ctid|rowid|key) /.test(p));
+  if (stale.length > 0) await ledger.forget(pipeline, stream, stale);
+}
+
 /** The ledger row name of a range of a ranged load. */
 export function rangeLedgerName(load: string, range: TableRange): string {
   return `${load}:${range.id}`;
@@ -186,7 +193,7 @@ interface RangeRead {
 }
 
 /** An iterable whose first item is already asked for, so its producer starts now rather than when it is iterated. */
-function started<T>(iterable: AsyncIterable<T>): AsyncIterable<T> {
+export function started<T>(iterable: AsyncIterable<T>): AsyncIterable<T> {
   const iterator = iterable[Symbol.asyncIterator]();
   const first = iterator.next();
   first.catch(() => undefined);
@@ -476,9 +483,7 @@ class RangeLoader {
 
   /** Ledger rows of earlier ranged loads of this stream: their loads are over, so they are dropped once this one is. */
   private async forgetOtherLoads(): Promise<void> {
-    const entries = await this.ledger.list(this.ctx.pipeline, this.stream.name);
-    const stale = entries.map((e) => e.partition).filter((p) => !p.startsWith(`${this.ranged.load}:`) && /^[^:]+:(ctid|rowid|key) /.test(p));
-    if (stale.length > 0) await this.ledger.forget(this.ctx.pipeline, this.stream.name, stale);
+    await forgetOtherRangedLoads(this.ledger, this.ctx.pipeline, this.stream.name, this.ranged.load);
   }
 
   private nextState(final: boolean): PipelineState {
@@ -568,7 +573,7 @@ function positionOf(row: Row, columns: OpenedRead['schema']['columns'], cursorIn
  * Opens ranges ahead of the writer on up to `readers` connections: range `i` is opened once a reader is free, so
  * while the writer loads one range the next ones are already being read into chunk files.
  */
-class Opener {
+export class Opener {
   private readonly free: RangeReader[] = [];
   private readonly opening = new Map<number, Promise<RangeRead>>();
   private next = 0;

@@ -6,7 +6,7 @@
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cli } from '../helpers/cli.js';
+import { cli, startCli } from '../helpers/cli.js';
 import { tempDir, writeYaml } from '../helpers/fs.js';
 import { createPgDb, type PgTestDb } from '../integration/postgres/pg-db.js';
 
@@ -101,4 +101,90 @@ describe('streams side by side (concurrency)', () => {
     expect(run.stderr).toContain('concurrency: 2');
     expect(run.stderr).toContain('postgres destination');
   }, 120_000);
+});
+
+/** A timestamp of the source's clock in the canonical form safe marks are stored in (UTC, microseconds). */
+const CANONICAL = `'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'`;
+
+/**
+ * Three incremental streams, two lanes: sm_a and sm_c start together, and the first of them to read a batch sleeps
+ * with its read transaction open (`extract.after_batch=1:sleep`), so sm_b starts, and fixes its safe mark, while that
+ * tidemark session is open. Max skew is 0, so a safe mark is exactly the instant it was held to.
+ */
+function safeMarkYaml(schema: string): string {
+  const streams = ['sm_a', 'sm_c', 'sm_b'].map((t) => `  - table: public.${t}\n    cursor: at\n    checkpoint_rows: 1000\n    batch_rows: 500\n`).join('');
+  return `name: ${schema}\nconcurrency: 2\nsource:\n  type: postgres\n  url: ${source.url}\nstreams:\n${streams}destination:\n  type: postgres\n  url: ${target.url}\n  schema: ${schema}\n`;
+}
+
+async function safeMarks(config: string): Promise<Record<string, string | undefined>> {
+  const state = JSON.parse((await cli(['state', 'show', '--json', '--config', config])).stdout) as { streams: Record<string, { safe_mark?: { value: string } }> };
+  return Object.fromEntries(Object.entries(state.streams).map(([name, s]) => [name, s.safe_mark?.value]));
+}
+
+describe('safe marks of streams side by side', () => {
+  beforeAll(async () => {
+    for (const [table, rows] of [['sm_a', 3000], ['sm_c', 3000], ['sm_b', 200]] as const) {
+      await source.sql(`CREATE TABLE ${table} (id bigint PRIMARY KEY, at timestamptz NOT NULL)`);
+      await source.sql(`INSERT INTO ${table} SELECT g, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second' FROM generate_series(1, ${rows}) g`);
+    }
+  }, 120_000);
+
+  it("a neighbour stream's open read does not hold back a stream's safe mark", async () => {
+    const dir = join(root, 'safe-own');
+    await mkdir(dir, { recursive: true });
+    const config = await writeYaml(dir, 'p.yaml', safeMarkYaml('safe_own'));
+    const run = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'extract.after_batch=1:sleep(8000)' });
+    // The sleeping stream's read transaction: a tidemark session open for over a second; when it began and ended.
+    let opened: { pid: string; start: string } | undefined;
+    let closedBy: string | undefined;
+    let finished = false;
+    void run.done.then(() => (finished = true));
+    while (!finished && closedBy === undefined) {
+      if (opened === undefined) {
+        const found = await source.sql(
+          `SELECT pid::text AS pid, to_char(xact_start AT TIME ZONE 'UTC', ${CANONICAL}) AS start FROM pg_stat_activity
+            WHERE datname = current_database() AND application_name = 'tidemark' AND xact_start < clock_timestamp() - interval '1 second'
+            ORDER BY xact_start LIMIT 1`,
+        );
+        if (found[0]) opened = { pid: found[0].pid!, start: found[0].start! };
+      } else {
+        const now = await source.sql(
+          `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', ${CANONICAL}) AS now,
+                  (SELECT to_char(xact_start AT TIME ZONE 'UTC', ${CANONICAL}) FROM pg_stat_activity WHERE pid = $1::int) AS start`,
+          [opened.pid],
+        );
+        if (now[0]!.start !== opened.start) closedBy = now[0]!.now!;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const result = await run.done;
+    expect(result.code, result.stderr).toBe(0);
+    expect(opened, 'a stream held its read open while the run went on').toBeDefined();
+    expect(closedBy).toBeDefined();
+    const marks = await safeMarks(config);
+    const b = marks.sm_b!;
+    // sm_b fixed its mark while the neighbour's read was open (the mark is below that read's end) ...
+    expect(b < closedBy!, `sm_b ${b}, neighbour read ${opened!.start} – ${closedBy!}`).toBe(true);
+    // ... and was not held back to that read's start: a READ ONLY tidemark session cannot commit a row late.
+    expect(b > opened!.start, `sm_b ${b}, neighbour read began ${opened!.start}`).toBe(true);
+  }, 180_000);
+
+  it("an open transaction of another writer still holds back every stream's safe mark", async () => {
+    const dir = join(root, 'safe-foreign');
+    await mkdir(dir, { recursive: true });
+    const config = await writeYaml(dir, 'p.yaml', safeMarkYaml('safe_foreign'));
+    const writer = await source.connect();
+    try {
+      await writer.query('BEGIN');
+      await writer.query(`INSERT INTO sm_b VALUES (1000000, now())`);
+      const start = (await writer.query<{ start: string }>(`SELECT to_char(now() AT TIME ZONE 'UTC', ${CANONICAL}) AS start`)).rows[0]!.start;
+      const run = await cli(['run', config]);
+      expect(run.code, run.stderr).toBe(0);
+      const marks = await safeMarks(config);
+      for (const table of ['sm_a', 'sm_b', 'sm_c']) expect(marks[table], table).toBe(start);
+    } finally {
+      await writer.query('ROLLBACK').catch(() => undefined);
+      await writer.end();
+    }
+  }, 180_000);
 });

@@ -138,6 +138,39 @@ describe.each(KINDS)('ranged full loads into %s', (kind) => {
   }, 240_000);
 });
 
+describe('parallel left unset', () => {
+  it('splits a table whose row estimate is above range_rows, reads a smaller one whole, and parallel: 1 reads whole', async () => {
+    await createItems('unset_big', ROWS);
+    await createItems('unset_small', 300);
+    await createItems('unset_one', ROWS);
+    const sized = { range_rows: 5000, checkpoint_rows: 2048 };
+    const { config, target } = await pipeline(join(root, 'unset'), 'duckdb', [
+      { table: 'public.unset_big', strategy: 'full', ...sized },
+      { table: 'public.unset_small', strategy: 'full', ...sized },
+      { table: 'public.unset_one', strategy: 'full', parallel: 1, ...sized },
+    ]);
+    const plan = await cli(['plan', config]);
+    expect(plan.stdout).toMatch(/ranges: 4 \(0 committed\), \d+ readers? at once/);
+    expect(plan.stdout.match(/ranges: /g)).toHaveLength(1);
+
+    const run = await runJson(config);
+    expect(run.code, run.stderr).toBe(0);
+    const byName = Object.fromEntries(run.result!.streams.map((s) => [s.stream as string, s]));
+    expect(byName.unset_big).toMatchObject({ rows_read: ROWS, ranges: { done: 4, total: 4 } });
+    expect(byName.unset_small).toMatchObject({ rows_read: 300 });
+    expect(byName.unset_small!.ranges).toBeUndefined();
+    expect(byName.unset_one).toMatchObject({ rows_read: ROWS });
+    expect(byName.unset_one!.ranges).toBeUndefined();
+    for (const table of ['unset_big', 'unset_small', 'unset_one']) {
+      expect(await targetRows('duckdb', target, table, ITEM_COLUMNS)).toEqual(await sourceRows(table, itemsSql));
+    }
+    // Only the split table has ledger rows.
+    const ledger = JSON.parse((await cli(['ledger', 'list', '--json', '--config', config])).stdout) as { stream: string }[];
+    expect(new Set(ledger.map((e) => e.stream))).toEqual(new Set(['unset_big']));
+    expect(ledger).toHaveLength(4);
+  }, 240_000);
+});
+
 describe('a ranged load that fails', () => {
   it('stops its readers ahead of the writer, exits with the failure, and the next run finishes the load', async () => {
     await createItems('fails', ROWS);

@@ -21,7 +21,7 @@ import type {
   LogTransaction,
 } from '../../core/change-log.js';
 import { retainedLogWarning } from '../../core/change-log.js';
-import type { OpenedRead, ReadRequest } from '../../core/connector.js';
+import type { OpenedRead, RangePlan, RangeSizing, ReadRequest, StreamSpec } from '../../core/connector.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row } from '../../core/types.js';
 import { coerceValue } from '../../core/values.js';
@@ -72,6 +72,8 @@ interface TableInfo {
 /** What `openInSnapshot` needs of the table source: its ordinary read, inside an imported snapshot. */
 export interface SnapshotReads {
   openInSnapshot(request: ReadRequest, snapshot: string): Promise<OpenedRead>;
+  /** Ranges of a table whose readers all import this exported snapshot. */
+  planRangesIn(stream: StreamSpec, sizing: RangeSizing, snapshot: string): Promise<RangePlan | undefined>;
 }
 
 export class PostgresChangeLog implements ChangeLogSource {
@@ -257,6 +259,7 @@ export class PostgresChangeLog implements ChangeLogSource {
       return {
         position,
         open: (read: ReadRequest) => this.reads.openInSnapshot(read, row.snapshot_name),
+        ranges: (stream, sizing) => this.reads.planRangesIn(stream, sizing, row.snapshot_name),
         close: async () => {
           await replication.end().catch(() => undefined);
         },

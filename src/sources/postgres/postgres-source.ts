@@ -337,6 +337,25 @@ export class PostgresSource implements Source {
    */
   private async planRanges(stream: StreamSpec, sizing: RangeSizing): Promise<RangePlan | undefined> {
     if (stream.table === undefined) return undefined;
+    const holder = await PostgresSource.connect(this.options);
+    try {
+      const client = await holder.connection();
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const snapshot = (await client.query<{ id: string }>('SELECT pg_export_snapshot() AS id')).rows[0]!.id;
+      const plan = await this.planRangesIn(stream, sizing, snapshot);
+      return plan === undefined ? undefined : { ...plan, close: () => holder.close() };
+    } catch (error) {
+      await holder.close();
+      throw error;
+    }
+  }
+
+  /**
+   * CTID block ranges read in a snapshot exported elsewhere (a replication slot's, for a log stream's copy), which
+   * stays importable for as long as its exporter keeps it: closing the plan leaves it alone.
+   */
+  async planRangesIn(stream: StreamSpec, sizing: RangeSizing, snapshot: string): Promise<RangePlan | undefined> {
+    if (stream.table === undefined) return undefined;
     const size = await this.query<{ blocks: string; rows: string }>(
       `SELECT (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::text AS blocks, greatest(c.reltuples, 0)::bigint::text AS rows
          FROM pg_class c WHERE c.oid = to_regclass($1)`,
@@ -347,10 +366,6 @@ export class PostgresSource implements Source {
     const keyed = sizing.keepRows ? await this.planKeyRanges(stream, rows, sizing) : undefined;
     if (keyed !== undefined) return keyed;
     const ranges = blockRanges(blocks, rangeCount(rows, sizing), rows);
-    const holder = await PostgresSource.connect(this.options);
-    const client = await holder.connection();
-    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-    const snapshot = (await client.query<{ id: string }>('SELECT pg_export_snapshot() AS id')).rows[0]!.id;
     return {
       ranges,
       // An UPDATE writes a row's new version wherever the heap has room, possibly in a block already loaded.
@@ -360,10 +375,7 @@ export class PostgresSource implements Source {
         const reader = await PostgresSource.connect(this.options);
         return { open: (request) => reader.openInSnapshot(request, snapshot), close: () => reader.close() };
       },
-      close: async () => {
-        await client.query('COMMIT').catch(() => undefined);
-        await holder.close();
-      },
+      close: async () => undefined,
     };
   }
 

@@ -1,0 +1,21 @@
+/**
+ * Whether a table's full read is split into ranges when the stream leaves `parallel` unset, and which streams may be.
+ * Unset means `auto` for a table big enough to gain from it: one whose row estimate is above `range_rows`. A smaller
+ * table (or one the source cannot estimate) stays one plain read with no ledger rows; `parallel: 1` turns ranges off.
+ */
+import type { StreamConfig } from '../config/load.js';
+
+/** Rows per range when `range_rows` is not set. */
+export const DEFAULT_RANGE_ROWS = 250_000;
+
+/** Whether the stream may be read as ranges at all (every stream but `parallel: 1`). */
+export function mayReadAsRanges(stream: Pick<StreamConfig, 'parallel'>): boolean {
+  return stream.parallel !== 1;
+}
+
+/** Whether this table's read is split: `parallel` set above 1 (or `auto`), or unset and the table holds more than a range. */
+export function rangesWanted(stream: Pick<StreamConfig, 'parallel' | 'rangeRows'>, estimatedRows: number | undefined): boolean {
+  if (!mayReadAsRanges(stream)) return false;
+  if (stream.parallel !== undefined) return true;
+  return estimatedRows !== undefined && estimatedRows > (stream.rangeRows ?? DEFAULT_RANGE_ROWS);
+}

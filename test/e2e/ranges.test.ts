@@ -288,11 +288,16 @@ describe('a CTID load resumed in a new snapshot', () => {
    * UPDATE of a row further on writes its new version there, into a range the killed load already committed.
    */
   async function createMoving(table: string): Promise<void> {
-    await db.sql(`CREATE TABLE ${table} (id text PRIMARY KEY, n bigint, v numeric(20,6), at timestamptz)`);
-    await db.sql(
+    // The first rows are written to half-full pages: VACUUM records that room whatever else runs, whereas the room left
+    // by the DELETE is only reclaimed when no other session's snapshot still sees the deleted rows (tests run side by
+    // side). Both lie in the blocks of the first three ranges, so moved rows can land nowhere else.
+    await db.sql(`CREATE TABLE ${table} (id text PRIMARY KEY, n bigint, v numeric(20,6), at timestamptz) WITH (fillfactor = 50)`);
+    const rows = (from: number, to: number) =>
       `INSERT INTO ${table} SELECT 'k' || lpad(g::text, 6, '0'), g, g / 7.0, timestamptz '2024-01-01 00:00:00.000001+00' + g * interval '1 second'
-         FROM generate_series(1, ${N}) g`,
-    );
+         FROM generate_series(${from}, ${to}) g`;
+    await db.sql(rows(1, 2000));
+    await db.sql(`ALTER TABLE ${table} SET (fillfactor = 100)`);
+    await db.sql(rows(2001, N));
     await db.sql(`DELETE FROM ${table} WHERE n <= 7000 AND n % 4 = 0`);
     await db.sql(`VACUUM (ANALYZE) ${table}`);
   }

@@ -72,7 +72,8 @@ function postgresFloatText(x: string): string {
     `WHEN ${halfway} AND ${ceiling} <= 1.7976931348623157e308 AND ${ceiling}::float8 = ${a} THEN ${ceiling} ELSE ${u}::numeric END`;
   // A numeric prints positionally; below 1e21 JavaScript's layout too, above it `d.ddde+x` (to_char pads the digits).
   const layout = `to_char(${shortest}, CASE WHEN ${a} < 1e21 THEN 'FM999999999999999999999.9' ELSE '9.9999999999999999EEEE' END)`;
-  const large = `regexp_replace(${layout}, '^ +|[.]$|[.]?0+(?=e)', '', 'g')`;
+  // (No `?` in these patterns: the verify SQL's `?` are its placeholders.)
+  const large = `rtrim(btrim(regexp_replace(${layout}, '[.]*0*e', 'e')), '.')`;
   const tiny = `CASE WHEN ${a} >= 1e-6 THEN ${u}::numeric::text ELSE regexp_replace(${u}, 'e-0*', 'e-') END`;
   // Postgres prints 1e-4 ≤ |x| < 1e15, zero, NaN and the infinities as JavaScript does (extra_float_digits ≥ 1); the
   // rest in exponent form (`1.5e-07`, `1e+23`).

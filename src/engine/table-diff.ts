@@ -6,15 +6,16 @@
 import type { VerifyAccess } from '../core/connector.js';
 import {
   asText,
+  bucketDigest,
+  bucketDigestSql,
+  bucketSql,
   canonicalFloat,
   canonicalSql,
-  digestSql,
   isFloat,
   keyOrderSql,
   keyEqualsSql,
   keysetSql,
   rowText,
-  rowTextSql,
   type BoundSql,
   type VerifyColumn,
 } from '../shared/verify-sql.js';
@@ -74,8 +75,10 @@ interface KeyRange {
 
 interface Digest {
   readonly rows: number;
-  readonly sum: string;
+  readonly sum: bigint;
 }
+
+const EMPTY: Digest = { rows: 0, sum: 0n };
 
 export async function diffTable(source: TableSide, destination: TableSide, shape: DiffShape, tuning: DiffTuning = DEFAULT_TUNING): Promise<TableDiff> {
   const state = { ranges: 0, rowsFetched: 0, sourceRows: 0, destinationRows: 0 };
@@ -98,11 +101,18 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     return out;
   }
 
-  async function digest(side: TableSide, range: KeyRange): Promise<Digest> {
+  /** The digests of the parts of `range` that `points` cut, in one scan of `side`. */
+  async function digests(side: TableSide, range: KeyRange, points: readonly (readonly string[])[]): Promise<Digest[]> {
     const engine = side.access.engine;
+    const bucket = bucketSql(engine, shape.key, points);
     const where = whereOf(side, shape, range);
-    const [main] = await side.access.query(digestSql(engine, side.relation, rowTextSql(engine, shape.columns), where.sql), where.params);
-    return { rows: Number(main![0]), sum: `${BigInt(main![1] ?? 0)}/${BigInt(main![2] ?? 0)}` };
+    const rows = await side.access.query(bucketDigestSql(engine, side.relation, shape.columns, where.sql, bucket.sql), [...bucket.params, ...where.params]);
+    const out = points.map(() => EMPTY).concat(EMPTY);
+    for (const row of rows) {
+      const d = bucketDigest(row);
+      out[d.bucket] = d;
+    }
+    return out;
   }
 
   /** Key values cutting `range` of `side` into about `parts` parts of equal row counts. */
@@ -118,7 +128,7 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     return points.map((p) => p.map((v) => v ?? ''));
   }
 
-  function rangesBetween(range: KeyRange, points: readonly string[][]): KeyRange[] {
+  function rangesBetween(range: KeyRange, points: readonly (readonly string[])[]): KeyRange[] {
     const out: KeyRange[] = [];
     let after = range.after;
     for (const p of points) {
@@ -144,9 +154,15 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     if (columns.length > 0) changed.push({ key: keyAt.map((i) => sourceRow[i]!), columns });
   }
 
-  async function compareRange(range: KeyRange, depth: number): Promise<void> {
-    state.ranges += 1;
-    const [a, b] = await Promise.all([digest(source, range), digest(destination, range)]);
+  /** The parts of `range` that `points` cut, checksummed a side in one query each; differing parts looked into. */
+  async function compareParts(range: KeyRange, points: readonly (readonly string[])[], depth: number): Promise<void> {
+    const [a, b] = await Promise.all([digests(source, range, points), digests(destination, range, points)]);
+    const parts = rangesBetween(range, points);
+    state.ranges += parts.length;
+    for (let i = 0; i < parts.length; i += 1) await settle(parts[i]!, a[i]!, b[i]!, depth);
+  }
+
+  async function settle(range: KeyRange, a: Digest, b: Digest, depth: number): Promise<void> {
     if (depth === 0) {
       state.sourceRows += a.rows;
       state.destinationRows += b.rows;
@@ -156,15 +172,20 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     if (larger.rows <= tuning.leafRows) return compareLeaf(range);
     const points = await splitPoints(larger.side, range, larger.rows, tuning.fanout);
     if (points.length === 0) return compareLeaf(range);
-    for (const sub of rangesBetween(range, points)) await compareRange(sub, depth + 1);
+    await compareParts(range, points, depth + 1);
   }
 
-  const total = await count(source, shape);
   const sample = tuning.sample !== undefined && tuning.sample < 1 ? tuning.sample : undefined;
-  // A sample needs ranges to pick from: at least eight picked ones' worth, however small the table.
-  const parts = Math.min(total, Math.max(Math.ceil(total / tuning.rangeRows), sample !== undefined ? Math.ceil(8 / sample) : 1));
-  const initial = parts > 1 ? await splitPoints(source, {}, total, parts) : [];
-  for (const range of sampled(rangesBetween({}, initial), sample)) await compareRange(range, 0);
+  const initial = await initialPoints(source, shape, tuning, sample, splitPoints);
+  if (sample === undefined) await compareParts({}, initial, 0);
+  else {
+    // A sampled range is checksummed alone: a scan of the whole table would cost what the sample saves.
+    for (const range of sampled(rangesBetween({}, initial), sample)) {
+      state.ranges += 1;
+      const [[a], [b]] = await Promise.all([digests(source, range, []), digests(destination, range, [])]);
+      await settle(range, a!, b!, 0);
+    }
+  }
 
   // A key both sides have, in ranges cut differently (engines order text keys by their own collations).
   for (const [key, row] of onlySource) {
@@ -194,10 +215,34 @@ function sampled(ranges: readonly KeyRange[], fraction: number | undefined): rea
   return ranges.filter((_, i) => picked.has(i));
 }
 
-async function count(side: TableSide, shape: DiffShape): Promise<number> {
+type SplitPoints = (side: TableSide, range: KeyRange, rows: number, parts: number) => Promise<string[][]>;
+
+const INTEGER_KINDS: ReadonlySet<VerifyColumn['kind']> = new Set(['int16', 'int32', 'int64', 'uint64']);
+
+/**
+ * Where the initial ranges of about `rangeRows` rows end. A single integer key is cut evenly between its least and
+ * greatest value (one aggregate query, no pass over the table in key order; a range of a sparse part of the key space
+ * just holds fewer rows), any other at the source's key quantiles.
+ */
+async function initialPoints(side: TableSide, shape: DiffShape, tuning: DiffTuning, sample: number | undefined, splitPoints: SplitPoints): Promise<string[][]> {
+  const engine = side.access.engine;
   const where = whereOf(side, shape, {});
-  const [row] = await side.access.query(`SELECT ${asText(side.access.engine, 'COUNT(*)')} FROM ${side.relation} WHERE ${where.sql}`, where.params);
-  return Number(row![0]);
+  const key = shape.key.length === 1 && INTEGER_KINDS.has(shape.key[0]!.kind) ? shape.key[0]! : undefined;
+  const bounds = key ? `, ${asText(engine, `MIN(${keyOrderSql(engine, [key])})`)}, ${asText(engine, `MAX(${keyOrderSql(engine, [key])})`)}` : '';
+  const [row] = await side.access.query(`SELECT ${asText(engine, 'COUNT(*)')}${bounds} FROM ${side.relation} WHERE ${where.sql}`, where.params);
+  const total = Number(row![0]);
+  // A sample needs ranges to pick from: at least eight picked ones' worth, however small the table.
+  const parts = Math.min(total, Math.max(Math.ceil(total / tuning.rangeRows), sample !== undefined ? Math.ceil(8 / sample) : 1));
+  if (parts <= 1) return [];
+  if (!key) return splitPoints(side, {}, total, parts);
+  const least = BigInt(row![1]!);
+  const span = BigInt(row![2]!) - least + 1n;
+  const points: string[][] = [];
+  for (let i = 1n; i < BigInt(parts); i += 1n) {
+    const point = least + (span * i) / BigInt(parts) - 1n;
+    if (points.length === 0 || BigInt(points.at(-1)![0]!) < point) points.push([String(point)]);
+  }
+  return points;
 }
 
 function whereOf(side: TableSide, shape: DiffShape, range: KeyRange): BoundSql {

@@ -92,8 +92,10 @@ function duckdbFloatText(x: string): string {
   const layout = jsLayout(STANDARD, `rtrim(replace(split_part(tm_u, 'e', 1), '.', ''), '0')`, `CAST(split_part(tm_u, 'e', 2) AS INTEGER)`);
   // DuckDB prints 1e-4 ≤ |x| < 1e16 positionally, JavaScript's text but for a trailing `.0`; beyond JavaScript's
   // positional range its exponent form only has a padded exponent (`1e-07`); between, the digits are laid out again.
+  // The common case first, and without a regular expression: an integral value prints as the integer it is.
   return (
-    `CASE WHEN ${x} IS NULL THEN NULL WHEN isnan(${x}) THEN 'NaN' WHEN isinf(${x}) THEN CASE WHEN ${x} > 0 THEN 'Infinity' ELSE '-Infinity' END ` +
+    `CASE WHEN abs(${x}) >= 1e-4 AND abs(${x}) < 1e15 THEN CASE WHEN ${x} = trunc(${x}) THEN CAST(CAST(${x} AS BIGINT) AS VARCHAR) ELSE ${t} END ` +
+    `WHEN ${x} IS NULL THEN NULL WHEN isnan(${x}) THEN 'NaN' WHEN isinf(${x}) THEN CASE WHEN ${x} > 0 THEN 'Infinity' ELSE '-Infinity' END ` +
     `WHEN ${x} = 0 THEN CASE WHEN ${t} LIKE '-%' THEN '-0' ELSE '0' END ` +
     `WHEN ${t} NOT LIKE '%e%' THEN regexp_replace(${t}, '[.]0$', '') ` +
     `WHEN (abs(${x}) >= 1e21 OR abs(${x}) < 1e-6) AND ${readsBack} THEN regexp_replace(${t}, 'e([-+])0+', 'e\\1') ` +

@@ -44,7 +44,12 @@ export interface DiffTuning {
   readonly sample?: number;
 }
 
-export const DEFAULT_TUNING: DiffTuning = { rangeRows: 50_000, leafRows: 256, fanout: 16 };
+// A differing range is cut into many parts at once (a part costs a few key tests a row in the one query that sums them
+// all), so that one split usually reaches ranges small enough to compare row by row.
+export const DEFAULT_TUNING: DiffTuning = { rangeRows: 50_000, leafRows: 256, fanout: 256 };
+
+/** Small differing ranges whose rows one query fetches. */
+const LEAVES_PER_QUERY = 32;
 
 /** A fetched row: its canonical texts in `DiffShape.columns` order (null for NULL). */
 type RowTexts = readonly (string | null)[];
@@ -88,8 +93,8 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
   const keyAt = shape.key.map((k) => shape.columns.findIndex((c) => c.name === k.name));
   const keyText = (row: RowTexts) => rowText(keyAt.map((i) => row[i]!));
 
-  async function fetchRows(side: TableSide, range: KeyRange): Promise<Map<string, RowTexts>> {
-    const where = whereOf(side, shape, range);
+  async function fetchRows(side: TableSide, ranges: readonly KeyRange[]): Promise<Map<string, RowTexts>> {
+    const where = whereOfAny(side, shape, ranges);
     const select = shape.columns.map((c, i) => `${canonicalSql(side.access.engine, c)} AS c${i}`).join(', ');
     const rows = await side.access.query(`SELECT ${select} FROM ${side.relation} WHERE ${where.sql}`, where.params);
     state.rowsFetched += rows.length;
@@ -139,8 +144,13 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     return out;
   }
 
-  async function compareLeaf(range: KeyRange): Promise<void> {
-    const [here, there] = await Promise.all([fetchRows(source, range), fetchRows(destination, range)]);
+  /** Small differing ranges compared row by row, their rows fetched a few dozen ranges to a query. */
+  async function compareLeaves(ranges: readonly KeyRange[]): Promise<void> {
+    for (let i = 0; i < ranges.length; i += LEAVES_PER_QUERY) await compareRows(ranges.slice(i, i + LEAVES_PER_QUERY));
+  }
+
+  async function compareRows(ranges: readonly KeyRange[]): Promise<void> {
+    const [here, there] = await Promise.all([fetchRows(source, ranges), fetchRows(destination, ranges)]);
     for (const [key, row] of here) {
       const other = there.get(key);
       if (other === undefined) onlySource.set(key, row);
@@ -159,20 +169,27 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     const [a, b] = await Promise.all([digests(source, range, points), digests(destination, range, points)]);
     const parts = rangesBetween(range, points);
     state.ranges += parts.length;
-    for (let i = 0; i < parts.length; i += 1) await settle(parts[i]!, a[i]!, b[i]!, depth);
+    const leaves: KeyRange[] = [];
+    for (let i = 0; i < parts.length; i += 1) {
+      const leaf = await settle(parts[i]!, a[i]!, b[i]!, depth);
+      if (leaf !== undefined) leaves.push(leaf);
+    }
+    await compareLeaves(leaves);
   }
 
-  async function settle(range: KeyRange, a: Digest, b: Digest, depth: number): Promise<void> {
+  /** Looks into a range whose digests differ; returns it when it is small enough to be compared row by row. */
+  async function settle(range: KeyRange, a: Digest, b: Digest, depth: number): Promise<KeyRange | undefined> {
     if (depth === 0) {
       state.sourceRows += a.rows;
       state.destinationRows += b.rows;
     }
-    if (a.rows === b.rows && a.sum === b.sum) return;
+    if (a.rows === b.rows && a.sum === b.sum) return undefined;
     const larger = a.rows >= b.rows ? { side: source, rows: a.rows } : { side: destination, rows: b.rows };
-    if (larger.rows <= tuning.leafRows) return compareLeaf(range);
+    if (larger.rows <= tuning.leafRows) return range;
     const points = await splitPoints(larger.side, range, larger.rows, tuning.fanout);
-    if (points.length === 0) return compareLeaf(range);
+    if (points.length === 0) return range;
     await compareParts(range, points, depth + 1);
+    return undefined;
   }
 
   const sample = tuning.sample !== undefined && tuning.sample < 1 ? tuning.sample : undefined;
@@ -180,11 +197,14 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
   if (sample === undefined) await compareParts({}, initial, 0);
   else {
     // A sampled range is checksummed alone: a scan of the whole table would cost what the sample saves.
+    const leaves: KeyRange[] = [];
     for (const range of sampled(rangesBetween({}, initial), sample)) {
       state.ranges += 1;
       const [[a], [b]] = await Promise.all([digests(source, range, []), digests(destination, range, [])]);
-      await settle(range, a!, b!, 0);
+      const leaf = await settle(range, a!, b!, 0);
+      if (leaf !== undefined) leaves.push(leaf);
     }
+    await compareLeaves(leaves);
   }
 
   // A key both sides have, in ranges cut differently (engines order text keys by their own collations).
@@ -243,6 +263,14 @@ async function initialPoints(side: TableSide, shape: DiffShape, tuning: DiffTuni
     if (points.length === 0 || BigInt(points.at(-1)![0]!) < point) points.push([String(point)]);
   }
   return points;
+}
+
+/** Rows of `side` in any of `ranges`. */
+function whereOfAny(side: TableSide, shape: DiffShape, ranges: readonly KeyRange[]): BoundSql {
+  if (ranges.length === 1) return whereOf(side, shape, ranges[0]!);
+  const each = ranges.map((r) => whereOf({ ...side, filter: undefined }, shape, r));
+  const any = { sql: `(${each.map((w) => `(${w.sql})`).join(' OR ')})`, params: each.flatMap((w) => w.params) };
+  return side.filter ? { sql: `${side.filter.sql} AND ${any.sql}`, params: [...side.filter.params, ...any.params] } : any;
 }
 
 function whereOf(side: TableSide, shape: DiffShape, range: KeyRange): BoundSql {

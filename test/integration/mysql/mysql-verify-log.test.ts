@@ -5,7 +5,6 @@
  * are reported apart; drift made by hand in the destination is found exactly and `--repair` fixes it, after which
  * new changes apply on top and a verify is clean.
  */
-import { DuckDBInstance } from '@duckdb/node-api';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadPipeline, verifyPipeline, type StreamVerify } from '../../../src/index.js';
 import { cli } from '../../helpers/cli.js';
@@ -29,17 +28,6 @@ afterEach(async () => {
   await db.drop();
   await cleanup();
 });
-
-async function duck(path: string, sql: string): Promise<void> {
-  const instance = await DuckDBInstance.create(path);
-  const c = await instance.connect();
-  try {
-    await c.run(sql);
-  } finally {
-    c.closeSync();
-    instance.closeSync();
-  }
-}
 
 const byName = (streams: readonly StreamVerify[], name: string) => streams.find((s) => s.stream === name)!;
 
@@ -97,8 +85,8 @@ describe('verify of strategy log mirrors (MariaDB binlog → DuckDB)', () => {
 
     // Drift by hand: hard mirror — a row gone, a value changed, a row added; soft mirror — a live row marked
     // deleted, a row gone, a row added.
-    await duck(path, `DELETE FROM items WHERE id = 1200; UPDATE items SET amount = amount + 1 WHERE id = 1500; INSERT INTO items VALUES (99999, 1, NULL, NULL, 'x')`);
-    await duck(
+    await duckdbQuery(path, `DELETE FROM items WHERE id = 1200; UPDATE items SET amount = amount + 1 WHERE id = 1500; INSERT INTO items VALUES (99999, 1, NULL, NULL, 'x')`);
+    await duckdbQuery(
       path,
       `UPDATE items_soft SET _tidemark_deleted_at = now() WHERE id = 10; DELETE FROM items_soft WHERE id = 11; INSERT INTO items_soft VALUES (88888, 1, NULL, NULL, 'y', NULL)`,
     );

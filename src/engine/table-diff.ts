@@ -106,11 +106,11 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     return out;
   }
 
-  /** The digests of the parts of `range` that `points` cut, in one scan of `side`. */
-  async function digests(side: TableSide, range: KeyRange, points: readonly (readonly string[])[]): Promise<Digest[]> {
+  /** The digests of the buckets `points` cut, over the rows of `ranges`, in one scan of `side`. */
+  async function digests(side: TableSide, ranges: readonly KeyRange[], points: readonly (readonly string[])[]): Promise<Digest[]> {
     const engine = side.access.engine;
     const bucket = bucketSql(engine, shape.key, points);
-    const where = whereOf(side, shape, range);
+    const where = whereOfAny(side, shape, ranges);
     const rows = await side.access.query(bucketDigestSql(engine, side.relation, shape.columns, where.sql, bucket.sql), [...bucket.params, ...where.params]);
     const out = points.map(() => EMPTY).concat(EMPTY);
     for (const row of rows) {
@@ -133,16 +133,6 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     return points.map((p) => p.map((v) => v ?? ''));
   }
 
-  function rangesBetween(range: KeyRange, points: readonly (readonly string[])[]): KeyRange[] {
-    const out: KeyRange[] = [];
-    let after = range.after;
-    for (const p of points) {
-      out.push({ ...(after ? { after } : {}), upTo: p });
-      after = p;
-    }
-    out.push({ ...(after ? { after } : {}), ...(range.upTo ? { upTo: range.upTo } : {}) });
-    return out;
-  }
 
   /** Small differing ranges compared row by row, their rows fetched a few dozen ranges to a query. */
   async function compareLeaves(ranges: readonly KeyRange[]): Promise<void> {
@@ -164,21 +154,27 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     if (columns.length > 0) changed.push({ key: keyAt.map((i) => sourceRow[i]!), columns });
   }
 
-  /** The parts of `range` that `points` cut, checksummed a side in one query each; differing parts looked into. */
-  async function compareParts(range: KeyRange, points: readonly (readonly string[])[], depth: number): Promise<void> {
-    const [a, b] = await Promise.all([digests(source, range, points), digests(destination, range, points)]);
-    const parts = rangesBetween(range, points);
-    state.ranges += parts.length;
+  /**
+   * The parts of each split range, checksummed a side in one query per batch of ranges (a scan of those ranges only),
+   * a level at a time: differing parts small enough are compared row by row, the others split again for the next level.
+   */
+  async function compareLevel(splits: readonly Split[], depth: number): Promise<void> {
+    const next: Split[] = [];
     const leaves: KeyRange[] = [];
-    for (let i = 0; i < parts.length; i += 1) {
-      const leaf = await settle(parts[i]!, a[i]!, b[i]!, depth);
-      if (leaf !== undefined) leaves.push(leaf);
+    for (const batch of batches(splits)) {
+      const { ranges, points, parts } = joined(batch);
+      const [a, b] = await Promise.all([digests(source, ranges, points), digests(destination, ranges, points)]);
+      state.ranges += parts.filter((p) => p !== undefined).length;
+      for (let i = 0; i < parts.length; i += 1) {
+        if (parts[i] !== undefined) file(await settle(parts[i]!, a[i]!, b[i]!, depth), next, leaves);
+      }
     }
     await compareLeaves(leaves);
+    if (next.length > 0) await compareLevel(next, depth + 1);
   }
 
-  /** Looks into a range whose digests differ; returns it when it is small enough to be compared row by row. */
-  async function settle(range: KeyRange, a: Digest, b: Digest, depth: number): Promise<KeyRange | undefined> {
+  /** Looks into a range whose digests differ: the range itself when small enough to compare row by row, else its split. */
+  async function settle(range: KeyRange, a: Digest, b: Digest, depth: number): Promise<KeyRange | Split | undefined> {
     if (depth === 0) {
       state.sourceRows += a.rows;
       state.destinationRows += b.rows;
@@ -187,24 +183,23 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     const larger = a.rows >= b.rows ? { side: source, rows: a.rows } : { side: destination, rows: b.rows };
     if (larger.rows <= tuning.leafRows) return range;
     const points = await splitPoints(larger.side, range, larger.rows, tuning.fanout);
-    if (points.length === 0) return range;
-    await compareParts(range, points, depth + 1);
-    return undefined;
+    return points.length === 0 ? range : { range, points };
   }
 
   const sample = tuning.sample !== undefined && tuning.sample < 1 ? tuning.sample : undefined;
   const initial = await initialPoints(source, shape, tuning, sample, splitPoints);
-  if (sample === undefined) await compareParts({}, initial, 0);
+  if (sample === undefined) await compareLevel([{ range: {}, points: initial }], 0);
   else {
     // A sampled range is checksummed alone: a scan of the whole table would cost what the sample saves.
+    const next: Split[] = [];
     const leaves: KeyRange[] = [];
     for (const range of sampled(rangesBetween({}, initial), sample)) {
       state.ranges += 1;
-      const [[a], [b]] = await Promise.all([digests(source, range, []), digests(destination, range, [])]);
-      const leaf = await settle(range, a!, b!, 0);
-      if (leaf !== undefined) leaves.push(leaf);
+      const [[a], [b]] = await Promise.all([digests(source, [range], []), digests(destination, [range], [])]);
+      file(await settle(range, a!, b!, 0), next, leaves);
     }
     await compareLeaves(leaves);
+    if (next.length > 0) await compareLevel(next, 1);
   }
 
   // A key both sides have, in ranges cut differently (engines order text keys by their own collations).
@@ -233,6 +228,74 @@ function sampled(ranges: readonly KeyRange[], fraction: number | undefined): rea
   const want = Math.max(1, Math.round(ranges.length * fraction));
   while (picked.size < want) picked.add(Math.floor(Math.random() * ranges.length));
   return ranges.filter((_, i) => picked.has(i));
+}
+
+/** The parts of `range` that `points` cut, in key order. */
+function rangesBetween(range: KeyRange, points: readonly (readonly string[])[]): KeyRange[] {
+  const out: KeyRange[] = [];
+  let after = range.after;
+  for (const p of points) {
+    out.push({ ...(after ? { after } : {}), upTo: p });
+    after = p;
+  }
+  out.push({ ...(after ? { after } : {}), ...(range.upTo ? { upTo: range.upTo } : {}) });
+  return out;
+}
+
+/** A range and the key values cutting it into parts. */
+interface Split {
+  readonly range: KeyRange;
+  readonly points: readonly (readonly string[])[];
+}
+
+/** Ranges whose parts one checksum query sums: the key tests of a row stay few, the query small. */
+const POINTS_PER_QUERY = 2_048;
+const RANGES_PER_QUERY = 64;
+
+function batches(splits: readonly Split[]): Split[][] {
+  const out: Split[][] = [];
+  let points = 0;
+  for (const split of splits) {
+    const last = out.at(-1);
+    if (last !== undefined && last.length < RANGES_PER_QUERY && points + split.points.length + 2 <= POINTS_PER_QUERY) last.push(split);
+    else {
+      out.push([split]);
+      points = 0;
+    }
+    points += split.points.length + 2;
+  }
+  return out;
+}
+
+/** What `settle` found, where it goes: a split to the next level, a small range to the row comparison. */
+function file(found: KeyRange | Split | undefined, next: Split[], leaves: KeyRange[]): void {
+  if (found === undefined) return;
+  if ('points' in found) next.push(found);
+  else leaves.push(found);
+}
+
+const sameKey = (a: readonly string[] | undefined, b: readonly string[] | undefined) => a !== undefined && b !== undefined && a.every((v, i) => v === b[i]);
+
+/**
+ * Split ranges (disjoint, in key order) as one list of bucket points: each range's bounds and inner points, so that a
+ * bucket is one part of one range, or a gap between two ranges (no rows: the query reads the ranges only). `parts`
+ * names the part each bucket is, undefined for a gap.
+ */
+function joined(batch: readonly Split[]): { ranges: KeyRange[]; points: (readonly string[])[]; parts: (KeyRange | undefined)[] } {
+  const points: (readonly string[])[] = [];
+  const parts: (KeyRange | undefined)[] = [];
+  for (const split of batch) {
+    const { after, upTo } = split.range;
+    if (after !== undefined && !sameKey(points.at(-1), after)) {
+      parts.push(undefined);
+      points.push(after);
+    }
+    parts.push(...rangesBetween(split.range, split.points));
+    points.push(...split.points);
+    if (upTo !== undefined) points.push(upTo);
+  }
+  if (batch.at(-1)!.range.upTo !== undefined) parts.push(undefined);
+  return { ranges: batch.map((s) => s.range), points, parts };
 }
 
 type SplitPoints = (side: TableSide, range: KeyRange, rows: number, parts: number) => Promise<string[][]>;

@@ -9,9 +9,18 @@
  * Usage: npm run build && npx tsx bench/verify-bench.ts [--rows 3000000]
  * Needs the machine's PostgreSQL at 127.0.0.1:5432 (or BENCH_PG_URL). The database has a unique name per run.
  *
- * Figures (`npx tsx bench/verify-bench.ts --rows 100000`, 2026-12-07, load average ~25 on 2 shared cores): reload
- * 8.9 s, verify equal 15.3 s (2 ranges, 1.72×); 10 differences found exactly in 155.5 s (194 ranges), 3,892 rows
- * (3.9 %) moved; --repair 243.3 s, 7 upserted and 3 deleted, 3,899 rows moved, verify after it ok (9.4 s).
+ * Figures (2026-12-07, 2 shared cores):
+ *   `--rows 1000000`, load average ~10-12: reload 33.0 s, verify equal 16.2 s (20 ranges, 0.49×); 10 differences found
+ *   exactly in 40.6 s, 3,914 rows (0.39 %) moved; --repair 48.7 s, 7 upserted and 3 deleted, verify after it ok (9.4 s).
+ *   `--rows 1000000`, a quieter moment, levels of differing ranges batched: reload 5.1 s, verify equal 5.4 s (1.06×);
+ *   10 differences in 10.4 s, 0.39 % of rows moved; --repair 18.3 s; verify after it ok (7.3 s). The floor here: the
+ *   reload's Postgres side is COPY's output functions, verify's is the same output (the canonical texts) plus md5 a
+ *   row, so verify beats a reload only where Postgres scans in parallel on idle cores.
+ *   `--rows 100000`: reload 2.3 s, verify equal 2.2 s (2 ranges, 0.96×: at this size the CLI's fixed costs — process
+ *   start, opening both ends, DuckDB compiling the checksum query, storing the result — are half of it); 10
+ *   differences found exactly in 3.8 s, 3,918 rows (3.9 %) moved; --repair 4.8 s; verify after it ok (1.4 s).
+ *   Before the checksums of a level were one query a side (a query per range, Postgres not scanning in parallel):
+ *   100,000 rows: reload 8.9 s, verify equal 15.3 s (1.72×); 10 differences in 155.5 s; --repair 243.3 s.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';

@@ -182,12 +182,13 @@ export interface ChangeLogSource {
   compare(a: string, b: string): number;
   status(request: ChangeLogRequest): Promise<ChangeLogStatus>;
   /**
-   * `tidemark verify`: the tables of `request` with committed changes the source still holds for the reader, each
-   * with the position of its newest such transaction (the changes are looked at, not consumed). A table whose newest
-   * change is past the committed position has changes the mirror has not applied yet. Throws when it cannot tell
-   * (a reader is connected). Absent: the source cannot tell, and its mirrors are not verified.
+   * `tidemark verify`: the tables of `request` with committed changes the source still holds for the reader past
+   * `after` (the mirror's committed position; a slot starts no earlier), each with the position of its newest such
+   * transaction (the changes are looked at, not consumed). A table whose newest change is past the committed position
+   * has changes the mirror has not applied yet. Throws when it cannot tell (a reader holds the slot, the log past
+   * `after` is gone). Absent: the source cannot tell, and its mirrors are not verified.
    */
-  pendingChanges?(request: ChangeLogRequest): Promise<ReadonlyMap<string, string>>;
+  pendingChanges?(request: ChangeLogRequest, after: string): Promise<ReadonlyMap<string, string>>;
   /** Removes what `setup` created (slot, publication); returns what it removed, one line each. */
   drop(request: ChangeLogRequest): Promise<readonly string[]>;
 }

@@ -281,7 +281,7 @@ async function pendingChange(ends: OpenEnds, pipeline: string, target: VerifyTar
   const { position, table } = target.log!;
   let pending: ReadonlyMap<string, string>;
   try {
-    pending = await log.pendingChanges!({ pipeline, tables: [{ stream: target.stream.name, table, primaryKey: target.shape.key.map((k) => k.name) }] });
+    pending = await log.pendingChanges!({ pipeline, tables: [{ stream: target.stream.name, table, primaryKey: target.shape.key.map((k) => k.name) }] }, position);
   } catch (error) {
     return `pending changes unknown: the log cannot be looked at now (${(error as Error).message.split('\n')[0]})`;
   }

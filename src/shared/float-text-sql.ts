@@ -9,7 +9,7 @@
  *   replaced by the shorter halfway point when one reads back as the double.
  * - DuckDB prints a few powers of two wrongly (2^81 as 4.835703278458517e+24, one with a digit `A`): a text that does
  *   not read back as the same double is replaced by the shortest exactly rounded `printf` text that does.
- * Named sub-results are bound once (a subquery on Postgres, a list comprehension on DuckDB) so the SQL stays small.
+ * On DuckDB named sub-results are bound once by a list comprehension; Postgres spells them inline (no subquery).
  */
 import type { VerifyEngine } from '../core/connector.js';
 
@@ -53,30 +53,33 @@ function jsLayout(sql: Dialect, d: string, e: string): string {
 const HALFWAY_FROM = '18014398509481984';
 
 function postgresFloatText(x: string): string {
-  // Postgres' text u = s × 10^(e - len(s) + 1) is the shortest strictly between the double's halfway points. A shorter
-  // text on a halfway point (read back as the double when its mantissa is even) is one step of len(s) - 1 digits
-  // from u, the grid being coarser than an ulp: so it is u's floor or ceiling at len(s) - 1 digits, if one reads back.
-  const step = `'e' || (e - length(s) + 2)`;
-  // Only from 2^54 up is a halfway point an integer with trailing zeros, so shorter; a ceiling past the largest double
-  // is none (and would not parse).
-  const floorOk = `a >= ${HALFWAY_FROM} AND length(s) > 1 AND (left(s, -1) || ${step})::float8 = a`;
-  const ceilOk = `a >= ${HALFWAY_FROM} AND length(s) > 1 AND (c || ${step})::numeric <= 1.7976931348623157e308 AND (c || ${step})::float8 = a`;
-  const digits = `rtrim(CASE WHEN fo THEN left(s, -1) WHEN co THEN c ELSE s END, '0')`;
-  // A ceiling carried into one more digit (99 → 100) moves the exponent up.
-  const exponent = `e + CASE WHEN NOT fo AND co AND length(c) >= length(s) THEN 1 ELSE 0 END`;
-  const u = `abs(${x})::text`;
+  // Postgres' text u = s × 10^e is the shortest strictly between the double's halfway points. A shorter text on a
+  // halfway point (read back as the double when its mantissa is even) is one step of len(s) - 1 digits from u, the grid
+  // being coarser than an ulp: so it is u's floor or ceiling at len(s) - 1 digits, if one reads back. Only from 2^54 up
+  // is a halfway point an integer with trailing zeros, so shorter; a ceiling past the largest double is none (and would
+  // not parse). Everything is spelled inline, without subqueries: a subquery per row keeps Postgres from scanning in
+  // parallel, and this branch only runs for the rare values outside the positional range.
+  const a = `abs(${x})`;
+  const u = `${a}::text`;
   const s = `replace(split_part(${u}, 'e', 1), '.', '')`;
-  const rewritten =
-    `(SELECT ${jsLayout(STANDARD, 'd', 'e')} FROM (SELECT ${digits} AS d, ${exponent} AS e FROM ` +
-    `(SELECT s, e, c, ${floorOk} AS fo, ${ceilOk} AS co FROM ` +
-    `(SELECT abs(${x}) AS a, ${s} AS s, split_part(${u}, 'e', 2)::int AS e, ` +
-    `CASE WHEN abs(${x}) >= ${HALFWAY_FROM} AND length(${s}) > 1 THEN (left(${s}, -1)::numeric + 1)::text END AS c OFFSET 0) tm_s ` +
-    `OFFSET 0) tm_ok) tm_de)`;
+  // The floor at len(s) - 1 digits, and the step to the ceiling.
+  const power = `split_part(${u}, 'e', 2)::int - length(${s}) + 2`;
+  const floor = `trunc(${u}::numeric, -(${power}))`;
+  const ceiling = `(${floor} + ('1e' || (${power}))::numeric)`;
+  const halfway = `${a} >= ${HALFWAY_FROM} AND length(${s}) > 1`;
+  const shortest =
+    `CASE WHEN ${halfway} AND ${floor}::float8 = ${a} THEN ${floor} ` +
+    `WHEN ${halfway} AND ${ceiling} <= 1.7976931348623157e308 AND ${ceiling}::float8 = ${a} THEN ${ceiling} ELSE ${u}::numeric END`;
+  // A numeric prints positionally; below 1e21 JavaScript's layout too, above it `d.ddde+x` (to_char pads the digits).
+  const layout = `to_char(${shortest}, CASE WHEN ${a} < 1e21 THEN 'FM999999999999999999999.9' ELSE '9.9999999999999999EEEE' END)`;
+  // (No `?` in these patterns: the verify SQL's `?` are its placeholders.)
+  const large = `rtrim(btrim(regexp_replace(${layout}, '[.]*0*e', 'e')), '.')`;
+  const tiny = `CASE WHEN ${a} >= 1e-6 THEN ${u}::numeric::text ELSE regexp_replace(${u}, 'e-0*', 'e-') END`;
   // Postgres prints 1e-4 ≤ |x| < 1e15, zero, NaN and the infinities as JavaScript does (extra_float_digits ≥ 1); the
   // rest in exponent form (`1.5e-07`, `1e+23`).
   return (
-    `CASE WHEN ${x} IS NULL THEN NULL WHEN ${x} = 0 OR ${x} IN ('NaN', 'Infinity', '-Infinity') OR abs(${x}) >= 1e-4 AND abs(${x}) < 1e15 THEN ${x}::text ` +
-    `ELSE (CASE WHEN ${x} < 0 THEN '-' ELSE '' END) || ${rewritten} END`
+    `CASE WHEN ${a} >= 1e-4 AND ${a} < 1e15 OR ${x} = 0 OR ${x} IN ('NaN', 'Infinity', '-Infinity') THEN ${x}::text WHEN ${x} IS NULL THEN NULL ` +
+    `ELSE (CASE WHEN ${x} < 0 THEN '-' ELSE '' END) || CASE WHEN ${a} < 1e-4 THEN ${tiny} ELSE ${large} END END`
   );
 }
 
@@ -89,8 +92,10 @@ function duckdbFloatText(x: string): string {
   const layout = jsLayout(STANDARD, `rtrim(replace(split_part(tm_u, 'e', 1), '.', ''), '0')`, `CAST(split_part(tm_u, 'e', 2) AS INTEGER)`);
   // DuckDB prints 1e-4 ≤ |x| < 1e16 positionally, JavaScript's text but for a trailing `.0`; beyond JavaScript's
   // positional range its exponent form only has a padded exponent (`1e-07`); between, the digits are laid out again.
+  // The common case first, and without a regular expression: an integral value prints as the integer it is.
   return (
-    `CASE WHEN ${x} IS NULL THEN NULL WHEN isnan(${x}) THEN 'NaN' WHEN isinf(${x}) THEN CASE WHEN ${x} > 0 THEN 'Infinity' ELSE '-Infinity' END ` +
+    `CASE WHEN abs(${x}) >= 1e-4 AND abs(${x}) < 1e15 THEN CASE WHEN ${x} = trunc(${x}) THEN CAST(CAST(${x} AS BIGINT) AS VARCHAR) ELSE ${t} END ` +
+    `WHEN ${x} IS NULL THEN NULL WHEN isnan(${x}) THEN 'NaN' WHEN isinf(${x}) THEN CASE WHEN ${x} > 0 THEN 'Infinity' ELSE '-Infinity' END ` +
     `WHEN ${x} = 0 THEN CASE WHEN ${t} LIKE '-%' THEN '-0' ELSE '0' END ` +
     `WHEN ${t} NOT LIKE '%e%' THEN regexp_replace(${t}, '[.]0$', '') ` +
     `WHEN (abs(${x}) >= 1e21 OR abs(${x}) < 1e-6) AND ${readsBack} THEN regexp_replace(${t}, 'e([-+])0+', 'e\\1') ` +

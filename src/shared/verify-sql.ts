@@ -142,6 +142,86 @@ export function digestSql(engine: VerifyEngine, relation: string, rowText: strin
   );
 }
 
+/** Kinds whose canonical text may be `N`: their values carry a `v` mark, so that NULL (`N`) differs from every value. */
+const FREE_TEXT: ReadonlySet<ColumnKind> = new Set(['text', 'json', 'interval']);
+
+/**
+ * The text of a row that `tidemark verify` checksums: each column's canonical text (`v` + the text for free text), `N`
+ * for NULL, joined by the separator in one call where the engine has one (a chain of `||` copies the row per column).
+ */
+function checksumTextSql(engine: VerifyEngine, columns: readonly VerifyColumn[]): string {
+  const parts = columns.map((c) => {
+    const text = canonicalSql(engine, c);
+    return `COALESCE(${FREE_TEXT.has(c.kind) ? concat(engine, [`'v'`, text]) : text}, 'N')`;
+  });
+  const sep = separator(engine);
+  switch (engine) {
+    case 'postgres':
+      return `concat_ws(${sep}, ${parts.join(', ')})`;
+    case 'mysql':
+      return `CONCAT_WS(${sep}, ${parts.join(', ')})`;
+    case 'duckdb':
+      return `concat(${parts.join(`, ${sep}, `)})`;
+    case 'sqlite':
+      return parts.join(` || ${sep} || `);
+  }
+}
+
+/** The first 64 bits of a row's md5 (`m`, hex) as sums can add them: one unsigned or signed 64-bit number, or two halves. */
+function md5Numbers(engine: VerifyEngine): readonly string[] {
+  switch (engine) {
+    case 'postgres': return [`('x' || substr(m, 1, 16))::bit(64)::bigint`];
+    case 'mysql': return [`CAST(CONV(SUBSTR(m, 1, 16), 16, 10) AS UNSIGNED)`];
+    case 'duckdb': return [`CAST('0x' || substr(m, 1, 16) AS UBIGINT)`];
+    // SQLite's SUM of 64-bit numbers overflows: two 32-bit halves, whose sums fit.
+    case 'sqlite': return [hex32Sql(engine, 'substr(m, 1, 8)'), hex32Sql(engine, 'substr(m, 9, 8)')];
+  }
+}
+
+/**
+ * `tidemark verify`'s checksums of the rows `where` selects, per bucket (`bucket`: an SQL expression numbering the
+ * bucket of a row), in one scan: each bucket's number, row count and the sums of its rows' md5 numbers (see
+ * `bucketDigest`). Free of subqueries per row, so Postgres may scan in parallel.
+ */
+export function bucketDigestSql(engine: VerifyEngine, relation: string, columns: readonly VerifyColumn[], where: string, bucket: string): string {
+  const sums = md5Numbers(engine).map((n, i) => `${asText(engine, `SUM(${n})`)} AS tm_sum${i}`);
+  return (
+    `SELECT ${asText(engine, 'tm_b')} AS tm_b, ${asText(engine, 'COUNT(*)')} AS tm_rows, ${sums.join(', ')} FROM ` +
+    `(SELECT ${bucket} AS tm_b, ${md5Sql(engine, checksumTextSql(engine, columns))} AS m FROM ${relation} WHERE ${where}) tm_rows GROUP BY tm_b`
+  );
+}
+
+export interface BucketDigest {
+  readonly bucket: number;
+  readonly rows: number;
+  /** The sum of the rows' md5 numbers modulo 2^64: the same on every engine, whichever way it added them. */
+  readonly sum: bigint;
+}
+
+/** A row of `bucketDigestSql`. */
+export function bucketDigest(row: readonly (string | null)[]): BucketDigest {
+  const sums = row.slice(2).map((v) => BigInt(v ?? '0'));
+  const sum = sums.length === 2 ? (sums[0]! << 32n) + sums[1]! : sums[0]!;
+  return { bucket: Number(row[0]), rows: Number(row[1]), sum: BigInt.asUintN(64, sum) };
+}
+
+/**
+ * An SQL expression numbering the bucket of a row's key: bucket i holds the keys above `points[i - 1]` up to
+ * `points[i]` (the first: up to `points[0]`, the last: above the last point). A tree of comparisons, so a row costs
+ * log2(buckets) key tests.
+ */
+export function bucketSql(engine: VerifyEngine, key: readonly VerifyColumn[], points: readonly (readonly string[])[]): BoundSql {
+  const node = (low: number, high: number): BoundSql => {
+    if (low === high) return { sql: String(low), params: [] };
+    const middle = (low + high) >> 1;
+    const test = keysetSql(engine, key, points[middle]!, '<=');
+    const below = node(low, middle);
+    const above = node(middle + 1, high);
+    return { sql: `CASE WHEN ${test.sql} THEN ${below.sql} ELSE ${above.sql} END`, params: [...test.params, ...below.params, ...above.params] };
+  };
+  return node(0, points.length);
+}
+
 /**
  * The count and checksum of the rows of `relation` whose `partitionColumn` is the one bound value, over `columns`:
  * what a partition's load stores in the ledger and `ledger verify` computes again.

@@ -190,6 +190,32 @@ export class MysqlChangeLog implements ChangeLogSource {
     return existingValues(columns, defaults, mariadb);
   }
 
+  /**
+   * The binlog from `after` to its end now, read by a reader of its own (a random replica id: a running reader keeps
+   * its connection): each table of `request` with a change or a statement there, with its newest transaction's position.
+   */
+  async pendingChanges(request: ChangeLogRequest, after: string): Promise<ReadonlyMap<string, string>> {
+    const tables = await this.resolve(request);
+    const byKey = new Map(tables.map((t) => [`${t.database}.${t.name}`, t.table]));
+    const until = await currentPosition(this.conn());
+    const { basename } = await logSettings(this.conn());
+    const { BinlogReader } = await import('./binlog-reader.js');
+    const { maxSkewMs: _skew, ...connection } = this.options;
+    const reader: BinlogReader = new BinlogReader({ connection, tables, from: after, until, basename });
+    const out = new Map<string, string>();
+    try {
+      for await (const txn of reader.transactions()) {
+        for (const touched of [...txn.changes, ...txn.statements]) {
+          const table = byKey.get(touched.table);
+          if (table !== undefined) out.set(table, txn.position);
+        }
+      }
+    } finally {
+      await reader.close();
+    }
+    return out;
+  }
+
   async acknowledge(_request: ChangeLogRequest, _position: string): Promise<void> {
     // Nothing to release: the server keeps its binlog for its own retention time, whoever has read it.
   }

@@ -522,7 +522,7 @@ export class PostgresChangeLog implements ChangeLogSource {
    * transaction: the slot's changes are peeked (not consumed; the slot does not move) through the SQL interface of
    * the same pgoutput plugin and publication the reader uses. A slot a reader holds cannot be peeked: that throws.
    */
-  async pendingChanges(request: ChangeLogRequest): Promise<ReadonlyMap<string, string>> {
+  async pendingChanges(request: ChangeLogRequest, _after: string): Promise<ReadonlyMap<string, string>> {
     const slot = slotName(request.pipeline);
     const byName = new Map(request.tables.map((t) => [normaliseTable(t.table), t.table]));
     const rows = await this.query<{ data: string }>(

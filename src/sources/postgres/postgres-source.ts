@@ -201,8 +201,10 @@ export class PostgresSource implements Source {
 
   /** `tidemark verify`: its queries on this source's connection (TimeZone UTC, every value as text). */
   async verifyAccess(): Promise<VerifyAccess> {
-    // The checksum queries are long expressions over whole tables: JIT-compiling them costs more than it saves.
-    await (await this.connection()).query('SET jit = off');
+    // The checksum queries are long expressions over whole tables: JIT-compiling them costs more than it saves. Their
+    // buckets are read from the key, so the planner expects a group per key and sorts the whole table to sum a few
+    // buckets: hashing them (and scanning in parallel) is what it should do. This connection runs verify queries only.
+    await (await this.connection()).query('SET jit = off; SET enable_sort = off');
     return {
       engine: 'postgres',
       relation: (table) => quoteQualified(table),

@@ -10,7 +10,7 @@ import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue } fr
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, describeServer, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
-import { DEFAULT_READ_TIMEOUT_MS, guardRead } from '../../shared/read-guard.js';
+import { DEFAULT_READ_TIMEOUT_MS, endOrDestroy, guardRead } from '../../shared/read-guard.js';
 import type { Socket } from 'node:net';
 import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
@@ -685,7 +685,8 @@ export class MysqlSource implements Source {
   async close(): Promise<void> {
     const conn = this.conn;
     this.conn = undefined;
-    await conn?.end().catch(() => undefined);
+    // mysql2's destroy() only half-closes a socket whose goodbye is pending: the socket itself is destroyed.
+    if (conn !== undefined) await endOrDestroy(() => conn.end(), () => streaming(conn).stream.destroy());
   }
 }
 

@@ -685,8 +685,12 @@ export class MysqlSource implements Source {
   async close(): Promise<void> {
     const conn = this.conn;
     this.conn = undefined;
-    // mysql2's destroy() only half-closes a socket whose goodbye is pending: the socket itself is destroyed.
-    if (conn !== undefined) await endOrDestroy(() => conn.end(), () => streaming(conn).stream.destroy());
+    if (conn === undefined) return;
+    // mysql2's end() resolves once its goodbye is written; the socket stays open until the server closes it, which a
+    // server behind a stalled network never does: the socket is destroyed then.
+    const socket = streaming(conn).stream;
+    const closed = new Promise<void>((resolve) => (socket.destroyed ? resolve() : socket.once('close', () => resolve())));
+    await endOrDestroy(() => conn.end().then(() => closed), () => socket.destroy());
   }
 }
 

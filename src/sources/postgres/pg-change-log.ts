@@ -130,7 +130,9 @@ export class PostgresChangeLog implements ChangeLogSource {
     const unguard = guardRead(socket, {
       readTimeoutMs: this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS,
       server: this.server(),
-      waiting: () => driver._connecting === true || (driver._activeQuery !== null && driver._activeQuery !== undefined),
+      // A replication connection is watched while it streams: creating a slot waits, legitimately, for every
+      // transaction running then to end.
+      waiting: () => driver._connecting === true || (replication ? driver._activeQuery === this.stream : driver._activeQuery !== null && driver._activeQuery !== undefined),
       activity: () => (driver._connecting === true ? 'connecting' : replication ? 'reading the replication stream' : 'waiting for the answer to a query'),
       answersWhileWorking: replication,
     });

@@ -726,6 +726,15 @@ export interface Lease {
   release(): Promise<void>;
 }
 
+/** How a run ended, for `StateStore.settleRun`. */
+export interface RunEnd {
+  readonly runId: string;
+  readonly pipeline: string;
+  readonly outcome: 'failed' | 'stopped';
+  readonly finishedAt: string;
+  readonly error: string;
+}
+
 export interface SaveMeta {
   readonly runId: string | null;
   readonly reason: string;
@@ -741,6 +750,13 @@ export interface StateStore {
   closeInterruptedRuns(pipeline: string): Promise<void>;
   /** Records a failed run outside any data transaction. */
   recordFailure(run: RunRecord): Promise<void>;
+  /**
+   * The last word of a run whose session to the store may be gone (a server restarted around a commit): over a
+   * session of its own, its records still `running` get `end`, and nothing else is touched — the run may have lost
+   * its lease, and what another run wrote stands. Gives up after a bounded wait (the next run then settles them).
+   * Stores whose session cannot be lost apart from the process leave it out.
+   */
+  settleRun?(end: RunEnd): Promise<void>;
   /** The newest `limit` rejects of a pipeline (of one stream when given), newest first. */
   rejects(pipeline: string, limit: number, stream?: string): Promise<readonly RejectRecord[]>;
   close(): Promise<void>;

@@ -4,7 +4,7 @@
  * Every commit carries data and state together; a failure leaves state and data as after the last commit.
  */
 import { hostname } from 'node:os';
-import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, type Source } from '../core/connector.js';
+import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, type Source, type StateStore } from '../core/connector.js';
 import { ConfigError, ConflictError, TidemarkError, errorFields, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { newRunId } from '../core/ids.js';
@@ -106,7 +106,12 @@ async function observedRun(pipeline: PipelineConfig, runId: string, observer: Ru
         leases.pipeline = await aboveFence(provider, leases.pipeline, destination, pipeline.lockTtlMs);
         await cutOffOlderHolders(destination, leases.pipeline, logger);
       } else for (const [name, own] of leases.partitions) leases.partitions.set(name, await aboveFence(provider, own, destination, pipeline.lockTtlMs));
-      const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger, observer });
+      const results = await runStreams({ pipeline, runId, startedAt, streams, destination, source, lease: leases.pipeline, partitionLeases: leases.partitions, options, logger, observer }).catch(
+        async (error: unknown) => {
+          await settleRun(destination.state, { pipeline, runId, startedAt, options, logger }, destinationFileError(error, pipeline));
+          throw error;
+        },
+      );
       return { pipeline: pipeline.name, runId, startedAt, finishedAt: finishedAt(startedAt), ok: results.every((r) => r.outcome === 'committed'), streams: results };
     } finally {
       try {
@@ -473,7 +478,28 @@ async function recordFailure(ctx: RunContext, failed: StreamResult, outcome: 'fa
       worker: ctx.options.worker ?? `${hostname()}:${process.pid}`,
       error,
     })
-    .catch((e: unknown) => ctx.logger.log('warn', `could not record the failure of stream ${failed.stream}: ${errorMessage(e)}`));
+    .catch(async (e: unknown) => {
+      ctx.logger.log('warn', `could not record the failure of stream ${failed.stream}: ${errorMessage(e)}`);
+      // Its session to the store is gone: the run's end is recorded over a new one, where its records still say running.
+      await settleRun(ctx.destination.state, ctx, error ?? 'failed', outcome);
+    });
+}
+
+/**
+ * A run that ends by an error (a lost lease, a stop, a destination gone around a commit) may have left its records
+ * `running`, its session to the store lost: they are settled over a new session (see StateStore.settleRun).
+ */
+async function settleRun(
+  store: StateStore,
+  ctx: Pick<RunContext, 'pipeline' | 'runId' | 'startedAt' | 'options' | 'logger'>,
+  failure: unknown,
+  outcome: 'failed' | 'stopped' = ctx.options.signal?.aborted ? 'stopped' : 'failed',
+): Promise<void> {
+  if (store.settleRun === undefined) return;
+  const error = typeof failure === 'string' ? failure : outcome === 'stopped' && ctx.options.signal ? stopReason(ctx.options.signal) : errorMessage(failure);
+  await store
+    .settleRun({ runId: ctx.runId, pipeline: ctx.pipeline.name, outcome, finishedAt: finishedAt(ctx.startedAt), error })
+    .catch((e: unknown) => ctx.logger.log('warn', `pipeline ${ctx.pipeline.name}: could not record the end of run ${ctx.runId}; the next run records it as interrupted: ${errorMessage(e)}`));
 }
 
 function stopReason(signal: AbortSignal): string {

@@ -318,6 +318,7 @@ class MirroredDestination implements Destination {
       runs: (p, limit) => records.runs(p, limit),
       closeInterruptedRuns: (p) => records.closeInterruptedRuns(p),
       recordFailure: (r) => records.recordFailure(r),
+      ...(records.settleRun !== undefined ? { settleRun: records.settleRun.bind(records) } : {}),
       rejects: (p, limit, stream) => records.rejects(p, limit, stream),
       close: () => records.close(),
     };

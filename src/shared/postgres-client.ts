@@ -88,10 +88,13 @@ function closingQuote(sql: string, start: number, quote: string): number {
 
 export type PgParam = string | number | bigint | boolean | null | Uint8Array;
 
-/** Opens one session: UTC, lossless parsing, a name in pg_stat_activity. Errors never carry the URL's password. */
-export async function connectPostgres(url: string, applicationName = 'tidemark'): Promise<pg.Client> {
+/**
+ * Opens one session: UTC, lossless parsing, a name in pg_stat_activity. Errors never carry the URL's password.
+ * `bounds`: the driver's own limits on connecting and on each statement, for a session that must not wait long.
+ */
+export async function connectPostgres(url: string, applicationName = 'tidemark', bounds: Pick<pg.ClientConfig, 'connectionTimeoutMillis' | 'query_timeout'> = {}): Promise<pg.Client> {
   registerUrlSecrets(url);
-  const client = new (loadPg().Client)({ connectionString: url, types: rawTypes, application_name: applicationName, keepAlive: true });
+  const client = new (loadPg().Client)({ connectionString: url, types: rawTypes, application_name: applicationName, keepAlive: true, ...bounds });
   // A dropped connection is reported by the next statement; an unhandled 'error' event would crash the process.
   client.on('error', () => undefined);
   try {

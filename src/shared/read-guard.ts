@@ -31,6 +31,11 @@ export interface ReadGuardOptions {
    * (that connection stalls too) ends the stalled one.
    */
   readonly alive?: () => Promise<boolean>;
+  /**
+   * A connection whose server answers at least every so often while it works (a change log's keepalives) has no
+   * slow query to point at: its stall message gives no advice.
+   */
+  readonly answersWhileWorking?: boolean;
 }
 
 /**
@@ -45,7 +50,7 @@ export function guardRead(socket: Socket | undefined, options: ReadGuardOptions)
   let probing = false;
   const stalled = (): void => {
     const activity = options.activity?.() ?? 'reading';
-    const hint = alive === undefined ? '; a query the server computes longer before its first row, such as a sort of a large table without an index, needs a larger read_timeout' : '';
+    const hint = alive === undefined && options.answersWhileWorking !== true ? '; a query the server computes longer before its first row, such as a sort of a large table without an index, needs a larger read_timeout' : '';
     socket.destroy(new ReadStalledError(`no data from ${server} for ${formatSeconds(readTimeoutMs)} while ${activity} (read_timeout${hint})`));
   };
   const check = (): void => {
@@ -83,6 +88,22 @@ export function guardRead(socket: Socket | undefined, options: ReadGuardOptions)
     if (timer !== undefined) clearInterval(timer);
     signal?.removeEventListener('abort', onAbort);
   };
+}
+
+/**
+ * Ends a connection politely (`end`), or by `destroy` when the server has not answered the goodbye within `ms`: a
+ * connection over a stalled network never hears it answered.
+ */
+export async function endOrDestroy(end: () => Promise<unknown>, destroy: () => void, ms = 1000): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<void>((resolve) => {
+    timer = setTimeout(() => {
+      destroy();
+      resolve();
+    }, ms);
+  });
+  await Promise.race([end().catch(() => undefined), late]);
+  clearTimeout(timer);
 }
 
 /** `promise`, or a rejection after `ms`: a probe over a stalled network must not wait forever either. */

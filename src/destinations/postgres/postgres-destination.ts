@@ -182,6 +182,29 @@ class PostgresExecutor implements SqlExecutor {
     throw new DestinationError(`lost the connection to ${describeUrl(this.url)} and could not reconnect`, { cause: lastError, retryable: true });
   }
 
+  /**
+   * A session of its own, tried until `boundMs` has passed (a restarting server refuses connections for a while), each
+   * connect and statement bounded by what is left of it.
+   */
+  async detached(boundMs: number): Promise<SqlExecutor & { close(): Promise<void> }> {
+    const deadline = performance.now() + boundMs;
+    for (;;) {
+      const left = Math.floor(deadline - performance.now());
+      try {
+        const client = await connectPostgres(this.url, 'tidemark-settle', { connectionTimeoutMillis: Math.max(left, 1), query_timeout: Math.max(left, 1) });
+        await this.prepare(client).catch(async (error: unknown) => {
+          await client.end().catch(() => undefined);
+          throw error;
+        });
+        const own = new PostgresExecutor(client, this.url, this.schema, this.lockTimeoutMs);
+        return Object.assign(own, { close: () => own.end() });
+      } catch (error) {
+        if (performance.now() + 250 >= deadline) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+    }
+  }
+
   async copyIn(sql: string, lines: AsyncIterable<string> | Iterable<string>): Promise<void> {
     await this.ready();
     const stream = this.client.query(copyStreams.from(sql));

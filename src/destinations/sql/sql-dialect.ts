@@ -17,6 +17,11 @@ export interface SqlExecutor {
    * the staging table are gone afterwards; an open transaction was rolled back or committed — unknown which.
    */
   reconnect?(): Promise<void>;
+  /**
+   * A session of its own, opened within `boundMs` or not at all (a networked destination): the last word of a run
+   * whose session was lost. The caller closes it.
+   */
+  detached?(boundMs: number): Promise<SqlExecutor & { close(): Promise<void> }>;
 }
 
 /** A column whose value is the same in every row of a batch: bound once per statement instead of once per row. */

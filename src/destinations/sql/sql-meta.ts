@@ -4,7 +4,7 @@
  */
 import type { LedgerEntry, PartitionChecksum, PartitionFailure, PartitionFile, PipelineState, PipelineStateVersion, Reject, RejectRecord, RunRecord } from '../../core/types.js';
 import { ConflictError, LeaseLostError, StateError } from '../../core/errors.js';
-import { partitionLeaseName, type LedgerMark, type LedgerStore, type SaveMeta, type StateStore } from '../../core/connector.js';
+import { partitionLeaseName, type LedgerMark, type LedgerStore, type RunEnd, type SaveMeta, type StateStore } from '../../core/connector.js';
 import { quoteIdent } from '../../shared/sql.js';
 import type { SqlDialect, SqlExecutor, SqlParam, SqlRow } from './sql-dialect.js';
 
@@ -54,8 +54,8 @@ export class SqlMeta {
     return this.seen;
   }
 
-  private async tableExists(name: string): Promise<boolean> {
-    return this.dialect.tableExists ? this.dialect.tableExists(this.exec, name) : (await this.dialect.tableColumns(this.exec, name)) !== undefined;
+  private async tableExists(name: string, exec = this.exec): Promise<boolean> {
+    return this.dialect.tableExists ? this.dialect.tableExists(exec, name) : (await this.dialect.tableColumns(exec, name)) !== undefined;
   }
 
   /**
@@ -425,6 +425,18 @@ export class SqlMeta {
       [pipeline],
     );
   }
+
+  /** `end` on run `end.runId`'s records still `running`, through `exec` (a session of that run's own). */
+  async settleRun(exec: SqlExecutor, end: RunEnd): Promise<void> {
+    if (!(await this.tableExists(META_TABLES.runs, exec))) return;
+    await exec.run(`UPDATE ${this.t('runs')} SET outcome = ?, finished_at = ?, error = ? WHERE run_id = ? AND pipeline = ? AND outcome = 'running'`, [
+      end.outcome,
+      end.finishedAt,
+      end.error,
+      end.runId,
+      end.pipeline,
+    ]);
+  }
 }
 
 function toRunRecord(r: SqlRow): RunRecord {
@@ -471,6 +483,12 @@ export function parseState(json: string, pipeline: string): PipelineState {
   }
 }
 
+/**
+ * How long a run whose destination session was lost tries to record its end over a new one: a restarted server is
+ * back within it; one down for longer leaves the record to the next run.
+ */
+const SETTLE_BOUND_MS = 15_000;
+
 /** The in-destination state store: the same tables the load transactions commit into. */
 export class SqlStateStore implements StateStore {
   constructor(
@@ -515,6 +533,17 @@ export class SqlStateStore implements StateStore {
   async recordFailure(run: RunRecord): Promise<void> {
     await this.meta.ensure();
     await this.meta.writeRun(run);
+  }
+
+  /** Over a session of its own (see StateStore.settleRun); a destination whose session lives in the process has none. */
+  async settleRun(end: RunEnd): Promise<void> {
+    if (this.exec.detached === undefined) return;
+    const own = await this.exec.detached(SETTLE_BOUND_MS);
+    try {
+      await this.meta.settleRun(own, end);
+    } finally {
+      await own.close();
+    }
   }
 
   close(): Promise<void> {

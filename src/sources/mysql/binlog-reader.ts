@@ -11,7 +11,9 @@
  */
 import { SourceError } from '../../core/errors.js';
 import { formatMicros } from '../../core/values.js';
-import type { ServerSourceOptions } from '../server-source.js';
+import type { Socket } from 'node:net';
+import { DEFAULT_READ_TIMEOUT_MS, guardRead } from '../../shared/read-guard.js';
+import { describeServer, type ServerSourceOptions } from '../server-source.js';
 import { exactTextSettings } from './mysql-settings.js';
 import { comparePositions, fileNameOf, parsePosition, positionText } from './binlog-position.js';
 import { enumMembers, type RawBinlogValue } from './binlog-values.js';
@@ -98,6 +100,13 @@ interface TableMapLike {
 interface PausableConnection {
   pause(): void;
   resume(): void;
+  query(sql: string, callback: (error: Error | null) => void): void;
+}
+
+/** mysql2's connection under zongji's: its socket, and the command it runs (the binlog dump, a query). */
+interface GuardedConnection {
+  readonly stream: Socket;
+  readonly _command: unknown;
 }
 
 interface CallbackConnection {
@@ -197,9 +206,11 @@ export class BinlogReader {
     const ZongJi = (typeof loaded.default === 'function' ? loaded.default : (loaded.default as { default: unknown }).default) as new (settings: unknown) => unknown;
     const { url } = this.options.connection;
     // The decoder honours the exact-text settings like a mysql2 query does.
+    const readTimeoutMs = this.options.connection.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS;
     const settings = {
       ...(url !== undefined ? { uri: url.replace(/^mariadb:/i, 'mysql:') } : {}),
       ...exactTextSettings(this.options.connection),
+      ...(readTimeoutMs > 0 ? { connectTimeout: readTimeoutMs } : {}),
       timezone: 'Z',
     };
     await this.readStartColumns(settings);
@@ -214,6 +225,9 @@ export class BinlogReader {
       let ready = false;
       zongji.on('ready', () => {
         ready = true;
+        // Queued before the dump that follows 'ready': the server then sends a heartbeat whenever it has sent
+        // nothing for a third of read_timeout, so an idle log never looks like a dead link.
+        if (readTimeoutMs > 0) zongji.connection?.query(`SET @master_heartbeat_period = ${heartbeatNanos(readTimeoutMs)}`, () => undefined);
         this.gateConnection(zongji);
         resolve();
       });
@@ -239,7 +253,34 @@ export class BinlogReader {
         position: offset,
         includeSchema,
       });
+      // start() opened the connections.
+      this.guard(zongji, readTimeoutMs);
     });
+  }
+
+  /**
+   * Stall detectors on both of the decoder's connections (see shared/read-guard.ts): the binlog dump always waits for
+   * the server, which sends at least a heartbeat every third of read_timeout; the control connection waits while a
+   * query of it runs (a table's columns). Silence for read_timeout is a dead link: the socket is ended, the decoder
+   * fails, and so does the read.
+   */
+  private guard(zongji: ZongJiLike, readTimeoutMs: number): void {
+    const server = describeServer('MySQL/MariaDB', this.options.connection, 3306);
+    for (const [connection, activity] of [
+      [zongji.connection, 'reading the binlog'],
+      [zongji.ctrlConnection, 'waiting for the answer to a query'],
+    ] as const) {
+      const driver = connection as unknown as GuardedConnection | null;
+      if (driver === null) continue;
+      const unguard = guardRead(driver.stream, {
+        readTimeoutMs,
+        server,
+        waiting: () => driver._command !== null && driver._command !== undefined,
+        activity: () => activity,
+        answersWhileWorking: connection === zongji.connection,
+      });
+      driver.stream.once('close', unguard);
+    }
   }
 
   /**
@@ -489,6 +530,11 @@ function allNames(text: string, defaultDatabase: string, renames: boolean): stri
   const list = text.replace(/\s+(RESTRICT|CASCADE)\s*$/i, '');
   if (!renames) return namesIn(list, defaultDatabase);
   return list.split(',').map((pair) => firstName(pair.split(/\s+TO\s+/i)[0] ?? '', defaultDatabase)).filter((n): n is string => n !== undefined);
+}
+
+/** The binlog heartbeat period for a read_timeout, in the nanoseconds `@master_heartbeat_period` takes. */
+function heartbeatNanos(readTimeoutMs: number): bigint {
+  return BigInt(Math.max(1, Math.floor(readTimeoutMs / 3))) * 1_000_000n;
 }
 
 /** A replica id no real replica is likely to have: the server drops an older connection that shares one. */

@@ -10,7 +10,7 @@ import type { Column, ColumnType, Row, StreamSchema, TypedValue } from '../../co
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, describeServer, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
-import { DEFAULT_READ_TIMEOUT_MS, guardRead } from '../../shared/read-guard.js';
+import { DEFAULT_READ_TIMEOUT_MS, endOrDestroy, guardRead } from '../../shared/read-guard.js';
 import type { Socket } from 'node:net';
 import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
@@ -36,6 +36,8 @@ const MARGIN = `INTERVAL ${MARGIN_MICROS} MICROSECOND`;
  */
 const STALE_WAIT_MS = [120, 320] as const;
 const STALE_TRIES = 3;
+/** The states of a server thread blocked writing rows to its client (MariaDB, MySQL 5.7, MySQL 8): not computing. */
+const SENDING_STATES = `'Writing to net', 'Sending to client'`;
 
 /** The server's clock and what innodb_trx and the processlist said; `fresh`: innodb_trx listed this source's probe. */
 interface OpenOnServer {
@@ -80,6 +82,8 @@ interface StreamingConnection {
   once(event: 'error', listener: (error: Error) => void): unknown;
   off(event: 'error', listener: (error: Error) => void): unknown;
   readonly stream: Socket;
+  /** The server's id of this connection's thread (the processlist's ID). */
+  readonly threadId: number | null;
   /** The statement running on the connection, if any. */
   readonly _command: unknown;
 }
@@ -241,7 +245,11 @@ export class MysqlSource implements Source {
     return this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS;
   }
 
-  /** The stall detector of a connection, for its whole life (see shared/read-guard.ts). */
+  /**
+   * The stall detector of a connection, for its whole life (see shared/read-guard.ts). When it fires, the server is
+   * asked over a fresh connection whether the statement is still being computed (a slow view, a sort before its first
+   * row): then the wait goes on, otherwise the network is taken for stalled.
+   */
   private guardConnection(conn: mysql.Connection): () => void {
     const connection = streaming(conn);
     return guardRead(connection.stream, {
@@ -249,7 +257,32 @@ export class MysqlSource implements Source {
       server: this.server(),
       waiting: () => connection._command !== null && connection._command !== undefined,
       activity: () => (this.reading > 0 ? 'reading' : 'waiting for the answer to a query'),
+      alive: () => this.computing(connection.threadId),
     });
+  }
+
+  /**
+   * Whether the server thread `id` runs a statement (a query, or an execution of a prepared one, as reads are) and is not
+   * merely blocked sending rows nobody receives: asked over
+   * a connection of its own, which a stalled network stalls too (the probe then fails, and the read with it).
+   */
+  private async computing(id: number | null | undefined): Promise<boolean> {
+    if (id === null || id === undefined) return false;
+    const bound = this.readTimeoutMs();
+    const { url } = this.options;
+    const settings = { ...exactTextSettings(this.options), connectTimeout: bound };
+    const probe = url !== undefined ? await mysql.createConnection({ uri: url, ...settings }) : await mysql.createConnection(settings);
+    try {
+      const [rows] = await probe.query<mysql.RowDataPacket[]>({
+        sql: `SELECT count(*) AS working FROM information_schema.PROCESSLIST WHERE ID = ? AND COMMAND IN ('Query', 'Execute') AND COALESCE(STATE, '') NOT IN (${SENDING_STATES})`,
+        values: [id],
+        timeout: bound,
+      });
+      return Number(rows[0]?.working) > 0;
+    } finally {
+      // A probe over a stalled network never hears its goodbye answered.
+      probe.destroy();
+    }
   }
 
   /** A read's own bounds on `conn`: a stop signal ends a read stuck in the driver (the connection's guard times it). */
@@ -645,7 +678,12 @@ export class MysqlSource implements Source {
   async close(): Promise<void> {
     const conn = this.conn;
     this.conn = undefined;
-    await conn?.end().catch(() => undefined);
+    if (conn === undefined) return;
+    // mysql2's end() resolves once its goodbye is written; the socket stays open until the server closes it, which a
+    // server behind a stalled network never does: the socket is destroyed then.
+    const socket = streaming(conn).stream;
+    const closed = new Promise<void>((resolve) => (socket.destroyed ? resolve() : socket.once('close', () => resolve())));
+    await endOrDestroy(() => conn.end().then(() => closed), () => socket.destroy());
   }
 }
 

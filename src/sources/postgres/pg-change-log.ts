@@ -6,6 +6,7 @@
  * confirmed position moves only when the engine acknowledges a committed position (a standby status update).
  */
 import { createHash } from 'node:crypto';
+import type { Socket } from 'node:net';
 import { Duplex } from 'node:stream';
 import { createRequire } from 'node:module';
 import type pg from 'pg';
@@ -26,6 +27,7 @@ import { ConfigError, SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row } from '../../core/types.js';
 import { coerceValue } from '../../core/values.js';
 import { loadPg } from '../../shared/pg-driver.js';
+import { DEFAULT_READ_TIMEOUT_MS, endOrDestroy, guardRead } from '../../shared/read-guard.js';
 import { quoteIdent, quoteQualified } from '../../shared/sql.js';
 import { describeServer, type ServerSourceOptions } from '../server-source.js';
 import { pgClientConfig } from './pg-client-config.js';
@@ -108,6 +110,7 @@ export class PostgresChangeLog implements ChangeLogSource {
 
   private async connect(replication: boolean): Promise<pg.Client> {
     const client = new (loadPg().Client)(this.clientConfig(replication));
+    this.guard(client, replication);
     try {
       await client.connect();
     } catch (cause) {
@@ -116,6 +119,26 @@ export class PostgresChangeLog implements ChangeLogSource {
     }
     client.on('error', () => undefined);
     return client;
+  }
+
+  /**
+   * The stall detector of a connection, for its whole life (see shared/read-guard.ts): the handshake, every query of
+   * the admin session, and the replication stream, which always waits for the server. The walsender answers each
+   * status update that asks for a reply (see read), so an open stream silent for read_timeout is a dead link.
+   */
+  private guard(client: pg.Client, replication: boolean): void {
+    const driver = client as unknown as { _connecting?: boolean; _activeQuery: unknown };
+    const socket = socketOf(client);
+    const unguard = guardRead(socket, {
+      readTimeoutMs: this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS,
+      server: this.server(),
+      // A replication connection is watched while it streams: creating a slot waits, legitimately, for every
+      // transaction running then to end.
+      waiting: () => driver._connecting === true || (replication ? driver._activeQuery === this.stream : driver._activeQuery !== null && driver._activeQuery !== undefined),
+      activity: () => (driver._connecting === true ? 'connecting' : replication ? 'reading the replication stream' : 'waiting for the answer to a query'),
+      answersWhileWorking: replication,
+    });
+    socket.once('close', unguard);
   }
 
   /** The admin session, opened again when the last one was lost (a server restart, a cut connection). */
@@ -361,8 +384,11 @@ export class PostgresChangeLog implements ChangeLogSource {
     const until = read.until !== undefined ? positionLsn(read.until) : undefined;
     const after = positionLsn(read.after);
     // A run's end is its marker; meanwhile a status update every 100 ms (asking for a reply) keeps the walsender
-    // hearing the acknowledged position and answering.
-    const poke = until !== undefined ? setInterval(() => stream.write(statusUpdate(this.acked, true)), 100) : undefined;
+    // hearing the acknowledged position and answering. A follower asks a third of read_timeout apart: the walsender
+    // answers each with a keepalive, so an idle but healthy server is never silent for read_timeout.
+    const readTimeoutMs = this.options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS;
+    const pokeMs = until !== undefined ? 100 : readTimeoutMs > 0 ? Math.max(100, Math.floor(readTimeoutMs / 3)) : undefined;
+    const poke = pokeMs !== undefined ? setInterval(() => stream.write(statusUpdate(this.acked, true)), pokeMs) : undefined;
     // Following an idle table, nothing would ever be acknowledged and the slot would keep the WAL of everything
     // else: a marker every HEARTBEAT_MS comes back as an empty transaction whose position the engine commits.
     let heartbeat: bigint | undefined;
@@ -486,9 +512,7 @@ export class PostgresChangeLog implements ChangeLogSource {
       });
     }
     // A connection left mid-protocol never answers a Terminate: its socket is closed instead.
-    const ended = client.end().catch(() => undefined);
-    const timeout = new Promise((resolve) => setTimeout(resolve, 1000).unref());
-    if ((await Promise.race([ended.then(() => 'ended'), timeout])) !== 'ended') (client as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+    await endOrDestroy(() => client.end(), () => socketOf(client).destroy());
   }
 
   async acknowledge(request: ChangeLogRequest, position: string): Promise<void> {
@@ -653,8 +677,13 @@ export class PostgresChangeLog implements ChangeLogSource {
   async close(): Promise<void> {
     const admin = this.admin;
     this.admin = undefined;
-    if (admin) await admin.end().catch(() => undefined);
+    // Over a stalled network the goodbye is never answered.
+    if (admin) await endOrDestroy(() => admin.end(), () => socketOf(admin).destroy());
   }
+}
+
+function socketOf(client: pg.Client): Socket {
+  return (client as unknown as { connection: { stream: Socket } }).connection.stream;
 }
 
 /** `orders` → `public.orders`; `Sales.Orders` stays as written (the names pgoutput sends are the catalog's). */

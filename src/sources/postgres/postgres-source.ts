@@ -18,7 +18,7 @@ import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Wat
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, describeServer, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
-import { DEFAULT_READ_TIMEOUT_MS, guardRead } from '../../shared/read-guard.js';
+import { DEFAULT_READ_TIMEOUT_MS, endOrDestroy, guardRead } from '../../shared/read-guard.js';
 import type { Socket } from 'node:net';
 import { CopyTextParser } from './copy-text.js';
 import { bulkChunkOf, ChunkQueue, CsvChunker, type RowKey } from './csv-chunks.js';
@@ -177,10 +177,7 @@ export class PostgresSource implements Source {
       );
       return r.rows[0]?.working === true;
     } finally {
-      // A probe over a stalled network never hears its goodbye answered.
-      const gone = setTimeout(() => socket.destroy(), 1000);
-      await probe.end().catch(() => undefined);
-      clearTimeout(gone);
+      await endOrDestroy(() => probe.end(), () => socket.destroy());
     }
   }
 
@@ -728,9 +725,7 @@ export class PostgresSource implements Source {
     if (!client) return;
     // A stalled or half-dead connection may never answer the goodbye: its socket is destroyed after a moment.
     const socket = (client as unknown as { connection: { stream: Socket } }).connection.stream;
-    const gone = setTimeout(() => socket.destroy(), 2000);
-    await client.end().catch(() => undefined);
-    clearTimeout(gone);
+    await endOrDestroy(() => client.end(), () => socket.destroy(), 2000);
   }
 
   async close(): Promise<void> {

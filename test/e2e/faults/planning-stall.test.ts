@@ -154,21 +154,31 @@ describe.each(cases)('$engine source, network stalled on the $what query', ({ en
   }, 120_000);
 });
 
-describe('a Postgres query the server computes for longer than read_timeout', () => {
+/**
+ * A query whose every run waits 4 s on the server before its first row, per engine (MariaDB sleeps a derived table's
+ * SLEEP(2) twice, once while optimizing the statement; a subquery in WHERE would sleep once per row).
+ */
+const slowQueries: Record<Engine, string> = {
+  postgres: 'SELECT id, amount, updated_at FROM items WHERE (SELECT count(*) FROM pg_sleep(4)) = 1',
+  mariadb: 'SELECT i.id, i.amount, i.updated_at FROM items i JOIN (SELECT SLEEP(2) AS s) z ON z.s = 0',
+};
+
+describe.each(['postgres', 'mariadb'] as const)('a %s query the server computes for longer than read_timeout', (engine) => {
   it('is not taken for a stall: the probe sees the server working on it, and the run completes exactly', async () => {
-    const server = servers.get('postgres')!;
+    const server = servers.get(engine)!;
     await server.sql('DELETE FROM items');
-    await insert(server, 'postgres', 1, ROWS);
+    await insert(server, engine, 1, ROWS);
     const target = join(dir, 'w.duckdb');
+    const auth = engine === 'postgres' ? 'user: postgres' : 'user: root, password: ""';
     // The bound's query and the read each wait 4 s on the server before their first row: twice read_timeout.
     const config = await writeYaml(
       dir,
       'slow.yaml',
       `name: planstall
-source: {type: postgres, host: 127.0.0.1, port: 5432, user: postgres, database: ${server.name}, read_timeout: 2s}
+source: {type: ${engine}, host: 127.0.0.1, port: ${server.port}, ${auth}, database: ${server.name}, read_timeout: 2s}
 streams:
   - name: items
-    query: "SELECT id, amount, updated_at FROM items WHERE (SELECT count(*) FROM pg_sleep(4)) = 1"
+    query: "${slowQueries[engine]}"
     primary_key: [id]
     cursor: updated_at
     checkpoint_rows: 500
@@ -177,7 +187,7 @@ destination: {type: duckdb, path: ${JSON.stringify(target)}}
 `,
     );
     for (const bulk of [true, false]) {
-      if (!bulk) await insert(server, 'postgres', ROWS + 1, 2 * ROWS);
+      if (!bulk) await insert(server, engine, ROWS + 1, 2 * ROWS);
       const out = await cli(['run', '--json', config], { env: bulk ? {} : { TIDEMARK_BULK: '0' } });
       expect(out.code, out.stderr).toBe(0);
       const n = bulk ? ROWS : 2 * ROWS;

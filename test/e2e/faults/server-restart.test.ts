@@ -161,16 +161,22 @@ destination: {type: postgres, url: "postgres://postgres@127.0.0.1:${port}/${db}"
     expect(out.code, out.stderr).toBe(1);
     // The lease lived in the restarted server too: the run says it lost it, naming that server.
     expect(`${out.stdout}${out.stderr}`).toContain(`127.0.0.1:${port}/${db}`);
+    // Its record lived there as well: the run settled it over a fresh session before it exited, as failed with its
+    // error, and wrote nothing else (no next run has started yet).
+    const settled = JSON.parse((await cli(['runs', '--json', '--config', config])).stdout) as { outcome: string; error: string | null; rows_loaded: number }[];
+    expect(settled).toHaveLength(1);
+    expect(settled[0]).toMatchObject({ outcome: 'failed' });
+    expect(settled[0]!.error).toContain(`127.0.0.1:${port}/${db}`);
     // The lease is free: the next run starts at once (not exit 3) and completes the copy.
     const next = await cli(['run', '--json', config]);
     expect(next.code, next.stderr).toBe(0);
     expect(await clusterSql(db, `SELECT count(*)::text AS n, count(DISTINCT id)::text AS d, sum(amount)::text AS s FROM mirror.items`)).toEqual([
       { n: String(ROWS), d: String(ROWS), s: (await source.sql(`SELECT sum(amount)::text AS s FROM items`))[0]!.s },
     ]);
-    // Its record lived in the restarted server as well: a run fenced off by its lost lease writes nothing more there,
-    // and the next run settles it as failed.
-    const runs = JSON.parse((await cli(['runs', '--json', '--config', config])).stdout) as { outcome: string }[];
+    // The next run found nothing left running to settle: the failed run's record and error are its own.
+    const runs = JSON.parse((await cli(['runs', '--json', '--config', config])).stdout) as { outcome: string; error: string | null }[];
     expect(runs.map((r) => r.outcome)).toEqual(['committed', 'failed']);
+    expect(runs[1]!.error).toBe(settled[0]!.error);
   }, 180_000);
 });
 

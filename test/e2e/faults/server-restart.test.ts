@@ -200,8 +200,10 @@ destination: {type: duckdb, path: ${JSON.stringify(target)}}
     const first = await cli(['run', config]);
     expect(first.code, first.stderr).toBe(0);
     // Changes in several transactions; the run pauses after applying the first, with its replication stream open.
+    // ~12 MB of log: more than the socket buffers hold, so the run still needs the server after its pause (with a few
+    // hundred KB it could receive the whole log before the restart and end with exit 0).
     for (let round = 1; round <= 4; round += 1) {
-      await sql(`UPDATE t SET note = 'u${round}', v = v || '.${round}' WHERE id % 4 = ${round % 4}`);
+      await sql(`UPDATE t SET note = 'u${round}' || repeat('x', 2000), v = v || '.${round}' WHERE id % 4 = ${round % 4}`);
       await sql(`DELETE FROM t WHERE id % 17 = ${round}`);
       await sql(`INSERT INTO t SELECT g, 'i${round}', 'new' FROM generate_series(${ROWS + round * 1000}, ${ROWS + round * 1000 + 799}) g`);
     }

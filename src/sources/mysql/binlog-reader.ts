@@ -12,7 +12,7 @@
 import { SourceError } from '../../core/errors.js';
 import { formatMicros } from '../../core/values.js';
 import type { Socket } from 'node:net';
-import { DEFAULT_READ_TIMEOUT_MS, guardRead } from '../../shared/read-guard.js';
+import { DEFAULT_READ_TIMEOUT_MS, endOrDestroy, guardRead } from '../../shared/read-guard.js';
 import { describeServer, type ServerSourceOptions } from '../server-source.js';
 import { exactTextSettings } from './mysql-settings.js';
 import { comparePositions, fileNameOf, parsePosition, positionText } from './binlog-position.js';
@@ -213,7 +213,7 @@ export class BinlogReader {
       ...(readTimeoutMs > 0 ? { connectTimeout: readTimeoutMs } : {}),
       timezone: 'Z',
     };
-    await this.readStartColumns(settings);
+    await this.readStartColumns(settings, readTimeoutMs);
     if (this.done) return;
     const zongji = new ZongJi(settings) as ZongJiLike;
     this.zongji = zongji;
@@ -320,9 +320,17 @@ export class BinlogReader {
    */
   private readonly startColumns = new Map<string, ColumnSchemaRow[]>();
 
-  private async readStartColumns(settings: Record<string, unknown>): Promise<void> {
+  private async readStartColumns(settings: Record<string, unknown>, readTimeoutMs: number): Promise<void> {
     const { default: mysql } = await import('mysql2/promise');
     const conn = await mysql.createConnection(settings);
+    // Its handshake is bounded by connectTimeout; its queries by the same stall detector as the decoder's connections.
+    const driver = (conn as unknown as { connection: GuardedConnection }).connection;
+    const unguard = guardRead(driver.stream, {
+      readTimeoutMs,
+      server: describeServer('MySQL/MariaDB', this.options.connection, 3306),
+      waiting: () => driver._command !== null && driver._command !== undefined,
+      activity: () => 'reading the columns of the tables the binlog read follows',
+    });
     try {
       for (const t of this.options.tables) {
         const [rows] = await conn.execute(TABLE_INFO, [t.database, t.name]);
@@ -330,7 +338,8 @@ export class BinlogReader {
         if (list.length) this.startColumns.set(`${t.database}.${t.name}`, withMembers(list));
       }
     } finally {
-      await conn.end().catch(() => undefined);
+      unguard();
+      await endOrDestroy(() => conn.end(), () => driver.stream.destroy());
     }
   }
 

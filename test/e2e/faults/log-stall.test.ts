@@ -125,6 +125,38 @@ describe.each(['postgres', 'mariadb'] as const)('a %s log read whose network sta
   }, 120_000);
 });
 
+describe('a MariaDB log read whose network stalls while it reads the columns of its tables', () => {
+  it('ends within its bound naming the server; the next run is exact', async () => {
+    source = await logSource('mariadb');
+    const target = join(dir, 'w.duckdb');
+    const direct = await writeYaml(dir, 'direct.yaml', pipeline('mariadb', 'logcolumns', source.port, target, '3s'));
+    const first = await cli(['run', '--json', direct]);
+    expect(first.code, first.stderr).toBe(0);
+    await churn(source, 'mariadb', 1);
+
+    proxy = await startTcpProxy({ host: '127.0.0.1', port: source.port });
+    // The columns query the binlog read starts with (its own connection, before the dump): held, never answered.
+    proxy.stallOn('COLUMN_COMMENT, COLUMN_TYPE');
+    const config = await writeYaml(dir, 'p.yaml', pipeline('mariadb', 'logcolumns', proxy.port, target, '3s'));
+    const running = startCli(['run', '--json', config]);
+    const killer = setTimeout(() => running.child.kill('SIGKILL'), BOUND_MS);
+    const out = await running.done;
+    clearTimeout(killer);
+    expect(proxy.stalledOn(), 'the columns query went through the proxy').toBeGreaterThan(0);
+    expect(out.signal, `ended by the stall detector, not by the test: ${out.stderr}`).toBeNull();
+    expect(out.code, out.stderr).toBe(1);
+    const stream = (JSON.parse(out.stdout) as { streams: { error_kind: string; error: string }[] }).streams[0]!;
+    expect(stream.error_kind, stream.error).toBe('source');
+    expect(stream.error).toContain(`no data from MySQL/MariaDB at 127.0.0.1:${proxy.port}/${source.name} for 3s`);
+    expect(leaseReleased(target, 'logcolumns')).toBe(true);
+
+    const next = await cli(['run', '--json', direct]);
+    expect(next.code, next.stderr).toBe(0);
+    const text = `SELECT CAST(id AS CHAR) AS id, v, CAST(amount AS CHAR) AS amount, note FROM t`;
+    expect(multiset(await duckdbQuery(target, `SELECT CAST(id AS VARCHAR) AS id, v, CAST(amount AS VARCHAR) AS amount, note FROM t`))).toEqual(multiset(await source.sql(text)));
+  }, 120_000);
+});
+
 describe.each(['postgres', 'mariadb'] as const)('a %s log follower of an idle table', (engine) => {
   it('a follower of a table that does not change is not taken for stalled: it follows past several read_timeouts', async () => {
     source = await logSource(engine);

@@ -254,6 +254,8 @@ describe('mysql strategy log, crashes and concurrent writers (duckdb)', () => {
       for (;;) {
         const got = await destinationRows('sqlite').catch(() => []);
         if (JSON.stringify(got) === JSON.stringify(expected)) break;
+        // A follower that ended has nothing more to apply: say why rather than wait for the test's timeout.
+        if (follow.child.exitCode !== null) expect.fail(`the follower ended (exit ${follow.child.exitCode}): ${JSON.stringify(follow.output())}`);
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
     } finally {

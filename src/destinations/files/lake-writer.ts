@@ -42,6 +42,17 @@ function copyOptions(format: FileFormat, compression: LakeCompression): string {
 export class LakeWriter {
   private stages = 0;
   private readonly tempDirs = new Set<string>();
+  /**
+   * Parallel range writers share this connection, and a DuckDB connection runs one statement at a time: one started
+   * while another's result is still pending fails it ("unsuccessful or closed pending query result").
+   */
+  private turn: Promise<unknown> = Promise.resolve();
+
+  private inTurn<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.turn.then(work, work);
+    this.turn = next.catch(() => undefined);
+    return next;
+  }
 
   private constructor(
     private readonly instance: DuckDBInstance,
@@ -72,21 +83,20 @@ export class LakeWriter {
     this.stages += 1;
     const name = `_stage_${this.stages}`;
     const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${stageType(c.type)}`), '_tidemark_seq BIGINT'].join(', ');
-    await this.connection.run(`CREATE TABLE ${quoteIdent(name)} (${ddl})`);
+    await this.inTurn(() => this.connection.run(`CREATE TABLE ${quoteIdent(name)} (${ddl})`));
     return name;
   }
 
   async append(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number): Promise<void> {
-    const appender = await this.connection.createAppender(stage);
-    appendRowsWithSeq(appender, columns, rows, firstSeq);
+    await this.inTurn(async () => appendRowsWithSeq(await this.connection.createAppender(stage), columns, rows, firstSeq));
   }
 
   async clearStage(stage: string): Promise<void> {
-    await this.connection.run(`DELETE FROM ${quoteIdent(stage)}`);
+    await this.inTurn(() => this.connection.run(`DELETE FROM ${quoteIdent(stage)}`));
   }
 
   async dropStage(stage: string): Promise<void> {
-    await this.connection.run(`DROP TABLE IF EXISTS ${quoteIdent(stage)}`);
+    await this.inTurn(() => this.connection.run(`DROP TABLE IF EXISTS ${quoteIdent(stage)}`));
   }
 
   /**
@@ -98,8 +108,8 @@ export class LakeWriter {
     const out: WrittenFile[] = [];
     const write = async (where: string, hiveValue?: string | null): Promise<void> => {
       const file = join(dir, name(out.length));
-      const result = await this.connection.run(
-        `COPY (SELECT ${select} FROM ${quoteIdent(stage)}${where} ORDER BY _tidemark_seq) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`,
+      const result = await this.inTurn(() =>
+        this.connection.run(`COPY (SELECT ${select} FROM ${quoteIdent(stage)}${where} ORDER BY _tidemark_seq) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`),
       );
       const rows = Number(result.rowsChanged);
       out.push({ file, rows, bytes: (await stat(file)).size, ...(hiveValue !== undefined ? { hiveValue } : {}) });
@@ -109,7 +119,7 @@ export class LakeWriter {
       return out;
     }
     const column = quoteIdent(options.partitionBy);
-    const values = await this.connection.runAndReadAll(`SELECT DISTINCT CAST(${column} AS VARCHAR) AS v FROM ${quoteIdent(stage)} ORDER BY v NULLS LAST`);
+    const values = await this.inTurn(() => this.connection.runAndReadAll(`SELECT DISTINCT CAST(${column} AS VARCHAR) AS v FROM ${quoteIdent(stage)} ORDER BY v NULLS LAST`));
     for (const [v] of values.getRowsJS() as [string | null][]) {
       await write(v === null ? ` WHERE ${column} IS NULL` : ` WHERE CAST(${column} AS VARCHAR) = ${quoteString(v)}`, v);
     }
@@ -118,7 +128,7 @@ export class LakeWriter {
 
   /** Writes the rows of a query, in its order, to `file`. */
   async copyQuery(sql: string, file: string, options: Omit<WriteOptions, 'partitionBy'>): Promise<{ rows: number; bytes: number }> {
-    const result = await this.connection.run(`COPY (${sql}) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`);
+    const result = await this.inTurn(() => this.connection.run(`COPY (${sql}) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`));
     return { rows: Number(result.rowsChanged), bytes: (await stat(file)).size };
   }
 

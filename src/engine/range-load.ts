@@ -20,7 +20,8 @@ import { runMarks } from './run-marks.js';
 import { withoutColumns, type SchemaStep } from './schema-check.js';
 import { bulkFormat, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
 import { checkRow, isReject } from './row-check.js';
-import { CommitTurn, runWriters, writerCount } from './range-writers.js';
+import { runWriters, writerCount } from './range-writers.js';
+import { Turns } from '../shared/turns.js';
 import { DEFAULT_RANGE_ROWS, rangesWanted } from './range-default.js';
 
 /** Chunk files a reader may have written ahead of the writer (per range in flight): disk, not memory. */
@@ -227,7 +228,7 @@ class RangeLoader {
   private high: Watermark | undefined;
   private readonly building: boolean;
   /** Range commits of parallel writers pass one at a time, each onto the state the previous one left. */
-  private readonly turn = new CommitTurn();
+  private readonly turn = new Turns();
   /** Aborted when a writer fails: the others stop at their next chunk and roll their range back. */
   private readonly stop = new AbortController();
   private readonly signal: AbortSignal;

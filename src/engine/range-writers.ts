@@ -4,7 +4,7 @@
  * commit it on their own; elsewhere (DuckDB, SQLite: one writer per file) one writer loads the ranges in turn.
  *
  * The writers share the stream's state: a range's commit carries the state naming everything committed so far, so the
- * commits pass one at a time (`CommitTurn`), each computing its state when its turn comes, and none undoes another.
+ * commits pass one at a time (`Turns`), each computing its state when its turn comes, and none undoes another.
  */
 import type { Destination, RangePlan } from '../core/connector.js';
 import type { StreamConfig } from '../config/load.js';
@@ -30,17 +30,6 @@ export function sharedWriter(destination: Destination): Destination {
       return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
     },
   });
-}
-
-/** Runs async work one call at a time, in the order asked. */
-export class CommitTurn {
-  private last: Promise<unknown> = Promise.resolve();
-
-  run<T>(work: () => Promise<T>): Promise<T> {
-    const next = this.last.then(work, work);
-    this.last = next.catch(() => undefined);
-    return next;
-  }
 }
 
 /** The writers of one load: `count` of them, the first on `first`, the others on destinations from `open`. */

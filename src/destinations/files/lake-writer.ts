@@ -9,6 +9,7 @@ import { DuckDBInstance, type DuckDBAppender, type DuckDBConnection } from '@duc
 import type { FileFormat } from '../../core/connector.js';
 import type { Column, ColumnType, Row, Value } from '../../core/types.js';
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
+import { Turns } from '../../shared/turns.js';
 import { quoteIdent, quoteString } from '../../shared/sql.js';
 import { appendRowsWithSeq, duckdbColumnType, duckdbStageType as stageType } from '../duckdb/duckdb-types.js';
 import type { LakeCompression } from './lake-layout.js';
@@ -46,13 +47,7 @@ export class LakeWriter {
    * Parallel range writers share this connection, and a DuckDB connection runs one statement at a time: one started
    * while another's result is still pending fails it ("unsuccessful or closed pending query result").
    */
-  private turn: Promise<unknown> = Promise.resolve();
-
-  private inTurn<T>(work: () => Promise<T>): Promise<T> {
-    const next = this.turn.then(work, work);
-    this.turn = next.catch(() => undefined);
-    return next;
-  }
+  private readonly turns = new Turns();
 
   private constructor(
     private readonly instance: DuckDBInstance,
@@ -83,20 +78,20 @@ export class LakeWriter {
     this.stages += 1;
     const name = `_stage_${this.stages}`;
     const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${stageType(c.type)}`), '_tidemark_seq BIGINT'].join(', ');
-    await this.inTurn(() => this.connection.run(`CREATE TABLE ${quoteIdent(name)} (${ddl})`));
+    await this.turns.run(() => this.connection.run(`CREATE TABLE ${quoteIdent(name)} (${ddl})`));
     return name;
   }
 
   async append(stage: string, columns: readonly Column[], rows: readonly Row[], firstSeq: number): Promise<void> {
-    await this.inTurn(async () => appendRowsWithSeq(await this.connection.createAppender(stage), columns, rows, firstSeq));
+    await this.turns.run(async () => appendRowsWithSeq(await this.connection.createAppender(stage), columns, rows, firstSeq));
   }
 
   async clearStage(stage: string): Promise<void> {
-    await this.inTurn(() => this.connection.run(`DELETE FROM ${quoteIdent(stage)}`));
+    await this.turns.run(() => this.connection.run(`DELETE FROM ${quoteIdent(stage)}`));
   }
 
   async dropStage(stage: string): Promise<void> {
-    await this.inTurn(() => this.connection.run(`DROP TABLE IF EXISTS ${quoteIdent(stage)}`));
+    await this.turns.run(() => this.connection.run(`DROP TABLE IF EXISTS ${quoteIdent(stage)}`));
   }
 
   /**
@@ -108,7 +103,7 @@ export class LakeWriter {
     const out: WrittenFile[] = [];
     const write = async (where: string, hiveValue?: string | null): Promise<void> => {
       const file = join(dir, name(out.length));
-      const result = await this.inTurn(() =>
+      const result = await this.turns.run(() =>
         this.connection.run(`COPY (SELECT ${select} FROM ${quoteIdent(stage)}${where} ORDER BY _tidemark_seq) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`),
       );
       const rows = Number(result.rowsChanged);
@@ -119,7 +114,7 @@ export class LakeWriter {
       return out;
     }
     const column = quoteIdent(options.partitionBy);
-    const values = await this.inTurn(() => this.connection.runAndReadAll(`SELECT DISTINCT CAST(${column} AS VARCHAR) AS v FROM ${quoteIdent(stage)} ORDER BY v NULLS LAST`));
+    const values = await this.turns.run(() => this.connection.runAndReadAll(`SELECT DISTINCT CAST(${column} AS VARCHAR) AS v FROM ${quoteIdent(stage)} ORDER BY v NULLS LAST`));
     for (const [v] of values.getRowsJS() as [string | null][]) {
       await write(v === null ? ` WHERE ${column} IS NULL` : ` WHERE CAST(${column} AS VARCHAR) = ${quoteString(v)}`, v);
     }
@@ -128,7 +123,7 @@ export class LakeWriter {
 
   /** Writes the rows of a query, in its order, to `file`. */
   async copyQuery(sql: string, file: string, options: Omit<WriteOptions, 'partitionBy'>): Promise<{ rows: number; bytes: number }> {
-    const result = await this.inTurn(() => this.connection.run(`COPY (${sql}) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`));
+    const result = await this.turns.run(() => this.connection.run(`COPY (${sql}) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`));
     return { rows: Number(result.rowsChanged), bytes: (await stat(file)).size };
   }
 

@@ -14,6 +14,7 @@ import { selectStreams } from '../engine/run.js';
 import { openDestination, openSource } from '../registry/index.js';
 import { connectRedis, reportReachability, type QueueTarget } from './queue-connection.js';
 import { planRangeJobs } from './range-fanout.js';
+import { mayReadAsRanges } from '../engine/range-default.js';
 import { JOB_NAME, jobIdFor, startsEnded, unitKey, type PipelineJobData } from './pipeline-job.js';
 
 /** BullMQ priority of a stream job that finishes range jobs: jobs without a priority (its ranges) are taken first. */
@@ -180,7 +181,8 @@ export class PipelineQueue {
     }
     const units: Omit<PipelineJobData, 'file' | 'reason'>[] = [];
     for (const stream of streams) {
-      if (stream.parallel !== undefined && stream.strategy !== 'partitioned') {
+      // Fanned out only when asked for (`parallel:` set): a table's size alone does not turn a job into many.
+      if (stream.parallel !== undefined && mayReadAsRanges(stream) && stream.strategy !== 'partitioned') {
         const fanned = await planRangeJobs(pipeline, stream, { logger: this.logger, ...(options.full ? { full: true } : {}) });
         // Range jobs load ranges of the load planned now: never `full`, which would plan another one.
         for (const id of fanned?.ranges ?? []) units.push({ pipeline: pipeline.name, stream: stream.name, range: { load: fanned!.load, id } });

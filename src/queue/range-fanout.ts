@@ -20,7 +20,6 @@ export interface RangeFanOut {
 
 /** Why this stream is one job rather than one job per range; undefined when it can fan out. */
 function oneJobReason(pipeline: PipelineConfig, stream: StreamConfig): string | undefined {
-  if (stream.parallel === undefined) return undefined;
   if (stream.strategy !== 'full') return `only builds (strategy: full) fan out by range, this stream is ${stream.strategy}`;
   if (stream.table === undefined) return 'a query stream is not split into ranges';
   if (!concurrentPartitionWriters(pipeline.destination, pipeline.state)) {

@@ -89,6 +89,34 @@ function leaseReleased(target: string, name: string): boolean {
 
 const product: Record<Engine, string> = { postgres: 'Postgres', mariadb: 'MySQL/MariaDB' };
 
+/**
+ * The stalled run ends by itself within the bound: exit 1, a source error naming the server behind the proxy, its lease
+ * released and its record failed.
+ */
+async function endsOnStall(running: ReturnType<typeof startCli>, engine: Engine, name: string, target: string, direct: string): Promise<void> {
+  const from = Date.now();
+  const killer = setTimeout(() => running.child.kill('SIGKILL'), BOUND_MS);
+  const out = await running.done;
+  clearTimeout(killer);
+  expect(out.signal, `ended by the stall detector, not by the test: ${out.stderr}`).toBeNull();
+  expect(Date.now() - from, out.stderr).toBeLessThan(BOUND_MS);
+  expect(out.code, out.stderr).toBe(1);
+  const stream = (JSON.parse(out.stdout) as { streams: { error_kind: string; error: string }[] }).streams[0]!;
+  expect(stream.error_kind, stream.error).toBe('source');
+  expect(stream.error).toContain(`no data from ${product[engine]} at 127.0.0.1:${proxy!.port}/${source!.name} for 3s`);
+  expect(leaseReleased(target, name)).toBe(true);
+  const runs = JSON.parse((await cli(['runs', '--json', '--config', direct])).stdout) as { outcome: string }[];
+  expect(runs[0]).toMatchObject({ outcome: 'failed' });
+}
+
+/** A run straight to the server, then the mirror equals the source table. */
+async function nextRunIsExact(engine: Engine, target: string, direct: string): Promise<void> {
+  const next = await cli(['run', '--json', direct]);
+  expect(next.code, next.stderr).toBe(0);
+  const text = engine === 'postgres' ? `SELECT id::text AS id, v, amount::text AS amount, note FROM t` : `SELECT CAST(id AS CHAR) AS id, v, CAST(amount AS CHAR) AS amount, note FROM t`;
+  expect(multiset(await duckdbQuery(target, `SELECT CAST(id AS VARCHAR) AS id, v, CAST(amount AS VARCHAR) AS amount, note FROM t`))).toEqual(multiset(await source!.sql(text)));
+}
+
 describe.each(['postgres', 'mariadb'] as const)('a %s log read whose network stalls while it reads changes', (engine) => {
   it('ends within its bound: source error naming the server, exit 1, lease free, recorded failed; the next run is exact', async () => {
     source = await logSource(engine);
@@ -105,23 +133,8 @@ describe.each(['postgres', 'mariadb'] as const)('a %s log read whose network sta
     const running = startCli(['run', '--json', config]);
     await proxy.served(1_500_000);
     proxy.stall();
-    const from = Date.now();
-    const killer = setTimeout(() => running.child.kill('SIGKILL'), BOUND_MS);
-    const out = await running.done;
-    clearTimeout(killer);
-    expect(Date.now() - from, `ended by the stall detector, not by the test: ${out.stderr}`).toBeLessThan(BOUND_MS);
-    expect(out.code, out.stderr).toBe(1);
-    const stream = (JSON.parse(out.stdout) as { streams: { error_kind: string; error: string }[] }).streams[0]!;
-    expect(stream.error_kind, stream.error).toBe('source');
-    expect(stream.error).toContain(`no data from ${product[engine]} at 127.0.0.1:${proxy.port}/${source.name} for 3s`);
-    expect(leaseReleased(target, name)).toBe(true);
-    const runs = JSON.parse((await cli(['runs', '--json', '--config', direct])).stdout) as { outcome: string }[];
-    expect(runs[0]).toMatchObject({ outcome: 'failed' });
-
-    const next = await cli(['run', '--json', direct]);
-    expect(next.code, next.stderr).toBe(0);
-    const text = engine === 'postgres' ? `SELECT id::text AS id, v, amount::text AS amount, note FROM t` : `SELECT CAST(id AS CHAR) AS id, v, CAST(amount AS CHAR) AS amount, note FROM t`;
-    expect(multiset(await duckdbQuery(target, `SELECT CAST(id AS VARCHAR) AS id, v, CAST(amount AS VARCHAR) AS amount, note FROM t`))).toEqual(multiset(await source.sql(text)));
+    await endsOnStall(running, engine, name, target, direct);
+    await nextRunIsExact(engine, target, direct);
   }, 120_000);
 });
 
@@ -139,21 +152,9 @@ describe('a MariaDB log read whose network stalls while it reads the columns of 
     proxy.stallOn('COLUMN_COMMENT, COLUMN_TYPE');
     const config = await writeYaml(dir, 'p.yaml', pipeline('mariadb', 'logcolumns', proxy.port, target, '3s'));
     const running = startCli(['run', '--json', config]);
-    const killer = setTimeout(() => running.child.kill('SIGKILL'), BOUND_MS);
-    const out = await running.done;
-    clearTimeout(killer);
+    await endsOnStall(running, 'mariadb', 'logcolumns', target, direct);
     expect(proxy.stalledOn(), 'the columns query went through the proxy').toBeGreaterThan(0);
-    expect(out.signal, `ended by the stall detector, not by the test: ${out.stderr}`).toBeNull();
-    expect(out.code, out.stderr).toBe(1);
-    const stream = (JSON.parse(out.stdout) as { streams: { error_kind: string; error: string }[] }).streams[0]!;
-    expect(stream.error_kind, stream.error).toBe('source');
-    expect(stream.error).toContain(`no data from MySQL/MariaDB at 127.0.0.1:${proxy.port}/${source.name} for 3s`);
-    expect(leaseReleased(target, 'logcolumns')).toBe(true);
-
-    const next = await cli(['run', '--json', direct]);
-    expect(next.code, next.stderr).toBe(0);
-    const text = `SELECT CAST(id AS CHAR) AS id, v, CAST(amount AS CHAR) AS amount, note FROM t`;
-    expect(multiset(await duckdbQuery(target, `SELECT CAST(id AS VARCHAR) AS id, v, CAST(amount AS VARCHAR) AS amount, note FROM t`))).toEqual(multiset(await source.sql(text)));
+    await nextRunIsExact('mariadb', target, direct);
   }, 120_000);
 });
 

@@ -265,22 +265,25 @@ export class BinlogReader {
    * fails, and so does the read.
    */
   private guard(zongji: ZongJiLike, readTimeoutMs: number): void {
-    const server = describeServer('MySQL/MariaDB', this.options.connection, 3306);
     for (const [connection, activity] of [
       [zongji.connection, 'reading the binlog'],
       [zongji.ctrlConnection, 'waiting for the answer to a query'],
     ] as const) {
       const driver = connection as unknown as GuardedConnection | null;
       if (driver === null) continue;
-      const unguard = guardRead(driver.stream, {
-        readTimeoutMs,
-        server,
-        waiting: () => driver._command !== null && driver._command !== undefined,
-        activity: () => activity,
-        answersWhileWorking: connection === zongji.connection,
-      });
-      driver.stream.once('close', unguard);
+      driver.stream.once('close', this.guardConnection(driver, readTimeoutMs, activity, connection === zongji.connection));
     }
+  }
+
+  /** The stall detector on one mysql2 connection, while a command of it waits for the server; returns its removal. */
+  private guardConnection(driver: GuardedConnection, readTimeoutMs: number, activity: string, answersWhileWorking = false): () => void {
+    return guardRead(driver.stream, {
+      readTimeoutMs,
+      server: describeServer('MySQL/MariaDB', this.options.connection, 3306),
+      waiting: () => driver._command !== null && driver._command !== undefined,
+      activity: () => activity,
+      answersWhileWorking,
+    });
   }
 
   /**
@@ -325,12 +328,7 @@ export class BinlogReader {
     const conn = await mysql.createConnection(settings);
     // Its handshake is bounded by connectTimeout; its queries by the same stall detector as the decoder's connections.
     const driver = (conn as unknown as { connection: GuardedConnection }).connection;
-    const unguard = guardRead(driver.stream, {
-      readTimeoutMs,
-      server: describeServer('MySQL/MariaDB', this.options.connection, 3306),
-      waiting: () => driver._command !== null && driver._command !== undefined,
-      activity: () => 'reading the columns of the tables the binlog read follows',
-    });
+    const unguard = this.guardConnection(driver, readTimeoutMs, 'reading the columns of the tables the binlog read follows');
     try {
       for (const t of this.options.tables) {
         const [rows] = await conn.execute(TABLE_INFO, [t.database, t.name]);

@@ -563,6 +563,13 @@ export interface TableTarget {
    * transaction, before any row lands, every stored value kept exactly (only ones `Destination.widens` accepted).
    */
   readonly widen?: readonly ColumnWidening[];
+  /**
+   * The key index waits for the load's final commit (`CommitRequest.final`): until then rows only go into a build
+   * table no reader sees, by several writers at once, and maintaining the index row by row costs them more than one
+   * index build at the end. Without it the table gets its key index when it is created (or, for a first load's bulk
+   * rows, at the first commit that needs it).
+   */
+  readonly keyIndexAtEnd?: true;
 }
 
 /** One destination column converted to a wider type (see src/core/schema-diff.ts for what counts as wider). */

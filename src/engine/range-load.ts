@@ -394,6 +394,8 @@ class RangeLoader {
         schema: this.schema,
         write,
         ...(this.plan.generation !== undefined ? { build: this.plan.generation, ...(this.freshBuild ? {} : { buildStarted: true as const }) } : {}),
+        // A build's ranges only add rows to a table no reader sees: its key index is built once, by the last commit.
+        ...(this.building && write === 'append' ? { keyIndexAtEnd: true as const } : {}),
         ...(this.schemaStep.widen.length > 0 && this.commits === 0 ? { widen: this.schemaStep.widen } : {}),
       },
       fence: range !== undefined && this.ctx.rangeJob !== undefined ? this.ctx.rangeJob.fence(fence, this.ranged.load, range) : fence,

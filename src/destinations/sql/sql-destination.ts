@@ -368,6 +368,7 @@ class SqlLoadTransaction implements LoadTransaction {
       }
       const table = target.build !== undefined ? buildTableName(stream) : stream;
       await this.ensureTable(table, target.schema.columns, request.freshBuild === true);
+      if (request.final === true && target.keyIndexAtEnd === true) await this.ensureKeyIndex(table, target.schema.primaryKey);
       if (!scanned) await this.deletePartition(table);
       if (this.indexDeferred !== undefined && (request.final === true || this.staged > 0 || this.bulkStaged > 0 || changeStages.length > 0)) {
         await this.dialect.afterCreateTable?.(this.exec, this.indexDeferred.table, this.indexDeferred.primaryKey);
@@ -562,6 +563,12 @@ class SqlLoadTransaction implements LoadTransaction {
     this.bulkStaged = 0;
   }
 
+  /** Builds the table's key index unless it has it (the dialects that build one say whether it is there). */
+  private async ensureKeyIndex(table: string, primaryKey: readonly string[]): Promise<void> {
+    if (primaryKey.length === 0 || this.dialect.keyIndexed === undefined) return;
+    if (!(await this.dialect.keyIndexed(this.exec, table, primaryKey))) await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
+  }
+
   /** Creates the table, or adds the columns the source grew since; inside the commit, so a failed run leaves none. */
   private async ensureTable(
     table: string,
@@ -584,18 +591,17 @@ class SqlLoadTransaction implements LoadTransaction {
       await this.dialect.lockPipeline?.(this.exec, `#table:${table}`);
       existing = await this.dialect.tableColumns(this.exec, table);
     }
+    const atEnd = this.load.target.keyIndexAtEnd === true;
     if (existing === undefined) {
       const ddl = columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`).join(', ');
       await this.exec.run(`CREATE TABLE ${quoted} (${ddl})`);
-      if (deferIndex && primaryKey.length > 0) this.indexDeferred = { table, primaryKey };
-      else await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
+      if (deferIndex && primaryKey.length > 0 && !atEnd) this.indexDeferred = { table, primaryKey };
+      else if (!atEnd) await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
       this.created = table;
       return;
     }
     // A first load killed between its checkpoints left the table without the key index it deferred.
-    if (primaryKey.length > 0 && this.dialect.keyIndexed !== undefined && !(await this.dialect.keyIndexed(this.exec, table, primaryKey))) {
-      await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
-    }
+    if (!atEnd) await this.ensureKeyIndex(table, primaryKey);
     const have = new Set(existing);
     for (const c of columns) {
       if (have.has(c.name)) continue;

@@ -5,12 +5,15 @@
  *             client that drops it); into SQLite: that text piped into `sqlite3 … ".import /dev/stdin trips"` (an empty
  *             table of the same column types); into Postgres: piped into `psql -c "COPY trips FROM STDIN (NULL 'NULL')"`
  *             (an empty table without an index)
- *   tidemark  `tidemark run` into a fresh destination (stream with primary key and cursor; the bulk path)
+ *   parallel floor  into DuckDB: `--parallel` N (default 2) `mysql --quick` clients at once, each SELECTing one of N
+ *             equal trip_id ranges, to /dev/null: the parallel floor of a ranged read
+ *   tidemark  `tidemark run` into a fresh destination (stream with primary key and cursor; the bulk path; a table above
+ *             `range_rows` is read as ranges, `parallel: auto`, as the default does)
  *   row path  the same with TIDEMARK_BULK=0, once, with --row-path (its time and peak RSS)
  * Each repetition runs the floor then tidemark; the ratio is the median of each repetition's ratio. Whole processes,
  * wall seconds and peak RSS (GNU time).
  *
- * Usage: npm run build && npx tsx bench/mysql-to-duckdb.ts [--rows 1000000] [--reps 3] [--to duckdb|sqlite|postgres] [--row-path] [--keep]
+ * Usage: npm run build && npx tsx bench/mysql-to-duckdb.ts [--rows 1000000] [--reps 3] [--to duckdb|sqlite|postgres] [--parallel 2] [--row-path] [--keep]
  * Needs the machine's MariaDB/MySQL at 127.0.0.1:3306 (or BENCH_MYSQL_URL; local_infile=ON) and `mysql` on PATH.
  * The database has a unique name per run. Prints one `BENCH_RESULT {json}` line.
  */
@@ -91,7 +94,7 @@ d.closeSync(); db.closeSync();`;
 const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const round = (x: number) => Math.round(x * 1000) / 1000;
 
-export async function benchMysqlToDuckdb(options: { rows: number; reps: number; rowPath: boolean; keep: boolean; to?: Target }) {
+export async function benchMysqlToDuckdb(options: { rows: number; reps: number; rowPath: boolean; keep: boolean; to?: Target; parallel?: number }) {
   const to = options.to ?? 'duckdb';
   const db = `tmb_mysql_${process.pid}_${Date.now().toString(36)}`;
   const dir = await create(db, options.rows);
@@ -111,6 +114,11 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
     const scripts: Timing[] = [];
     const scriptRatios: number[] = [];
     const orderedArgs = [...mysqlArgs.slice(0, -1), 'SELECT * FROM trips ORDER BY updated_at, trip_id'];
+    const parallel = options.parallel ?? 2;
+    const step = Math.ceil(options.rows / parallel);
+    const rangeArgs = Array.from({ length: parallel }, (_, i) => [...mysqlArgs.slice(0, -1), `SELECT * FROM trips WHERE trip_id > ${i * step} AND trip_id <= ${(i + 1) * step}`]);
+    const parallelFloors: number[] = [];
+    const parallelRatios: number[] = [];
     const importScript = join(dir, 'import.mjs');
     await writeFile(importScript, IMPORT_SCRIPT);
     for (let rep = 0; rep < options.reps; rep += 1) {
@@ -121,6 +129,11 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       await writeFile(config, yaml.replace(/destination:\n[\s\S]*$/, `destination:\n${into.destination}`));
       const floor = await timed('bash', ['-o', 'pipefail', '-c', `mysql "$@" ${into.sink}`, 'mysql', ...mysqlArgs], mysqlEnv, dir);
       if (to === 'duckdb') {
+        const many = `${rangeArgs.map((_, i) => `mysql "\${@:${i * rangeArgs[0]!.length + 1}:${rangeArgs[0]!.length}}" > /dev/null &`).join(' ')} wait`;
+        const started = process.hrtime.bigint();
+        const all = spawnSync('bash', ['-c', `set -e; ${many}`, 'mysql', ...rangeArgs.flat()], { env: { ...process.env, ...mysqlEnv }, cwd: dir });
+        if (all.status !== 0) throw new Error(`parallel mysql floor failed: ${String(all.stderr)}`);
+        parallelFloors.push(Number(process.hrtime.bigint() - started) / 1e9);
         // The second floor: the same ordered rows through the client's text into a file, then DuckDB's CSV reader.
         const text = join(dir, 'script.tsv');
         const script = await timed('bash', ['-o', 'pipefail', '-c', `mysql "$@" > ${text} && ${process.execPath} ${importScript} ${text} ${join(dir, `script-${rep}.duckdb`)}`, 'mysql', ...orderedArgs], mysqlEnv, dir);
@@ -136,8 +149,9 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       runs.push(run);
       ratios.push(run.seconds / floor.seconds);
       if (to === 'duckdb') scriptRatios[rep] = run.seconds / scripts[rep]!.seconds;
+      if (to === 'duckdb') parallelRatios.push(run.seconds / parallelFloors[rep]!);
       process.stderr.write(
-        `mysql → ${to} rep ${rep + 1}: floor ${floor.seconds} s, ${to === 'duckdb' ? `two-step script ${scripts[rep]!.seconds} s, ` : ''}tidemark ${run.seconds} s (${run.rssMb} MB)\n`,
+        `mysql → ${to} rep ${rep + 1}: floor ${floor.seconds} s, ${to === 'duckdb' ? `${parallel} clients at once ${parallelFloors[rep]!.toFixed(2)} s, two-step script ${scripts[rep]!.seconds} s, ` : ''}tidemark ${run.seconds} s (${run.rssMb} MB)\n`,
       );
     }
     let rowPath: Timing | undefined;
@@ -157,6 +171,7 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       tidemark_cpu_s: round(median(runs.map((t) => t.cpu))),
       tidemark_rss_mb: Math.max(...runs.map((t) => t.rssMb)),
       tidemark_vs_floor: round(median(ratios)),
+      ...(parallelFloors.length ? { parallel, parallel_floor_s: round(median(parallelFloors)), tidemark_vs_parallel_floor: round(median(parallelRatios)) } : {}),
       ...(scripts.length ? { script_s: round(median(scripts.map((t) => t.seconds))), tidemark_vs_script: round(median(scriptRatios)) } : {}),
       ...(rowPath ? { row_path_s: round(rowPath.seconds), row_path_cpu_s: rowPath.cpu, row_path_rss_mb: rowPath.rssMb } : {}),
     };
@@ -177,6 +192,7 @@ if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === resolve(
     rowPath: process.argv.includes('--row-path'),
     keep: process.argv.includes('--keep'),
     to: arg('to', 'duckdb') as Target,
+    parallel: Number(arg('parallel', '2')),
   });
   console.log(`BENCH_RESULT ${JSON.stringify(result)}`);
 }

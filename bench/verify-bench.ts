@@ -6,7 +6,12 @@
  *                   reported against the table's size (target ≤ 5 %)
  *   repair          `tidemark verify --repair` reloads exactly those keys; the rows it moves, and a verify after it
  *
- * Usage: npm run build && npx tsx bench/verify-bench.ts [--rows 3000000]
+ * With `--reps N` (default 1) the reload and the equal verify run N times, pair by pair, and the ratio is the median of
+ * the pairs'. The floors, each side's checksum of the whole table alone (one query, the other engine idle): what an
+ * equal verify cannot go below with these canonical texts, however its two sides overlap; and, for the reload, its
+ * source's `COPY … TO STDOUT` alone.
+ *
+ * Usage: npm run build && npx tsx bench/verify-bench.ts [--rows 3000000] [--reps 1]
  * Needs the machine's PostgreSQL at 127.0.0.1:5432 (or BENCH_PG_URL). The database has a unique name per run.
  *
  * Figures (2026-12-07, 2 shared cores):
@@ -33,6 +38,9 @@ import { DuckDBInstance } from '@duckdb/node-api';
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import { taxiCopyChunks, taxiTableDdl } from './taxi.js';
+import { loadPipeline } from '../src/config/load.js';
+import { verifyTarget, withEnds } from '../src/engine/verify.js';
+import { bucketDigestSql } from '../src/shared/verify-sql.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(ROOT, 'bin/tidemark.js');
@@ -81,7 +89,35 @@ interface StreamReport {
   readonly changed: readonly { key: { trip_id: string }; columns: readonly string[] }[];
   readonly ranges: number;
   readonly rows_fetched: number;
+  readonly source_query_ms?: number;
+  readonly destination_query_ms?: number;
   readonly repair?: { readonly upserted: number; readonly deleted: number; readonly after?: string; readonly refused?: string };
+}
+
+const REPS = Number(arg('reps', '1'));
+const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/**
+ * Each side's checksum of the whole table, alone: the query an equal verify's first level runs there (one bucket, the
+ * stream's filter), timed on its own connection while the other engine is idle; and the source's COPY of the table.
+ */
+async function checksumFloors(config: string, url: string): Promise<{ source: number; destination: number; copy: number }> {
+  const pipelineConfig = await loadPipeline(config);
+  const sides = await withEnds(pipelineConfig, {}, async (ends) => {
+    const target = await verifyTarget(ends, pipelineConfig.streams[0]!);
+    if (typeof target === 'string') throw new Error(target);
+    const alone = async (side: typeof target.source) => {
+      const sql = bucketDigestSql(side.access.engine, side.relation, target.shape.columns, side.filter?.sql ?? '1 = 1', '0');
+      const started = process.hrtime.bigint();
+      await side.access.query(sql, [...(side.filter?.params ?? [])]);
+      return Number(process.hrtime.bigint() - started) / 1e9;
+    };
+    return { source: await alone(target.source), destination: await alone(target.destination) };
+  });
+  const started = process.hrtime.bigint();
+  const copy = spawnSync('psql', [url, '-qAc', 'COPY trips TO STDOUT', '-o', '/dev/null']);
+  if (copy.status !== 0) throw new Error(`COPY failed: ${String(copy.stderr)}`);
+  return { ...sides, copy: Number(process.hrtime.bigint() - started) / 1e9 };
 }
 
 async function main(): Promise<void> {
@@ -105,10 +141,20 @@ async function main(): Promise<void> {
     await c.end();
 
     timedCli(['run', config]);
-    const reload = timedCli(['run', config, '--full']);
-    const clean = timedCli(['verify', config, '--json']);
-    const cleanStream = (JSON.parse(clean.stdout) as { streams: StreamReport[] }).streams[0]!;
-    if (cleanStream.status !== 'ok') throw new Error(`equal copies reported ${cleanStream.status}`);
+    const pairs: { reload: number; verify: number }[] = [];
+    let clean = { seconds: 0, stdout: '' };
+    let cleanStream: StreamReport | undefined;
+    for (let rep = 0; rep < REPS; rep += 1) {
+      const reload = timedCli(['run', config, '--full']);
+      clean = timedCli(['verify', config, '--json']);
+      cleanStream = (JSON.parse(clean.stdout) as { streams: StreamReport[] }).streams[0]!;
+      if (cleanStream.status !== 'ok') throw new Error(`equal copies reported ${cleanStream.status}`);
+      pairs.push({ reload: reload.seconds, verify: clean.seconds });
+      process.stderr.write(`rep ${rep + 1}: reload ${reload.seconds.toFixed(2)} s, verify ${clean.seconds.toFixed(2)} s (source queries ${cleanStream.source_query_ms} ms, destination ${cleanStream.destination_query_ms} ms)\n`);
+    }
+    const reload = { seconds: median(pairs.map((p) => p.reload)) };
+    const verifyRatio = median(pairs.map((p) => p.verify / p.reload));
+    const floors = await checksumFloors(config, url);
 
     const spread = (i: number) => Math.floor(((i + 0.5) * rows) / 10) + 1;
     const changed = [0, 1, 2, 3].map(spread);
@@ -137,7 +183,7 @@ async function main(): Promise<void> {
     console.log(`| rows | full reload (run --full) | verify, equal | ratio | verify, 10 differences | keys found exactly | rows moved to the client |`);
     console.log(`|---|---|---|---|---|---|---|`);
     console.log(
-      `| ${rows.toLocaleString('en')} | ${reload.seconds.toFixed(1)} s | ${clean.seconds.toFixed(1)} s (${cleanStream.ranges} ranges) | ${(clean.seconds / reload.seconds).toFixed(2)}× | ` +
+      `| ${rows.toLocaleString('en')} | ${reload.seconds.toFixed(1)} s | ${median(pairs.map((p) => p.verify)).toFixed(1)} s (${cleanStream!.ranges} ranges) | ${verifyRatio.toFixed(2)}× | ` +
         `${drift.seconds.toFixed(1)} s (${found.ranges} ranges) | ${exact ? 'yes' : 'NO'} | ${found.rows_fetched.toLocaleString('en')} (${share.toFixed(3)} %) |`,
     );
     const moved = repaired.rows_fetched + (repaired.repair?.upserted ?? 0);
@@ -147,6 +193,21 @@ async function main(): Promise<void> {
     console.log(
       `| ${repair.seconds.toFixed(1)} s | ${repaired.repair?.upserted ?? 0} | ${repaired.repair?.deleted ?? 0} | ${moved.toLocaleString('en')} (${((100 * moved) / rows).toFixed(3)} %) | ` +
         `${afterStream.status} (${after.seconds.toFixed(1)} s) |`,
+    );
+    console.log('');
+    console.log(`| floor: source checksum alone | destination checksum alone | source COPY alone | reload | alone vs reload (source, destination) |`);
+    console.log(`|---|---|---|---|---|`);
+    console.log(
+      `| ${floors.source.toFixed(2)} s | ${floors.destination.toFixed(2)} s | ${floors.copy.toFixed(2)} s | ${reload.seconds.toFixed(2)} s | ` +
+        `${(floors.source / reload.seconds).toFixed(2)}×, ${(floors.destination / reload.seconds).toFixed(2)}× |`,
+    );
+    console.log(
+      `BENCH_RESULT ${JSON.stringify({
+        rows, reps: REPS, reload_s: reload.seconds, verify_s: median(pairs.map((p) => p.verify)), verify_vs_reload: verifyRatio,
+        source_checksum_alone_s: floors.source, destination_checksum_alone_s: floors.destination, source_copy_alone_s: floors.copy,
+        drift_verify_s: drift.seconds, drift_exact: exact, drift_rows_fetched: found.rows_fetched, drift_rows_fetched_pct: share,
+        repair_s: repair.seconds, after_repair: afterStream.status,
+      })}`,
     );
     if (!exact || afterStream.status !== 'ok') process.exitCode = 1;
   } finally {

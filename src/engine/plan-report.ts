@@ -13,6 +13,7 @@ import { selectStreams } from './run.js';
 import { withoutPosition } from './stateless.js';
 import { plannedRanges, readsAsRanges, type RangePlanReport } from './range-load.js';
 import { mayReadAsRanges } from './range-default.js';
+import { takesRangeWriters } from './range-writers.js';
 import { loadsAlone } from './side-by-side.js';
 
 /** A partition of a partitioned stream, as the next run would treat it. */
@@ -71,6 +72,8 @@ export interface StreamPlanReport {
   readonly concurrency?: number;
   readonly ranged?: {
     readonly readers: number;
+    /** Writers loading the ranges at once: up to `readers` into Postgres and the lake, one into DuckDB and SQLite. */
+    readonly writers: number;
     readonly ranges: readonly RangePlanReport[];
     /** The load under way was planned in another snapshot and its rows may have moved: it starts over (docs/ranges.md). */
     readonly startsOver?: true;
@@ -179,7 +182,7 @@ async function planStreams(
         }
         const ends = { sourceSplits: source.ranges !== undefined, destinationKeepsLedger: keepsLedger, boundedRun: false };
         const ranges = readsAsRanges(ends, stream, plan, prior, read.estimatedRows)
-          ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set(), plan.generation !== undefined).catch(inStreamContext)
+          ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set(), plan.generation !== undefined, takesRangeWriters(pipeline)).catch(inStreamContext)
           : undefined;
         reports.push({
           stream: stream.name,

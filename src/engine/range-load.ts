@@ -113,14 +113,17 @@ export async function plannedRanges(
   prior: StreamState | undefined,
   loaded: ReadonlySet<string>,
   building: boolean,
-): Promise<{ readonly readers: number; readonly ranges: readonly RangePlanReport[]; readonly startsOver?: true }> {
+  writersAllowed: boolean,
+): Promise<{ readonly readers: number; readonly writers: number; readonly ranges: readonly RangePlanReport[]; readonly startsOver?: true }> {
   const readers = await readerCount(source, stream);
-  const report = (load: string, ranges: readonly TableRange[]) => ({
-    readers,
-    ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })),
-  });
   const planned = await source.ranges?.plan(stream, rangeSizing(stream, readers, prior?.ranged?.ranges.some((r) => r.by === 'key')));
   await planned?.close();
+  const report = (load: string, ranges: readonly TableRange[]) => {
+    const shown = ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) }));
+    const pending = shown.filter((r) => !r.done).length;
+    const writers = writerCount(writersAllowed, stream, planned ?? { rowsKeepRange: false }, readers, pending);
+    return { readers, writers, ranges: shown };
+  };
   if (prior?.ranged !== undefined && (planned === undefined || !startsOver(prior.ranged, planned, stream, building))) return report(prior.ranged.load, prior.ranged.ranges);
   return { ...report('', planned?.ranges ?? []), ...(prior?.ranged !== undefined ? { startsOver: true as const } : {}) };
 }
@@ -267,7 +270,7 @@ class RangeLoader {
     if (job?.plansOnly) return this.planned();
     this.progress(probe);
     const opened = new Opener(rangePlan, pending, Math.max(1, Math.min(readers, pending.length)), (range) => this.request(range), (read, range) => this.chunksOf(read, range));
-    const writers = writerCount(this.ctx.openWriter, this.stream, rangePlan, readers, pending.length);
+    const writers = writerCount(this.ctx.openWriter !== undefined, this.stream, rangePlan, readers, pending.length);
     try {
       // Parallel writers only add rows: the table (or build table) is created, widened or started afresh first, alone.
       if (writers > 1) await this.commitRange(undefined, await this.transaction(this.ctx.destination), { rows: 0, rejects: [], high: undefined });

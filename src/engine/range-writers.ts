@@ -7,16 +7,26 @@
  * commits pass one at a time (`Turns`), each computing its state when its turn comes, and none undoes another.
  */
 import type { Destination, RangePlan } from '../core/connector.js';
-import type { StreamConfig } from '../config/load.js';
+import type { PipelineConfig, StreamConfig } from '../config/load.js';
+import { concurrentPartitionWriters } from '../registry/index.js';
 
 /**
- * Writers to run: one unless the run can open more (`openWriter`) and more than one range is to load
+ * Whether a run of `pipeline` may load ranges with several writers: a Postgres destination (a connection each) or the
+ * lake (objects side by side), keeping the state in the destination, outside a queue job that holds partition leases.
+ */
+export function takesRangeWriters(pipeline: Pick<PipelineConfig, 'destination' | 'state'>): boolean {
+  if (pipeline.state !== 'destination') return false;
+  return pipeline.destination.type === 'files' || concurrentPartitionWriters(pipeline.destination, pipeline.state);
+}
+
+/**
+ * Writers to run: one unless the run can open more (`canOpen`) and more than one range is to load
  * (`TIDEMARK_RANGE_WRITERS=1` keeps one, for comparison). A merge
  * stream's writers each insert straight into a table they all see empty; that is exact only when every key lies in
  * one range (a shared snapshot, or ranges that follow the key), so any other plan keeps one writer.
  */
-export function writerCount(openWriter: (() => Promise<Destination>) | undefined, stream: StreamConfig, plan: Pick<RangePlan, 'rowsKeepRange' | 'snapshot'>, readers: number, pending: number): number {
-  if (openWriter === undefined || process.env.TIDEMARK_RANGE_WRITERS === '1') return 1;
+export function writerCount(canOpen: boolean, stream: StreamConfig, plan: Pick<RangePlan, 'rowsKeepRange' | 'snapshot'>, readers: number, pending: number): number {
+  if (!canOpen || process.env.TIDEMARK_RANGE_WRITERS === '1') return 1;
   if (stream.write === 'merge' && !plan.rowsKeepRange && plan.snapshot === undefined) return 1;
   return Math.max(1, Math.min(readers, pending));
 }

@@ -31,7 +31,7 @@ import { notifyObserver } from '../notify/notify.js';
 import { runTelemetry } from '../telemetry/telemetry.js';
 import { observedDestination } from './observed-destination.js';
 import { StateLine, loadSideBySide, loadsAlone, type Lane } from './side-by-side.js';
-import { sharedWriter } from './range-writers.js';
+import { sharedWriter, takesRangeWriters } from './range-writers.js';
 import { destinationFileError } from './destination-file-errors.js';
 
 export interface RunOptions {
@@ -324,9 +324,8 @@ async function laneDestination(ctx: RunContext, opened: Destination, line: State
  * second instance would collect the first one's uncommitted objects as leftovers). Undefined elsewhere: one writer.
  */
 function rangeWriterOpener(ctx: RunContext): (() => Promise<Destination>) | undefined {
-  if (ctx.partitionLeases !== undefined || ctx.pipeline.state !== 'destination') return undefined;
+  if (ctx.partitionLeases !== undefined || !takesRangeWriters(ctx.pipeline)) return undefined;
   if (ctx.pipeline.destination.type === 'files') return async () => sharedWriter(ctx.destination);
-  if (!concurrentPartitionWriters(ctx.pipeline.destination, ctx.pipeline.state)) return undefined;
   return async () => {
     const opened = await openPipelineDestination(ctx.pipeline, ctx.logger);
     try {

@@ -70,6 +70,12 @@ export interface TableDiff {
   readonly ranges: number;
   /** Rows fetched to this process, both sides together (the rows of the small differing ranges). */
   readonly rowsFetched: number;
+  /**
+   * Milliseconds each side spent answering the comparison's queries (their sum over every query; the two sides run
+   * side by side): what verifying costs each engine, and how close the run came to the slower side's own time.
+   */
+  readonly sourceQueryMs: number;
+  readonly destinationQueryMs: number;
 }
 
 /** Lower bound exclusive, upper bound inclusive; absent: open. */
@@ -85,8 +91,11 @@ interface Digest {
 
 const EMPTY: Digest = { rows: 0, sum: 0n };
 
-export async function diffTable(source: TableSide, destination: TableSide, shape: DiffShape, tuning: DiffTuning = DEFAULT_TUNING): Promise<TableDiff> {
+export async function diffTable(sourceSide: TableSide, destinationSide: TableSide, shape: DiffShape, tuning: DiffTuning = DEFAULT_TUNING): Promise<TableDiff> {
   const state = { ranges: 0, rowsFetched: 0, sourceRows: 0, destinationRows: 0 };
+  const spent = { source: 0, destination: 0 };
+  const source = timedSide(sourceSide, (ms) => (spent.source += ms));
+  const destination = timedSide(destinationSide, (ms) => (spent.destination += ms));
   const onlySource = new Map<string, RowTexts>();
   const onlyDestination = new Map<string, RowTexts>();
   const changed: ChangedRow[] = [];
@@ -218,7 +227,23 @@ export async function diffTable(source: TableSide, destination: TableSide, shape
     changed,
     ranges: state.ranges,
     rowsFetched: state.rowsFetched,
+    sourceQueryMs: Math.round(spent.source),
+    destinationQueryMs: Math.round(spent.destination),
   };
+}
+
+/** `side` with each query's time added to `spend`. */
+function timedSide(side: TableSide, spend: (ms: number) => void): TableSide {
+  const access = side.access;
+  const query = async (sql: string, params: readonly string[]) => {
+    const started = performance.now();
+    try {
+      return await access.query(sql, params);
+    } finally {
+      spend(performance.now() - started);
+    }
+  };
+  return { ...side, access: { engine: access.engine, relation: (table) => access.relation(table), query } };
 }
 
 /** `fraction` of the ranges (at least one), picked at random, in key order. */

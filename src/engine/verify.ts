@@ -54,6 +54,9 @@ export interface StreamVerify {
   readonly softDeleted?: number;
   readonly ranges: number;
   readonly rowsFetched: number;
+  /** Milliseconds each side spent answering the comparison's queries (the two run side by side); absent when skipped. */
+  readonly sourceQueryMs?: number;
+  readonly destinationQueryMs?: number;
   /** The fraction of key ranges compared, when `sample` asked for fewer than all (the counts are of those ranges). */
   readonly sample?: number;
   /** `--repair` of a drifted stream: what was reloaded (or why not), and the verify that followed it. */
@@ -314,6 +317,8 @@ export async function verifyStream(target: VerifyTarget, tuning: DiffTuning): Pr
     ...(target.soft !== undefined ? { softDeleted: await countRows(target.soft.deleted) } : {}),
     ranges: diff.ranges,
     rowsFetched: diff.rowsFetched,
+    sourceQueryMs: diff.sourceQueryMs,
+    destinationQueryMs: diff.destinationQueryMs,
     ...(tuning.sample !== undefined ? { sample: tuning.sample } : {}),
   };
 }

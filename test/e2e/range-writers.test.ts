@@ -110,6 +110,8 @@ describe('parallel range writers, Postgres → Postgres', () => {
   it('a full build commits ~10 ranges with their ledger rows; its writers each use a connection of their own', async () => {
     await createItems('full_items');
     const config = await pipeline('rw_full', pgSource(), [{ table: 'public.full_items', strategy: 'full', ...RANGED }]);
+    const plan = await cli(['plan', config]);
+    expect(plan.stdout, plan.stderr).toMatch(/ranges: \d+ \(0 committed\), 3 readers at once, 3 writers/);
     const run = await runJson(config);
     expect(run.code, run.stderr).toBe(0);
     const ledger = await ledgerOf('rw_full', 'full_items');

@@ -54,9 +54,10 @@ async function planOne(file: string, options: PlanCommandOptions): Promise<void>
 /** A read loaded as ranges: each range, its expected rows, and whether it is committed (a load under way). */
 function printRanges(r: StreamPlanReport): void {
   if (r.ranged === undefined) return;
-  const { readers, ranges } = r.ranged;
+  const { readers, writers, ranges } = r.ranged;
   const done = ranges.filter((range) => range.done).length;
-  print(`  ranges: ${ranges.length} (${done} committed), ${readers} reader${readers === 1 ? '' : 's'} at once`);
+  const plural = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`;
+  print(`  ranges: ${ranges.length} (${done} committed), ${plural(readers, 'reader')} at once, ${plural(writers, 'writer')}`);
   if (r.ranged.startsOver) print('  the load under way was planned in another snapshot, in which rows may have moved between ranges: it starts over');
   for (const range of ranges) print(`    ${range.done ? 'done   ' : 'to load'}  ${range.id}${range.estimatedRows !== undefined ? `  ~${formatCount(range.estimatedRows)} rows` : ''}`);
 }

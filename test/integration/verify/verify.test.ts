@@ -203,6 +203,9 @@ describe.each(Object.keys(SOURCES) as (keyof typeof SOURCES)[])('verify: %s sour
       expect(s.notYetLoaded).toBe(2);
       // Only the rows of small differing ranges come to the client: at most a leaf of rows a side per difference.
       expect(s.rowsFetched).toBeLessThanOrEqual(8 * 2 * TUNING.leafRows);
+      // Each side's time in the comparison's queries is reported (the floor each engine sets).
+      expect(s.sourceQueryMs).toBeGreaterThan(0);
+      expect(s.destinationQueryMs).toBeGreaterThan(0);
 
       const repaired = await verifyPipeline(pipeline, { tuning: TUNING, repair: true });
       expect(repaired.ok).toBe(true);

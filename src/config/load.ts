@@ -517,7 +517,7 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
     destination: resolveDestination(doc.destination, file, baseDir),
     state: doc.state === 'destination' || doc.state === 'none' ? 'destination' : resolveStateStore(doc.state, baseDir),
     ...(doc.state === 'none' ? { stateless: true as const, streams: checkStateless(streams, file) } : { streams }),
-    ...(doc.concurrency !== undefined && doc.concurrency > 1 ? { concurrency: checkConcurrency(doc.concurrency, doc.destination.type, file) } : {}),
+    ...(doc.concurrency !== undefined && doc.concurrency > 1 ? { concurrency: checkConcurrency(doc.concurrency, doc.destination.type, doc.state, file) } : {}),
     lockTtlMs,
     ...(doc.schedule !== undefined ? { schedule: checkSchedule(doc.schedule, doc.timezone, file) } : {}),
     ...(doc.timezone !== undefined ? { timezone: doc.timezone } : {}),
@@ -530,17 +530,17 @@ export function resolvePipeline(doc: PipelineDocument, file: string, baseDir: st
 }
 
 /**
- * Streams side by side commit through connections of their own at once: a Postgres destination takes that. DuckDB and
- * SQLite files have one writer, and a files destination's state object is written by one run at a time.
+ * Streams side by side commit on their own at once: a Postgres destination takes that (a connection each), and so
+ * does the lake holding its own state (each stream's objects side by side, the commits one manifest after another).
+ * DuckDB and SQLite files have one writer, and a lake whose state lives elsewhere commits through that store.
  */
-function checkConcurrency(concurrency: number, destination: string, file: string): number {
-  if (destination !== 'postgres') {
-    throw new ConfigError(
-      `${file}: concurrency: ${concurrency} loads streams side by side, each committing on its own connection, which only a postgres destination takes (a ${destination} destination has one writer); remove concurrency or set it to 1`,
-      { context: { phase: 'config' } },
-    );
-  }
-  return concurrency;
+function checkConcurrency(concurrency: number, destination: string, state: unknown, file: string): number {
+  if (destination === 'postgres' || (destination === 'files' && (state === undefined || state === 'destination' || state === 'none'))) return concurrency;
+  const why = destination === 'files' ? 'a files destination with a separate state store commits one stream at a time' : `a ${destination} destination has one writer`;
+  throw new ConfigError(
+    `${file}: concurrency: ${concurrency} loads streams side by side, each committing on its own, which only a postgres destination or the lake (a files destination keeping its own state) takes (${why}); remove concurrency or set it to 1`,
+    { context: { phase: 'config' } },
+  );
 }
 
 function durationOf(text: string, at: string): number {

@@ -468,7 +468,7 @@ export const pipelineSchema = z
       .int()
       .positive()
       .optional()
-      .describe("How many of the pipeline's streams load side by side, each with its own connections and commits (default 1: one after another). Postgres destinations only."),
+      .describe("How many of the pipeline's streams load side by side, each with its own connections and commits (default 1: one after another). Postgres destinations and the lake (a files destination keeping its own state)."),
     lock_ttl: z.string().optional().describe('The lease of a run, renewed while it runs; a dead run frees it after this long (default 2m).'),
     schedule: z.string().optional().describe('A cron pattern for `tidemark schedule` (`*/15 * * * *`).'),
     timezone: z.string().min(1).optional().describe("The IANA time zone the schedule is read in (default: the scheduler's local zone)."),

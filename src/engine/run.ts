@@ -291,7 +291,7 @@ async function runSideBySide(ctx: RunContext, streams: readonly StreamConfig[], 
   const opened: { source: Source; destination: Destination }[] = [];
   try {
     while (lanes.length < count) {
-      const ends = await openEnds(ctx.pipeline, ctx.logger);
+      const ends = ctx.pipeline.destination.type === 'files' ? { source: await openLaneSource(ctx), destination: sharedWriter(ctx.destination) } : await openEnds(ctx.pipeline, ctx.logger);
       opened.push(ends);
       lanes.push({ source: ends.source, destination: await laneDestination(ctx, ends.destination, line) });
     }
@@ -307,6 +307,16 @@ async function runSideBySide(ctx: RunContext, streams: readonly StreamConfig[], 
       await ends.destination.close().catch(() => undefined);
     }
   }
+}
+
+/**
+ * A lane's own source, beside the run's destination: the lake's lanes share the run's one destination, whose
+ * transactions run side by side (a second instance would collect the first one's uncommitted objects as leftovers).
+ */
+async function openLaneSource(ctx: RunContext): Promise<Source> {
+  return openSource(ctx.pipeline.source, ctx.logger).catch((e: unknown) => {
+    throw withContext(e, { pipeline: ctx.pipeline.name, phase: 'connect' }, 'source');
+  });
 }
 
 /** A further destination connection of the run, made ready to load beside the run's own, committing through `line`. */

@@ -1,6 +1,7 @@
 /**
- * `concurrency:` a pipeline's streams loaded side by side, Postgres → Postgres, each stream committing on its own
- * connections. Killed mid-run (kill -9 after some commits of several streams), the next run finishes every stream
+ * `concurrency:` a pipeline's streams loaded side by side, Postgres → Postgres (each stream committing on its own
+ * connections) and Postgres → the lake (a directory and a bucket: each stream's objects side by side, one manifest
+ * after another). Killed mid-run (kill -9 after some commits of several streams), the next run finishes every stream
  * exactly; a destination with one writer is refused at config time (exit 2).
  */
 import { mkdir } from 'node:fs/promises';
@@ -9,6 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli, startCli } from '../helpers/cli.js';
 import { tempDir, writeYaml } from '../helpers/fs.js';
 import { createPgDb, type PgTestDb } from '../integration/postgres/pg-db.js';
+import { startS3, type LocalS3 } from '../helpers/s3.js';
+import { bucketLake, dirLake, lakeDestinationYaml, tableRows } from './lake/helpers.js';
 
 const ROWS = 6000;
 const TABLES = ['alpha', 'beta', 'gamma'] as const;
@@ -101,6 +104,44 @@ describe('streams side by side (concurrency)', () => {
     expect(run.stderr).toContain('concurrency: 2');
     expect(run.stderr).toContain('postgres destination');
   }, 120_000);
+});
+
+describe.each(['dir', 's3'] as const)('streams side by side into the lake (%s)', (where) => {
+  let s3: LocalS3;
+  beforeAll(async () => {
+    s3 = await startS3();
+  }, 120_000);
+  afterAll(async () => {
+    await s3?.stop();
+  }, 120_000);
+
+  /** Rows as `id|n|microseconds since the epoch`, in key order. */
+  const sourceRows = async (table: string) =>
+    (await source.sql(`SELECT concat_ws('|', id, n, (extract(epoch FROM at) * 1000000)::bigint) AS r FROM ${table} ORDER BY id`)).map((r) => String(r.r));
+
+  it('three streams commit side by side, each state version one commit; killed mid-run, the next run finishes each exactly once', async () => {
+    const name = `side_lake_${where}`;
+    const dir = join(root, name);
+    await mkdir(dir, { recursive: true });
+    const config = await writeYaml(dir, 'p.yaml', yaml('unused', 3, '').replace(/destination:\n$/, '').replace('name: side', `name: ${name}`) + lakeDestinationYaml(where, dir, s3, name));
+    const env = where === 's3' ? s3.env : {};
+    const killed = await cli(['run', config], { env: { ...env, TIDEMARK_FAILPOINTS: 'load.after_commit=5:kill' } });
+    expect(killed.signal, killed.stderr).toBe('SIGKILL');
+    const mid = JSON.parse((await cli(['state', 'show', '--json', '--config', config], { env })).stdout) as { version: number; streams: Record<string, unknown> };
+    expect(Object.keys(mid.streams).length).toBeGreaterThan(1);
+    expect(mid.version).toBe(5);
+
+    const resumed = await cli(['run', config, '--json'], { env });
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const lake = where === 'dir' ? dirLake(join(dir, 'lake')) : bucketLake(s3, name);
+    const lakeSql = `CAST(id AS VARCHAR) || '|' || CAST(n AS VARCHAR) || '|' || CAST(epoch_us("at") AS VARCHAR)`;
+    for (const table of TABLES) expect(await tableRows(lake, name, table, lakeSql), table).toEqual(await sourceRows(table));
+
+    for (const table of TABLES) await source.sql(`INSERT INTO ${table} VALUES (${ROWS + 2}, 2, '2024-07-01 00:00:00+00') ON CONFLICT (id) DO NOTHING`);
+    const next = await cli(['run', config, '--json'], { env });
+    expect(next.code, next.stderr).toBe(0);
+    for (const table of TABLES) expect(await tableRows(lake, name, table, lakeSql), table).toEqual(await sourceRows(table));
+  }, 300_000);
 });
 
 /** A timestamp of the source's clock in the canonical form safe marks are stored in (UTC, microseconds). */

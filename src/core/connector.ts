@@ -719,7 +719,7 @@ export interface LedgerStore {
    */
   recordFailure(failure: PartitionFailure): Promise<void>;
   failures(pipeline: string, stream?: string): Promise<readonly PartitionFailure[]>;
-  /** The checksums its loads stored per partition (destinations that compute them: DuckDB, SQLite, Postgres). */
+  /** The checksums its loads stored per partition (destinations that compute them: DuckDB, SQLite, Postgres, the lake). */
   checksums?(pipeline: string, stream: string): Promise<ReadonlyMap<string, PartitionChecksum>>;
 }
 

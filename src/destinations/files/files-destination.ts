@@ -485,7 +485,7 @@ export class FilesDestination implements Destination {
  * A table's rows read from local copies of its objects: every column by name (`union_by_name`: objects written
  * before a column was added lack it), cast to the type the manifest records.
  */
-export function readSql(format: FileFormat, columns: readonly LakeColumn[], paths: readonly string[]): string {
+function readSql(format: FileFormat, columns: readonly LakeColumn[], paths: readonly string[]): string {
   if (paths.length === 0) return `SELECT ${columns.map((c) => `CAST(NULL AS ${c.type}) AS ${quoteIdent(c.name)}`).join(', ')} WHERE false`;
   const list = `[${paths.map(quoteString).join(', ')}]`;
   const reader =

@@ -12,7 +12,7 @@
  * ```
  *
  * A manifest names every data object of the pipeline's tables as of its commit (a snapshot, not a delta), with the
- * state, ledger and recent run records. `state.json` names the committed manifest; it is written last, so an
+ * state, ledger (with each loaded partition's checksum) and recent run records. `state.json` names the committed manifest; it is written last, so an
  * object that no committed manifest names belongs to a run that never committed.
  */
 import type { FileFormat } from '../../core/connector.js';

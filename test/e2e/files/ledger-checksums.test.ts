@@ -115,6 +115,8 @@ interface LakeManifestDoc {
   checksums?: { stream: string; partition: string; rows: number; checksum: string }[];
 }
 
+const summary = (checks: readonly LedgerCheck[]) => checks.map((c) => [c.partition, c.ledgerRows, c.tableRows, c.checksum, c.ok]);
+
 function lakeCsv(month: string, from: number, to: number): string {
   const lines = ['id,amount,ratio,name,kind'];
   for (let i = from; i <= to; i += 1) lines.push(`${i},${i}.25,${i / 7},${month}-n${i},k${i % 3}`);
@@ -188,8 +190,6 @@ describe.each(LAKE_CASES)('ledger verify checksums in the lake ($where, $format)
       await done();
     }
   }
-
-  const summary = (checks: readonly LedgerCheck[]) => checks.map((c) => [c.partition, c.ledgerRows, c.tableRows, c.checksum, c.ok]);
 
   it('keeps a checksum per partition over the objects its commit wrote; verify names an edited or shortened object; reloads keep new ones', async () => {
     const yaml =
@@ -291,5 +291,64 @@ describe.each(LAKE_CASES)('ledger verify checksums in the lake ($where, $format)
     // `ledger forget` drops the partition's checksum with its ledger row, in the same commit.
     await ledgerCommands(pipeline).forget(['2024-02']);
     expect((await manifest()).doc.checksums ?? []).toEqual([]);
+  });
+});
+
+/**
+ * The lake's checksum is `ledger verify`'s own, over canonical values: for the same rows of many types (decimal,
+ * double, float, timestamptz to the microsecond, date, time, bytes, uuid, boolean, hugeint, NULLs), every lake format
+ * keeps the checksum a DuckDB destination keeps, and verify finds each equal. Two partitions of 2,000 rows read in
+ * 300-row batches, written as two objects each (`partition_by: flag`).
+ */
+describe('lake checksums over many types', { timeout: 300_000 }, () => {
+  let dir: string;
+  let cleanup: () => Promise<void>;
+  beforeAll(async () => {
+    ({ dir, cleanup } = await tempDir('tidemark-lake-checksum-types-'));
+    await mkdir(join(dir, 'data'), { recursive: true });
+    const instance = await DuckDBInstance.create(':memory:');
+    const connection = await instance.connect();
+    try {
+      for (const m of ['2024-01', '2024-02']) {
+        const uuid = `CAST(substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-' || substr(h, 13, 4) || '-' || substr(h, 17, 4) || '-' || substr(h, 21, 12) AS UUID)`;
+        await connection.run(
+          `COPY (SELECT r AS id, CAST(r * 1.5 AS DECIMAL(12,3)) AS amount, r / 7.0::DOUBLE AS ratio, CAST(r / 3.0 AS FLOAT) AS f32, ` +
+            `TIMESTAMPTZ '2024-01-01 00:00:00+00' + INTERVAL (r) SECOND + INTERVAL (r * 7) MICROSECOND AS at, DATE '2024-01-01' + CAST(r AS INTEGER) AS d, ` +
+            `TIME '01:02:03.456' + INTERVAL (r) SECOND AS t, r % 2 = 0 AS flag, CASE WHEN r % 5 = 0 THEN NULL ELSE 'x' || r END AS note, ` +
+            `CAST('\\xAA\\x0' || (r % 10) AS BLOB) AS raw, ${uuid} AS u, CAST(r AS HUGEINT) * 1000000000000 AS big ` +
+            `FROM (SELECT r, md5('${m}' || r) AS h FROM range(1, 2001) t(r))) TO '${join(dir, 'data', `${m}.parquet`)}' (FORMAT parquet)`,
+        );
+      }
+    } finally {
+      connection.closeSync();
+      instance.closeSync();
+    }
+  });
+  afterAll(async () => cleanup());
+
+  it('keeps the checksum a DuckDB destination keeps, in Parquet, JSONL and CSV alike; verify finds them equal', async () => {
+    const pipelineFor = (label: string, destination: string) => {
+      const yaml = `name: types_${label}\nsource: {type: files, location: ${JSON.stringify(join(dir, 'data'))}}\nstreams:\n  - name: items\n    pattern: "{month}.parquet"\n    partition_column: month\n    batch_rows: 300\n${destination}`;
+      return parsePipeline(yaml, { file: join(dir, `${label}.yaml`) });
+    };
+    const duck = pipelineFor('duckdb', `destination: {type: duckdb, path: ${JSON.stringify(join(dir, 'w.duckdb'))}}\n`);
+    expect((await run(duck)).ok).toBe(true);
+    const expected = (await duckdbQuery(join(dir, 'w.duckdb'), `SELECT "partition", CAST("rows" AS INTEGER) AS n, checksum FROM _tidemark_ledger_checksums ORDER BY 1`)).map((r) => [r.partition, r.n, r.checksum]);
+    expect(expected.map((e) => e[0])).toEqual(['2024-01', '2024-02']);
+
+    for (const format of ['parquet', 'jsonl', 'csv']) {
+      const location = join(dir, `lake-${format}`);
+      const pipeline = pipelineFor(format, `destination: {type: files, location: ${JSON.stringify(location)}, format: ${format}, partition_by: flag}\n`);
+      expect((await run(pipeline)).ok).toBe(true);
+      const lake = dirLake(location);
+      const state = JSON.parse((await lake.get(`_tidemark/state/types_${format}/state.json`))!.toString('utf8')) as { tidemark: { manifest: string } };
+      const doc = JSON.parse((await lake.get(state.tidemark.manifest))!.toString('utf8')) as LakeManifestDoc;
+      expect(doc.tables.items!.files.length, format).toBe(4);
+      expect(doc.checksums!.map((c) => [c.partition, c.rows, c.checksum]), format).toEqual(expected);
+      expect(summary(await ledgerCommands(pipeline).verify()), format).toEqual([
+        ['2024-01', 2000, 2000, 'equal', true],
+        ['2024-02', 2000, 2000, 'equal', true],
+      ]);
+    }
   });
 });

@@ -499,6 +499,12 @@ export interface VerifyAccess {
   readonly engine: VerifyEngine;
   /** The quoted relation holding a table's rows (a source table, or the destination table of a stream). */
   relation(table: string): string;
+  /**
+   * The rows of one partition of a table as a relation with `columns` and the partition `column`, where the
+   * destination keeps each partition's objects apart (the lake: exactly the objects its committed manifest names for
+   * the partition, never a glob). Absent: a partition's rows are those of `relation(table)` whose `column` holds it.
+   */
+  partitionRelation?(table: string, column: string, partition: string, columns: readonly string[]): Promise<string>;
   /** Runs a read-only query whose `?` placeholders are bound as text; every selected value comes back as text or null. */
   query(sql: string, params: readonly string[]): Promise<(string | null)[][]>;
 }
@@ -720,7 +726,7 @@ export interface LedgerStore {
    */
   recordFailure(failure: PartitionFailure): Promise<void>;
   failures(pipeline: string, stream?: string): Promise<readonly PartitionFailure[]>;
-  /** The checksums its loads stored per partition (destinations that compute them: DuckDB, SQLite, Postgres). */
+  /** The checksums its loads stored per partition (destinations that compute them: DuckDB, SQLite, Postgres, the lake). */
   checksums?(pipeline: string, stream: string): Promise<ReadonlyMap<string, PartitionChecksum>>;
 }
 

@@ -18,10 +18,11 @@ export interface LedgerCheck {
   readonly partition: string;
   /** Null when the table has rows of this partition but the ledger has no row for it. */
   readonly ledgerRows: number | null;
+  /** The partition's rows now (where its load kept a checksum, as counted with it: in the lake, in its objects). */
   readonly tableRows: number;
   /**
    * The partition's rows against the checksum its load stored: `equal`, or `changed` (edited, added or deleted since
-   * the load). Absent when its load stored none (loaded before checksums were kept, or into the lake).
+   * the load). Absent when its load stored none (loaded before checksums were kept).
    */
   readonly checksum?: 'equal' | 'changed';
   readonly ok: boolean;
@@ -189,9 +190,11 @@ export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinatio
           const stored = (await ledger.checksums?.(pipeline.name, s.name)) ?? new Map<string, PartitionChecksum>();
           const access = stored.size > 0 ? await destination.verifyAccess?.() : undefined;
           for (const e of entries) {
-            const tableRows = counts.get(e.partition) ?? 0;
             const kept = stored.get(e.partition);
-            const checksum = kept === undefined || access === undefined ? undefined : await partitionChecksum(access, s.name, s.files!.partitionColumn, kept);
+            const now = kept === undefined || access === undefined ? undefined : await partitionChecksum(access, s.name, s.files!.partitionColumn, kept);
+            // The lake's counts come from its manifest; the checksum's count is of the rows its objects hold.
+            const tableRows = now?.rows ?? counts.get(e.partition) ?? 0;
+            const checksum = now?.checksum;
             const ok = tableRows === e.rows && checksum !== 'changed';
             checks.push({ stream: s.name, partition: e.partition, ledgerRows: e.rows, tableRows, ...(checksum !== undefined ? { checksum } : {}), ok });
           }
@@ -207,9 +210,13 @@ export function ledgerCommands(pipeline: PipelineConfig, options: OpenDestinatio
   };
 }
 
-/** The partition's rows now, checksummed as its load did (over the columns it stored), against that checksum. */
-async function partitionChecksum(access: VerifyAccess, table: string, column: string, kept: PartitionChecksum): Promise<'equal' | 'changed'> {
-  const [row] = await access.query(partitionDigestSql(access.engine, access.relation(table), kept.columns, column), [kept.partition]);
+/**
+ * The partition's rows now, checksummed as its load did (over the columns it stored), against that checksum; with
+ * their count. A destination that keeps partitions apart (the lake) gives their own relation.
+ */
+async function partitionChecksum(access: VerifyAccess, table: string, column: string, kept: PartitionChecksum): Promise<{ rows: number; checksum: 'equal' | 'changed' }> {
+  const relation = (await access.partitionRelation?.(table, column, kept.partition, kept.columns.map((c) => c.name))) ?? access.relation(table);
+  const [row] = await access.query(partitionDigestSql(access.engine, relation, kept.columns, column), [kept.partition]);
   const now = digestOf(row!);
-  return now.rows === kept.rows && now.checksum === kept.checksum ? 'equal' : 'changed';
+  return { rows: now.rows, checksum: now.rows === kept.rows && now.checksum === kept.checksum ? 'equal' : 'changed' };
 }

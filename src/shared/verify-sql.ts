@@ -236,6 +236,23 @@ export function digestOf(row: readonly unknown[]): { readonly rows: number; read
   return { rows: Number(row[0]), checksum: `${sum(row[1])}/${sum(row[2])}` };
 }
 
+/**
+ * The digest of the union of disjoint row sets (the objects one partition's commit writes into the lake, each
+ * checksummed apart): the counts and each half's sums added, exactly (the halves' sums are never reduced).
+ */
+export function sumDigests(parts: readonly { readonly rows: number; readonly checksum: string }[]): { readonly rows: number; readonly checksum: string } {
+  let rows = 0;
+  let sum1 = 0n;
+  let sum2 = 0n;
+  for (const p of parts) {
+    const [a, b] = p.checksum.split('/');
+    rows += p.rows;
+    sum1 += BigInt(a ?? '0');
+    sum2 += BigInt(b ?? '0');
+  }
+  return { rows, checksum: `${sum1}/${sum2}` };
+}
+
 const CAST_TYPE: Record<Exclude<VerifyEngine, 'sqlite'>, Partial<Record<ColumnKind, string>>> = {
   postgres: { int16: 'smallint', int32: 'integer', int64: 'bigint', uint64: 'numeric', decimal: 'numeric', float32: 'real', float64: 'double precision', uuid: 'uuid', date: 'date', time: 'time', timestamp: 'timestamp', timestamptz: 'timestamptz', boolean: 'boolean' },
   mysql: { int16: 'SIGNED', int32: 'SIGNED', int64: 'SIGNED', uint64: 'UNSIGNED', decimal: 'DECIMAL(65,30)', float32: 'DOUBLE', float64: 'DOUBLE', date: 'DATE', time: 'TIME(6)', timestamp: 'DATETIME(6)', timestamptz: 'DATETIME(6)' },

@@ -31,6 +31,7 @@ import { stderrLogger, type Logger } from '../../core/logger.js';
 import type { Column, ColumnType, LedgerEntry, Row, RunRecord, Value } from '../../core/types.js';
 import { openObjectStore, type ObjectStoreOptions } from '../../shared/object-store.js';
 import { quoteIdent, quoteString } from '../../shared/sql.js';
+import { digestOf, partitionDigestSql, sumDigests } from '../../shared/verify-sql.js';
 import {
   RUNS_KEPT,
   checkName,
@@ -42,7 +43,9 @@ import {
   type LakeCompression,
   type LakeFile,
   type LakeManifest,
+  type LakePartitionChecksum,
   type LakeTable,
+  nextChecksums,
   withoutFailures,
 } from './lake-layout.js';
 import { LakeOwners } from './lake-owners.js';
@@ -284,7 +287,8 @@ export class FilesDestination implements Destination {
   /**
    * `tidemark verify` over the lake: DuckDB (the writer's in-memory instance) reads the objects each committed
    * manifest names, through one view per stream in a schema of its own, so the checksums are computed by DuckDB
-   * over exactly the committed files (never a glob: a killed run's objects are not the table).
+   * over exactly the committed files (never a glob: a killed run's objects are not the table). A view is made (and
+   * a bucket's objects fetched) when a query first needs its table, so a check of one stream reads no other.
    */
   async verifyAccess(): Promise<VerifyAccess> {
     const connection = this.writer.connection;
@@ -292,16 +296,45 @@ export class FilesDestination implements Destination {
     // DuckDB (1.5) fails an internal assertion optimising verify's ROW_NUMBER split query over read_json (JSONL
     // tables); without that one rewrite the query plans and runs. Nothing the lake writes uses window functions.
     await connection.run(`SET disabled_optimizers = 'top_n_window_elimination'`);
+    const tables = new Map<string, LakeTable>();
     for (const pipeline of await this.pipelines()) {
-      const head = await this.lake.head(pipeline);
-      for (const [name, table] of Object.entries(head.manifest.tables)) {
-        await connection.run(`CREATE OR REPLACE VIEW ${VERIFY_SCHEMA}.${quoteIdent(name)} AS ${await this.tableSql(table)}`);
-      }
+      for (const [name, table] of Object.entries((await this.lake.head(pipeline)).manifest.tables)) tables.set(name, table);
     }
+    const wanted = new Set<string>();
+    const views = new Map<string, Promise<void>>();
+    const view = (name: string): Promise<void> => {
+      let made = views.get(name);
+      if (made === undefined) {
+        const table = tables.get(name);
+        // A stream with no committed table has no view: the query fails naming it, as it would in a database.
+        made = table === undefined ? Promise.resolve() : this.tableSql(table).then((sql) => connection.run(`CREATE OR REPLACE VIEW ${VERIFY_SCHEMA}.${quoteIdent(name)} AS ${sql}`)).then(() => undefined);
+        views.set(name, made);
+      }
+      return made;
+    };
     return {
       engine: 'duckdb',
-      relation: (table) => `${VERIFY_SCHEMA}.${quoteIdent(table)}`,
+      relation: (table) => {
+        wanted.add(table);
+        return `${VERIFY_SCHEMA}.${quoteIdent(table)}`;
+      },
+      // `ledger verify`: a partition's rows are those of the objects the manifest names for it, read as its load
+      // read them back to checksum them (only the columns asked for: objects of other partitions may have more). An
+      // object that is gone holds no rows: the partition's count and checksum then disagree with its load's.
+      partitionRelation: async (name, column, partition, names) => {
+        const table = tables.get(name);
+        const asked = names.some((n) => n.toLowerCase() === column.toLowerCase()) ? names : [...names, column];
+        const columns = asked.map((n) => table?.columns.find((c) => c.name.toLowerCase() === n.toLowerCase()) ?? { name: n, type: 'VARCHAR' });
+        const paths: string[] = [];
+        for (const f of table?.files ?? []) {
+          if (f.partition?.column !== column || f.partition.value !== partition) continue;
+          const path = await this.localCopy(f.key, { missing: 'skip' });
+          if (path !== undefined) paths.push(path);
+        }
+        return `(${readSql(table?.format ?? this.format, columns, paths)}) tm_partition`;
+      },
       query: async (sql, params) => {
+        for (const name of wanted) await view(name);
         const rows = (await connection.runAndReadAll(sql, [...params])).getRowsJS();
         return rows.map((row) => row.map((v) => (v === null || v === undefined ? null : String(v))));
       },
@@ -309,25 +342,21 @@ export class FilesDestination implements Destination {
   }
 
   private async tableSql(table: LakeTable): Promise<string> {
-    const columns = table.columns.map((c) => `CAST(${quoteIdent(c.name)} AS ${c.type}) AS ${quoteIdent(c.name)}`).join(', ');
-    if (table.files.length === 0) return `SELECT ${table.columns.map((c) => `CAST(NULL AS ${c.type}) AS ${quoteIdent(c.name)}`).join(', ')} WHERE false`;
     const paths: string[] = [];
     for (const f of table.files) paths.push(await this.localCopy(f.key));
-    const list = `[${paths.map(quoteString).join(', ')}]`;
-    const reader =
-      table.format === 'parquet'
-        ? `read_parquet(${list}, union_by_name = true, hive_partitioning = false)`
-        : table.format === 'csv'
-          ? `read_csv(${list}, union_by_name = true, header = true, all_varchar = true, hive_partitioning = false)`
-          : `read_json(${list}, format = 'newline_delimited', union_by_name = true, hive_partitioning = false)`;
-    return `SELECT ${columns} FROM ${reader}`;
+    return readSql(table.format, table.columns, paths);
   }
 
-  private async localCopy(key: string): Promise<string> {
+  /** A local path holding the object (in a bucket: a cached copy); with `missing: 'skip'`, undefined when it is gone. */
+  private async localCopy(key: string): Promise<string>;
+  private async localCopy(key: string, options: { readonly missing: 'skip' }): Promise<string | undefined>;
+  private async localCopy(key: string, options?: { readonly missing: 'skip' }): Promise<string | undefined> {
+    const exists = (path: string) => stat(path).then(() => true, () => false);
     const local = this.lake.store.localPath(key);
-    if (local !== undefined) return local;
+    if (local !== undefined) return options === undefined || (await exists(local)) ? local : undefined;
     const file = join(await this.cacheDir, key.replace(/\//g, '__'));
-    if (!(await stat(file).then(() => true, () => false))) await this.lake.store.download(key, file);
+    if (options !== undefined && !(await exists(file)) && (await this.lake.store.head(key)) === undefined) return undefined;
+    if (!(await exists(file))) await this.lake.store.download(key, file);
     return file;
   }
 
@@ -452,6 +481,22 @@ export class FilesDestination implements Destination {
   }
 }
 
+/**
+ * A table's rows read from local copies of its objects: every column by name (`union_by_name`: objects written
+ * before a column was added lack it), cast to the type the manifest records.
+ */
+function readSql(format: FileFormat, columns: readonly LakeColumn[], paths: readonly string[]): string {
+  if (paths.length === 0) return `SELECT ${columns.map((c) => `CAST(NULL AS ${c.type}) AS ${quoteIdent(c.name)}`).join(', ')} WHERE false`;
+  const list = `[${paths.map(quoteString).join(', ')}]`;
+  const reader =
+    format === 'parquet'
+      ? `read_parquet(${list}, union_by_name = true, hive_partitioning = false)`
+      : format === 'csv'
+        ? `read_csv(${list}, union_by_name = true, header = true, all_varchar = true, hive_partitioning = false)`
+        : `read_json(${list}, format = 'newline_delimited', union_by_name = true, hive_partitioning = false)`;
+  return `SELECT ${columns.map((c) => `CAST(${quoteIdent(c.name)} AS ${c.type}) AS ${quoteIdent(c.name)}`).join(', ')} FROM ${reader}`;
+}
+
 function mergeColumns(prior: readonly LakeColumn[] | undefined, next: readonly LakeColumn[]): LakeColumn[] {
   const out = [...(prior ?? [])];
   for (const c of next) {
@@ -483,6 +528,8 @@ class FilesLoadTransaction implements LoadTransaction {
   private pending: LakeFile[] = [];
   /** Change-log objects uploaded by this commit, by table (`CommitRequest.changes`), not yet named by a manifest. */
   private changed = new Map<string, { readonly columns: readonly LakeColumn[]; readonly files: LakeFile[] }>();
+  /** The count and checksum of each of `pending`'s objects, when they hold one partition's rows (`replacePartition`). */
+  private digests: { readonly rows: number; readonly checksum: string }[] = [];
 
   constructor(
     private readonly destination: FilesDestination,
@@ -536,6 +583,8 @@ class FilesLoadTransaction implements LoadTransaction {
               ? `${hiveSegment(replacePartition.column, replacePartition.value)}/`
               : '';
         const key = `${keys.streamDir(stream)}${sub}${name}`;
+        // Checksummed as written, before the upload: the commit keeps the partition's checksum beside its ledger row.
+        if (replacePartition !== undefined) this.digests.push(await this.digest(w.file, columns, replacePartition));
         await dest.lake.store.upload(key, w.file, { ifNoneMatch: '*' });
         await dest.lake.sync(key);
         files.push({ key, rows: w.rows, bytes: w.bytes, ...(replacePartition !== undefined ? { partition: { ...replacePartition } } : {}) });
@@ -545,6 +594,20 @@ class FilesLoadTransaction implements LoadTransaction {
       await this.writer.removeTempDir(dir);
     }
     return files;
+  }
+
+  /**
+   * The count and checksum of a partition's rows in one object just written, read back as readers (and `ledger
+   * verify`) read it: by the SQL `ledger verify` runs over the objects the committed manifest names for the partition.
+   */
+  private async digest(file: string, columns: readonly Column[], partition: NonNullable<TableTarget['replacePartition']>): Promise<{ rows: number; checksum: string }> {
+    const relation = `(${readSql(this.destination.format, columns.map((c) => ({ name: c.name, type: lakeColumnType(c.type) })), [file])}) tm_partition`;
+    const [row] = await this.writer.rows(partitionDigestSql('duckdb', relation, this.checksumColumns(), partition.column), [partition.value]);
+    return digestOf(row!);
+  }
+
+  private checksumColumns(): LakePartitionChecksum['columns'] {
+    return this.load.target.schema.columns.map((c) => ({ name: c.name, kind: c.type.kind }));
   }
 
   /**
@@ -601,7 +664,8 @@ class FilesLoadTransaction implements LoadTransaction {
       }
       const pending = this.pending;
       const changed = this.changed;
-      await dest.lake.commit(pipeline, (head) => this.change(head, request, pending, changed, rejectsKey), {
+      const digests = this.digests;
+      await dest.lake.commit(pipeline, (head) => this.change(head, request, pending, changed, digests, rejectsKey), {
         loadId: `${this.loadId}-${this.parts}`,
         runId,
         reason: 'run',
@@ -619,6 +683,7 @@ class FilesLoadTransaction implements LoadTransaction {
       });
       this.pending = [];
       this.changed = new Map();
+      this.digests = [];
       this.parts += 1;
     } catch (error) {
       if (error instanceof TidemarkError) throw error;
@@ -627,7 +692,14 @@ class FilesLoadTransaction implements LoadTransaction {
   }
 
   /** The manifest after this commit: the target's objects, ledger, run record, rejects, state and fence. */
-  private change(head: LakeHead, request: CommitRequest, pending: readonly LakeFile[], changed: FilesLoadTransaction['changed'], rejectsKey: string | undefined): ManifestChange {
+  private change(
+    head: LakeHead,
+    request: CommitRequest,
+    pending: readonly LakeFile[],
+    changed: FilesLoadTransaction['changed'],
+    digests: FilesLoadTransaction['digests'],
+    rejectsKey: string | undefined,
+  ): ManifestChange {
     const { target, fence } = this.load;
     const stream = this.stream;
     const m = head.manifest;
@@ -669,9 +741,21 @@ class FilesLoadTransaction implements LoadTransaction {
       builds,
       ledger: request.ledger?.length ? upsertLedger(m.ledger, request.ledger) : m.ledger,
       failures: request.ledger?.length ? withoutFailures(m.failures ?? [], request.ledger) : (m.failures ?? []),
+      ...(request.ledger?.length ? { checksums: nextChecksums(m.checksums ?? [], request.ledger, this.partitionChecksum(request.ledger, digests)) } : {}),
       runs: upsertRuns(m.runs, request.run),
       rejects: nextRejects(m.rejects, stream, request, rejectsKey),
     };
+  }
+
+  /**
+   * The checksum of the partition this commit loads, over exactly the objects it wrote (none for a partition whose
+   * rows it deletes, `on_missing: delete`, or a commit that loads no partition).
+   */
+  private partitionChecksum(entries: readonly LedgerEntry[], digests: FilesLoadTransaction['digests']): LakePartitionChecksum | undefined {
+    const rp = this.load.target.replacePartition;
+    const loaded = entries.find((e) => e.status === 'loaded' && e.stream === this.stream && e.partition === rp?.value);
+    if (rp === undefined || loaded === undefined) return undefined;
+    return { stream: this.stream, partition: rp.value, columns: this.checksumColumns(), ...sumDigests(digests) };
   }
 
   async rollback(): Promise<void> {
@@ -679,6 +763,7 @@ class FilesLoadTransaction implements LoadTransaction {
     for (const f of [...this.pending, ...[...this.changed.values()].flatMap((c) => c.files)]) await this.destination.lake.store.delete(f.key).catch(() => undefined);
     this.pending = [];
     this.changed = new Map();
+    this.digests = [];
     await this.writer.clearStage(this.stage).catch(() => undefined);
     this.staged = 0;
   }

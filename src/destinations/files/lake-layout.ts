@@ -12,13 +12,13 @@
  * ```
  *
  * A manifest names every data object of the pipeline's tables as of its commit (a snapshot, not a delta), with the
- * state, ledger and recent run records. `state.json` names the committed manifest; it is written last, so an
+ * state, ledger (with each loaded partition's checksum) and recent run records. `state.json` names the committed manifest; it is written last, so an
  * object that no committed manifest names belongs to a run that never committed.
  */
 import type { FileFormat } from '../../core/connector.js';
 import { DestinationError } from '../../core/errors.js';
 import { nodeCrypto } from '../../shared/lazy-modules.js';
-import type { LedgerEntry, PartitionFailure, PipelineState, RunRecord, StreamState } from '../../core/types.js';
+import type { LedgerEntry, PartitionChecksum, PartitionFailure, PipelineState, RunRecord, StreamState } from '../../core/types.js';
 
 export type LakeCompression = 'zstd' | 'snappy' | 'gzip' | 'none';
 
@@ -41,6 +41,14 @@ export interface LakeTable {
   readonly format: FileFormat;
   readonly columns: readonly LakeColumn[];
   readonly files: readonly LakeFile[];
+}
+
+/**
+ * A partition's count and checksum as its commit computed them over exactly the objects it wrote (see
+ * `PartitionChecksum`); kept in the manifest beside the partition's ledger row, so both commit together.
+ */
+export interface LakePartitionChecksum extends PartitionChecksum {
+  readonly stream: string;
 }
 
 export interface LakeBuild extends LakeTable {
@@ -68,6 +76,11 @@ export interface LakeManifest {
   readonly ledger: readonly LedgerEntry[];
   /** The last failed load of partitions (a commit of its own); absent in manifests from before they were kept. */
   readonly failures?: readonly PartitionFailure[];
+  /**
+   * Per loaded partition, the checksum its commit computed over the objects it wrote; absent in manifests from before
+   * they were kept (and for partitions loaded then), whose `ledger verify` compares counts only.
+   */
+  readonly checksums?: readonly LakePartitionChecksum[];
   /** Recent run records (the newest RUNS_KEPT). */
   readonly runs: readonly RunRecord[];
   /** Reject files per stream. */
@@ -237,6 +250,19 @@ export function emptyManifest(pipeline: string): LakeManifest {
 export function withoutFailures(failures: readonly PartitionFailure[], entries: readonly Pick<LedgerEntry, 'stream' | 'partition'>[]): PartitionFailure[] {
   const cleared = new Set(entries.map((e) => `${e.stream}\u0000${e.partition}`));
   return failures.filter((f) => !cleared.has(`${f.stream}\u0000${f.partition}`));
+}
+
+/**
+ * The checksums after a commit that writes the ledger rows `entries`: theirs are dropped, and `loaded` (the
+ * checksum of the partition this commit loaded, when it did) is added.
+ */
+export function nextChecksums(
+  checksums: readonly LakePartitionChecksum[],
+  entries: readonly Pick<LedgerEntry, 'stream' | 'partition'>[],
+  loaded: LakePartitionChecksum | undefined,
+): LakePartitionChecksum[] {
+  const replaced = new Set(entries.map((e) => `${e.stream}\u0000${e.partition}`));
+  return [...checksums.filter((c) => !replaced.has(`${c.stream}\u0000${c.partition}`)), ...(loaded !== undefined ? [loaded] : [])];
 }
 
 /** Parses a manifest; anything else is damage (a reader must never trust a half-written one). */

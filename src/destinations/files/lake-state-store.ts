@@ -4,7 +4,7 @@
  */
 import type { LedgerStore, SaveMeta, StateStore } from '../../core/connector.js';
 import { ConflictError } from '../../core/errors.js';
-import type { PipelineState, PipelineStateVersion, RejectRecord, RunRecord } from '../../core/types.js';
+import type { PartitionChecksum, PipelineState, PipelineStateVersion, RejectRecord, RunRecord } from '../../core/types.js';
 import { newRunId } from '../../core/ids.js';
 import { checkName, keys, withoutFailures } from './lake-layout.js';
 import type { Lake } from './lake.js';
@@ -134,7 +134,14 @@ export function lakeLedger(lake: Lake, knownPipelines: () => Promise<readonly st
       const failures = head.manifest.failures ?? [];
       const removed = new Set([...head.manifest.ledger, ...failures].filter(named).map((e) => e.partition)).size;
       if (removed === 0) return 0;
-      await lake.commit(pipeline, { ledger: head.manifest.ledger.filter((e) => !named(e)), failures: failures.filter((f) => !named(f)), stateChanged: false }, {
+      const change = {
+        ledger: head.manifest.ledger.filter((e) => !named(e)),
+        failures: failures.filter((f) => !named(f)),
+        // A forgotten partition's next load stores a checksum of its own; none is left behind meanwhile.
+        ...(head.manifest.checksums !== undefined ? { checksums: head.manifest.checksums.filter((c) => !named(c)) } : {}),
+        stateChanged: false,
+      };
+      await lake.commit(pipeline, change, {
         loadId: `ledger-${newRunId()}`,
         runId: null,
         reason: `ledger forget ${stream}: ${partitions.join(', ')}`,
@@ -156,6 +163,12 @@ export function lakeLedger(lake: Lake, knownPipelines: () => Promise<readonly st
     async failures(pipeline, stream) {
       const head = await lake.head(checkName('pipeline', pipeline));
       return (head.manifest.failures ?? []).filter((f) => stream === undefined || f.stream === stream);
+    },
+    async checksums(pipeline, stream) {
+      const head = await lake.head(checkName('pipeline', pipeline));
+      const out = new Map<string, PartitionChecksum>();
+      for (const { stream: of, ...c } of head.manifest.checksums ?? []) if (of === stream) out.set(c.partition, c);
+      return out;
     },
     async countRows(table, column) {
       const counts = new Map<string, number>();

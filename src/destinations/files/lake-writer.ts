@@ -121,6 +121,12 @@ export class LakeWriter {
     return out;
   }
 
+  /** A read-only query's rows, each value as text or null (`?` bound as text). */
+  async rows(sql: string, params: readonly string[]): Promise<(string | null)[][]> {
+    const result = await this.turns.run(() => this.connection.runAndReadAll(sql, [...params]));
+    return result.getRowsJS().map((row) => row.map((v) => (v === null || v === undefined ? null : String(v))));
+  }
+
   /** Writes the rows of a query, in its order, to `file`. */
   async copyQuery(sql: string, file: string, options: Omit<WriteOptions, 'partitionBy'>): Promise<{ rows: number; bytes: number }> {
     const result = await this.turns.run(() => this.connection.run(`COPY (${sql}) TO ${quoteString(file)} (${copyOptions(options.format, options.compression)})`));

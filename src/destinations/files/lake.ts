@@ -37,7 +37,7 @@ export interface LakeHead {
 }
 
 /** What one commit changes; everything else is carried over from the committed manifest. */
-export type ManifestChange = Partial<Pick<LakeManifest, 'state' | 'fence' | 'tables' | 'builds' | 'ledger' | 'failures' | 'runs' | 'rejects'>> & {
+export type ManifestChange = Partial<Pick<LakeManifest, 'state' | 'fence' | 'tables' | 'builds' | 'ledger' | 'failures' | 'checksums' | 'runs' | 'rejects'>> & {
   readonly stateChanged: boolean;
 };
 

@@ -1,5 +1,5 @@
 /** `tidemark plan`: what the next run would read per stream, with the exact predicate and bound values. */
-import type { PartitionFailure, StreamSchema, StreamState, TypedValue, Watermark } from '../core/types.js';
+import type { LogState, PartitionFailure, StreamSchema, StreamState, TypedValue, Watermark } from '../core/types.js';
 import type { Destination, Source } from '../core/connector.js';
 import { errorMessage, withContext } from '../core/errors.js';
 import type { PipelineConfig, StreamConfig } from '../config/load.js';
@@ -11,8 +11,9 @@ import { describeChange, typeName } from '../core/schema-diff.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 import { withoutPosition } from './stateless.js';
-import { plannedRanges, readsAsRanges, type RangePlanReport } from './range-load.js';
-import { mayReadAsRanges } from './range-default.js';
+import { plannedRanges, rangeLedgerName, rangeSizing, readerCount, readsAsRanges, type RangePlanReport } from './range-load.js';
+import { mayReadAsRanges, rangesWanted } from './range-default.js';
+import { rangedCopyStart } from './log-range-copy.js';
 import { takesRangeWriters } from './range-writers.js';
 import { loadsAlone } from './side-by-side.js';
 
@@ -149,7 +150,7 @@ async function planStreams(
   const sideBySide = new Set(alone.length > 1 ? alone.map((s) => s.name) : []);
   try {
     const reports: StreamPlanReport[] = [];
-    const logged = await logReports(source, pipeline, streams.filter((s) => s.strategy === 'log'), states);
+    const logged = await logReports(source, pipeline, streams.filter((s) => s.strategy === 'log'), states, keepsLedger ? rangeRows : undefined);
     for (const configured of streams) {
       const planned = partitioned.get(configured.name) ?? logged.get(configured.name);
       if (planned !== undefined) {
@@ -232,7 +233,13 @@ function schemaPlan(
 }
 
 /** Log streams: the set-up a run would do (a dry run in the source) and where each stream continues. */
-async function logReports(source: Source, pipeline: PipelineConfig, streams: readonly StreamConfig[], states: Readonly<Record<string, StreamState>>): Promise<Map<string, StreamPlanReport>> {
+async function logReports(
+  source: Source,
+  pipeline: PipelineConfig,
+  streams: readonly StreamConfig[],
+  states: Readonly<Record<string, StreamState>>,
+  rangeRows: ReadonlyMap<string, ReadonlySet<string>> | undefined,
+): Promise<Map<string, StreamPlanReport>> {
   const out = new Map<string, StreamPlanReport>();
   if (streams.length === 0) return out;
   const log = source.changeLog;
@@ -247,6 +254,7 @@ async function logReports(source: Source, pipeline: PipelineConfig, streams: rea
     const predicate = copying
       ? `copy ${stream.table}${state?.snapshot?.afterPk ? ` above key ${state.snapshot.afterPk.map((v) => v.value).join(', ')}` : ''} from a snapshot consistent with the slot, then apply the changes after it`
       : `apply the changes committed after log position ${state.position}`;
+    const ranged = copying && rangeRows !== undefined ? await logCopyRanges(source, stream, state, rangeRows.get(stream.name) ?? new Set()) : undefined;
     out.set(stream.name, {
       stream: stream.name,
       strategy: 'log',
@@ -263,9 +271,34 @@ async function logReports(source: Source, pipeline: PipelineConfig, streams: rea
       storedSafeMark: null,
       safeMark: null,
       warnings: setup.warnings,
+      ...(ranged !== undefined ? { ranged } : {}),
     });
   }
   return out;
+}
+
+/**
+ * The ranges a log stream's copy would be read in: those of a ranged copy a change log resumes in place (with which
+ * are committed), else the table's ranges as planned now — the run plans them again in the slot's snapshot. One
+ * writer applies them, as it applies the log.
+ */
+async function logCopyRanges(source: Source, stream: StreamConfig, log: LogState | undefined, loaded: ReadonlySet<string>): Promise<StreamPlanReport['ranged']> {
+  const start = rangedCopyStart(stream, log);
+  const readers = await readerCount(source, stream);
+  if (start !== undefined && 'resumes' in start) {
+    const { load, ranges } = start.resumes;
+    return { readers, writers: 1, ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })) };
+  }
+  if (!mayReadAsRanges(stream)) return undefined;
+  const planned = await source.ranges?.plan(stream, rangeSizing(stream, readers));
+  await planned?.close();
+  if (planned === undefined || !rangesWanted(stream, planned.ranges.reduce((n, r) => n + (r.estimatedRows ?? 0), 0))) return undefined;
+  return {
+    readers,
+    writers: 1,
+    ranges: planned.ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: false })),
+    ...(start !== undefined ? { startsOver: true as const } : {}),
+  };
 }
 
 function partitionReport(stream: StreamConfig, plans: readonly PartitionPlan[], failures: readonly PartitionFailure[]): StreamPlanReport {

@@ -32,6 +32,7 @@ async function planOne(file: string, options: PlanCommandOptions): Promise<void>
       print(`${pipeline.name}.${r.stream}: log, write ${r.write}; ${r.predicate}`);
       for (const action of r.setup ?? []) print(`  setup: ${action}`);
       for (const warning of r.warnings) print(`  warning: ${warning}`);
+      printRanges(r);
       continue;
     }
     print(`${pipeline.name}.${r.stream}: ${r.strategy}, write ${r.write}${r.mode === 'build' ? `, builds a new generation${r.resumesBuild ? ' (resuming)' : ''}` : ''}`);

@@ -156,10 +156,15 @@ describe('a log stream copied as ranges', () => {
 
   it('write: append — writers during the copy, kill -9 between ranges: the copy resumes in place and the change log rebuilds the source', async () => {
     const { db, config, destination } = await setup('rng_append', 'append');
+    // plan shows the copy's ranges before it starts, and which are committed while it is under way.
+    const planned = await cli(['plan', config]);
+    expect(planned.stdout, planned.stderr).toMatch(/ranges: (\d+) \(0 committed\), 2 readers at once, 1 writer/);
     const killed = await runWhileWriting(db, config, 1, { TIDEMARK_FAILPOINTS: `${SLOW},range.after_commit=3:kill` });
     expect(killed.run.signal).toBe('SIGKILL');
     const before = await rangeRows(config);
     expect(before).toHaveLength(3);
+    const underWay = await cli(['plan', config]);
+    expect(underWay.stdout, underWay.stderr).toMatch(/ranges: \d+ \(3 committed\), 2 readers at once, 1 writer/);
     await moveRowsIntoCopiedRanges(db);
 
     const resumed = await runWhileWriting(db, config, 2, { TIDEMARK_FAILPOINTS: SLOW });

@@ -227,6 +227,8 @@ class RangeLoader {
   private commits = 0;
   private rangesDone = 0;
   private freshBuild: boolean;
+  /** The whole read's row estimate, for progress (absent: the source has none). */
+  private estimatedRows: number | undefined;
   private buildRows: number;
   private high: Watermark | undefined;
   private readonly building: boolean;
@@ -268,6 +270,7 @@ class RangeLoader {
     // Rows of this load are in the build table already: it must not be dropped (range jobs never create it).
     if (this.rangesDone > 0 || (job !== undefined && !job.plansOnly)) this.freshBuild = false;
     if (job?.plansOnly) return this.planned();
+    this.estimatedRows = probe.estimatedRows;
     this.progress(probe);
     const opened = new Opener(rangePlan, pending, Math.max(1, Math.min(readers, pending.length)), (range) => this.request(range), (read, range) => this.chunksOf(read, range));
     const writers = writerCount(this.ctx.openWriter !== undefined, this.stream, rangePlan, readers, pending.length);
@@ -457,6 +460,8 @@ class RangeLoader {
       this.rowsRejected += tally.rejects.length;
       this.committed(next);
       if (range !== undefined) this.rangesDone += 1;
+      // Watchers (progress, the dashboard) learn of the range at once, not at the next range's first chunk.
+      if (range !== undefined) this.progress({ estimatedRows: this.estimatedRows });
     });
     if (range !== undefined) await failpoint('range.after_commit');
   }
@@ -543,7 +548,7 @@ class RangeLoader {
     });
   }
 
-  private progress(probe: OpenedRead): void {
+  private progress(probe: Pick<OpenedRead, 'estimatedRows'>): void {
     this.ctx.onProgress?.(this.stream.name, this.rowsRead, {
       startedAt: this.started,
       ...(probe.estimatedRows !== undefined ? { rowsTotal: probe.estimatedRows } : {}),

@@ -25,6 +25,9 @@ export interface LiveStream {
   readonly partitionsDone?: number;
   readonly partitionsTotal?: number;
   readonly partition?: string;
+  /** A read loaded as ranges: ranges committed, of all the load's ranges. */
+  readonly rangesDone?: number;
+  readonly rangesTotal?: number;
 }
 
 export interface LiveProgress {
@@ -115,6 +118,7 @@ class LiveFile {
       rowsPerSecond: elapsedS === null ? 0 : Math.round(rowsRead / elapsedS),
       ...(detail?.rowsTotal !== undefined ? { rowsTotal: detail.rowsTotal } : {}),
       ...(part ? { partitionsDone: part.index - 1, partitionsTotal: part.count, partition: part.id } : {}),
+      ...(detail?.ranges ? { rangesDone: detail.ranges.done, rangesTotal: detail.ranges.total } : {}),
     };
     // The newest figures reach the file within a second even when no report follows (a stream waiting on a commit).
     if (now - this.writtenAt < PROGRESS_EVERY_MS) {

@@ -237,6 +237,7 @@
   function liveText(live) {
     const parts = [`${count(live.rowsRead)}${live.rowsTotal ? ` of ~${count(live.rowsTotal)}` : ''} rows read`, `${count(live.rowsPerSecond)} rows/s`];
     if (live.partitionsTotal) parts.push(`${count(live.partitionsDone)} of ${count(live.partitionsTotal)} partitions done`);
+    if (live.rangesTotal) parts.push(`${count(live.rangesDone)} of ${count(live.rangesTotal)} ranges done`);
     return `running: ${parts.join(' · ')}`;
   }
 

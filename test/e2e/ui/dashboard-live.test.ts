@@ -47,13 +47,30 @@ describe('tidemark ui: what goes on now', () => {
     await cleanup();
   });
 
-  async function pipeline(extra = ''): Promise<{ config: string; source: string }> {
+  async function pipeline(extra = '', stream: Record<string, unknown> = {}): Promise<{ config: string; source: string }> {
     const source = join(dir, 'shop.sqlite');
     createItems(source, itemRange(1, ROWS, 7));
     const config = join(dir, 'items.yaml');
-    await writeFile(config, pipelineYaml({ source, destination: { type: 'duckdb', path: join(dir, 'warehouse.duckdb') }, stream: { checkpoint_rows: 3000 }, extra }));
+    await writeFile(config, pipelineYaml({ source, destination: { type: 'duckdb', path: join(dir, 'warehouse.duckdb') }, stream: { checkpoint_rows: 3000, ...stream }, extra }));
     return { config, source };
   }
+
+  it('shows a ranged load\'s ranges done of all its ranges beside its rows and rate', async () => {
+    // 12,000 rows as 4 rowid ranges of ~3,000 (SQLite has no row estimate: no total), the run hangs after its second range.
+    const { config } = await pipeline('', { parallel: 2, range_rows: 3000, checkpoint_rows: 1500 });
+    const running = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'range.after_commit=2:hang' });
+    try {
+      ui = await startUi([config]);
+      const live = page.locator('tr[data-stream="items"] [data-role="live"]');
+      await expect.poll(async () => {
+        await open();
+        return (await live.count()) > 0 ? await live.textContent() : null;
+      }, { timeout: 30_000, interval: 500 }).toMatch(/^running: 6,000 rows read · [1-9][\d,]* rows\/s · 2 of 4 ranges done$/);
+    } finally {
+      running.child.kill('SIGKILL');
+      await running.done;
+    }
+  });
 
   async function open(hash = ''): Promise<void> {
     await page.goto(`${ui!.url}${hash}`);

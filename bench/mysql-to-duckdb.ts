@@ -5,6 +5,7 @@
  *             client that drops it); into SQLite: that text piped into `sqlite3 … ".import /dev/stdin trips"` (an empty
  *             table of the same column types); into Postgres: piped into `psql -c "COPY trips FROM STDIN (NULL 'NULL')"`
  *             (an empty table without an index)
+ *   DuckDB ingest  into DuckDB: the two-step script's import alone (its text file into a new table): DuckDB's share
  *   parallel floor  into DuckDB: `--parallel` N (default 2) `mysql --quick` clients at once, each SELECTing one of N
  *             equal trip_id ranges, to /dev/null: the parallel floor of a ranged read
  *   tidemark  `tidemark run` into a fresh destination (stream with primary key and cursor; the bulk path; a table above
@@ -118,6 +119,7 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
     const step = Math.ceil(options.rows / parallel);
     const rangeArgs = Array.from({ length: parallel }, (_, i) => [...mysqlArgs.slice(0, -1), `SELECT * FROM trips WHERE trip_id > ${i * step} AND trip_id <= ${(i + 1) * step}`]);
     const parallelFloors: number[] = [];
+    const ingests: Timing[] = [];
     const parallelRatios: number[] = [];
     const importScript = join(dir, 'import.mjs');
     await writeFile(importScript, IMPORT_SCRIPT);
@@ -137,8 +139,11 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
         // The second floor: the same ordered rows through the client's text into a file, then DuckDB's CSV reader.
         const text = join(dir, 'script.tsv');
         const script = await timed('bash', ['-o', 'pipefail', '-c', `mysql "$@" > ${text} && ${process.execPath} ${importScript} ${text} ${join(dir, `script-${rep}.duckdb`)}`, 'mysql', ...orderedArgs], mysqlEnv, dir);
-        await rm(text, { force: true });
         await rm(join(dir, `script-${rep}.duckdb`), { force: true });
+        // DuckDB's share alone: the same import of the text file the script wrote, nothing else running.
+        ingests.push(await timed(process.execPath, [importScript, text, join(dir, `ingest-${rep}.duckdb`)], {}, dir));
+        await rm(join(dir, `ingest-${rep}.duckdb`), { force: true });
+        await rm(text, { force: true });
         scripts.push(script);
         scriptRatios.push(0);
       }
@@ -172,6 +177,7 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       tidemark_rss_mb: Math.max(...runs.map((t) => t.rssMb)),
       tidemark_vs_floor: round(median(ratios)),
       ...(parallelFloors.length ? { parallel, parallel_floor_s: round(median(parallelFloors)), tidemark_vs_parallel_floor: round(median(parallelRatios)) } : {}),
+      ...(ingests.length ? { duckdb_ingest_s: round(median(ingests.map((t) => t.seconds))), ingest_vs_floor: round(median(ingests.map((t, i) => t.seconds / floors[i]!.seconds))) } : {}),
       ...(scripts.length ? { script_s: round(median(scripts.map((t) => t.seconds))), tidemark_vs_script: round(median(scriptRatios)) } : {}),
       ...(rowPath ? { row_path_s: round(rowPath.seconds), row_path_cpu_s: rowPath.cpu, row_path_rss_mb: rowPath.rssMb } : {}),
     };

@@ -123,6 +123,7 @@ row(
   `${f(num(my, 'tidemark_vs_floor'))}× one, ${f(num(my, 'tidemark_vs_parallel_floor'))}× 2`,
   '≤ 1.5× one, ≤ 1.5× 2',
   `read as ranges (\`parallel\` unset: auto above 250,000 rows); 2 clients at once, each one half of the keys, ${f(num(my, 'parallel_floor_s'))} s; ` +
+    `DuckDB's own import of the same rows ${f(num(my, 'duckdb_ingest_s'))} s (${f(num(my, 'ingest_vs_floor'))}× the one client); ` +
     `the two-step script (the same ordered SELECT through \`mysql --quick\` to a file, then DuckDB's read_csv) ${f(num(my, 'script_s'))} s: tidemark ${f(num(my, 'tidemark_vs_script'))}× it`,
 );
 row(`MariaDB → DuckDB row path (\`TIDEMARK_BULK=0\`), ${k(SCALE.rows)}`, `${f(num(my, 'row_path_s'))} s, ${my.row_path_rss_mb} MB`, '—', '—', '≤ 400 MB');

@@ -12,6 +12,9 @@
  *                                 sqlite3 CLI); install them with
  *                                 `apt-get install -y pgloader sqlite3 python3-pandas python3-sqlalchemy python3-psycopg2`
  *   npm run bench -- --memory     also the row paths and MariaDB at 3× the rows: peak RSS must stay flat (±20 %)
+ *   npm run bench -- --only ranges,verify
+ *                                 only these groups of rows: duckdb, postgres, sqlite, mysql, ranges, verify, files, cdc,
+ *                                 telemetry (`--large --only ranges,verify,postgres`: the ranged targets at 3M rows)
  *
  * Workloads (each runnable alone, see its header): bench/pg-to-duckdb.ts, bench/mysql-to-duckdb.ts (also --to sqlite|postgres),
  * bench/cdc-catch-up.ts, bench/mysql-cdc.ts,
@@ -27,6 +30,10 @@ const quick = process.argv.includes('--quick');
 const large = process.argv.includes('--large');
 const peers = process.argv.includes('--peers');
 const memory = process.argv.includes('--memory');
+const onlyArg = process.argv.indexOf('--only');
+/** `--only ranges,verify`: only these groups of rows (duckdb, postgres, sqlite, mysql, ranges, verify, files, cdc, telemetry). */
+const ONLY = onlyArg > 0 ? process.argv[onlyArg + 1]!.split(',') : undefined;
+const runs = (group: string) => ONLY === undefined || ONLY.includes(group);
 const repsArg = process.argv.indexOf('--reps');
 const REPS = repsArg > 0 ? Number(process.argv[repsArg + 1]) : 3;
 const SCALE = quick
@@ -62,32 +69,35 @@ const loads: number[] = [];
 const note = (r: Result) => loads.push(num(r, 'load_end'), ...(r.load_avg !== undefined ? [num(r, 'load_avg')] : []));
 const common = ['--rows', String(SCALE.rows), '--reps', String(REPS), ...(peers ? ['--peers'] : [])];
 
-// Postgres → DuckDB (bulk path), the 1 % delta against its measured floor, the no-op, and the row path's memory.
-const pg = workload('pg-to-duckdb.ts', [...common, '--row-path']);
-note(pg);
-row(
-  `Postgres → DuckDB, ${k(SCALE.rows)} (bulk path)`,
-  `${f(num(pg, 'full_load_s'))} s, ${pg.full_load_rss_mb} MB`,
-  `\`psql COPY … TO STDOUT\` ${f(num(pg, 'raw_copy_s'))} s`,
-  `${f(num(pg, 'full_vs_copy'))}×`,
-  '≤ 1.5×',
-  `${Number(pg.full_rows_per_s).toLocaleString('en-US')} rows/s; the two-step script (the same ordered COPY as CSV to a file, then DuckDB's read_csv) ${f(num(pg, 'script_s'))} s, ${pg.script_rss_mb} MB: tidemark ${f(num(pg, 'full_vs_script'))}× it`,
-);
-row(
-  `Postgres → DuckDB row path (\`TIDEMARK_BULK=0\`), ${k(SCALE.rows)}`,
-  `${f(num(pg, 'row_path_s'))} s, ${pg.row_path_rss_mb} MB`,
-  '—',
-  '—',
-  '≤ 400 MB',
-);
-row(
-  `${pg.delta_rows}-row (1 %) delta → DuckDB, above the no-op`,
-  `${f(num(pg, 'delta_above_noop_s'))} s`,
-  `indexed COPY of the changed rows + DuckDB merge (one script) ${f(num(pg, 'delta_floor_s'))} s`,
-  `${f(num(pg, 'delta_vs_floor'))}×`,
-  '≤ 3×',
-);
-row('no-op run (Postgres → DuckDB)', `${f(num(pg, 'noop_run_s'))} s`, `node + drivers + open + read state ${f(num(pg, 'noop_floor_s'))} s`, `${f(num(pg, 'noop_vs_floor'))}×`, '≤ 1.2×');
+let pg: Result = {};
+if (runs('duckdb')) {
+  // Postgres → DuckDB (bulk path), the 1 % delta against its measured floor, the no-op, and the row path's memory.
+  pg = workload('pg-to-duckdb.ts', [...common, '--row-path']);
+  note(pg);
+  row(
+    `Postgres → DuckDB, ${k(SCALE.rows)} (bulk path)`,
+    `${f(num(pg, 'full_load_s'))} s, ${pg.full_load_rss_mb} MB`,
+    `\`psql COPY … TO STDOUT\` ${f(num(pg, 'raw_copy_s'))} s`,
+    `${f(num(pg, 'full_vs_copy'))}×`,
+    '≤ 1.5×',
+    `${Number(pg.full_rows_per_s).toLocaleString('en-US')} rows/s; the two-step script (the same ordered COPY as CSV to a file, then DuckDB's read_csv) ${f(num(pg, 'script_s'))} s, ${pg.script_rss_mb} MB: tidemark ${f(num(pg, 'full_vs_script'))}× it`,
+  );
+  row(
+    `Postgres → DuckDB row path (\`TIDEMARK_BULK=0\`), ${k(SCALE.rows)}`,
+    `${f(num(pg, 'row_path_s'))} s, ${pg.row_path_rss_mb} MB`,
+    '—',
+    '—',
+    '≤ 400 MB',
+  );
+  row(
+    `${pg.delta_rows}-row (1 %) delta → DuckDB, above the no-op`,
+    `${f(num(pg, 'delta_above_noop_s'))} s`,
+    `indexed COPY of the changed rows + DuckDB merge (one script) ${f(num(pg, 'delta_floor_s'))} s`,
+    `${f(num(pg, 'delta_vs_floor'))}×`,
+    '≤ 3×',
+  );
+  row('no-op run (Postgres → DuckDB)', `${f(num(pg, 'noop_run_s'))} s`, `node + drivers + open + read state ${f(num(pg, 'noop_floor_s'))} s`, `${f(num(pg, 'noop_vs_floor'))}×`, '≤ 1.2×');
+}
 
 // Postgres → Postgres and Postgres → SQLite: bench/pg-to-postgres.ts and bench/pg-to-sqlite.ts (pair by pair, with
 // pgloader / pandas as peers when installed) print their own BENCH_RESULT; a missing script leaves a note row.
@@ -95,6 +105,7 @@ for (const [file, path, floorName, target, peerKeys] of [
   ['pg-to-postgres.ts', 'Postgres → Postgres', '`psql COPY … TO STDOUT | psql COPY … FROM STDIN`', '≤ 2× floor, ≥ 3× faster than pgloader', [['pgloader_s', 'pgloader']]],
   ['pg-to-sqlite.ts', 'Postgres → SQLite', '`COPY csv | sqlite3 .import`', '≤ 2×', [['pandas_s', 'pandas read_sql/to_sql']]],
 ] as const) {
+  if (!runs(file === 'pg-to-postgres.ts' ? 'postgres' : 'sqlite')) continue;
   if (!existsSync(script(file))) {
     row(`${path}, ${k(SCALE.rows)}`, '—', floorName, '—', target, `bench/${file} not in this tree`);
     continue;
@@ -113,31 +124,34 @@ for (const [file, path, floorName, target, peerKeys] of [
   );
 }
 
-// MySQL/MariaDB → DuckDB (bulk path), with the row path's figures.
-const my = workload('mysql-to-duckdb.ts', [...common, '--row-path']);
-note(my);
-row(
-  `MariaDB → DuckDB, ${k(SCALE.rows)} (bulk path)`,
-  `${f(num(my, 'tidemark_s'))} s (CPU ${f(num(my, 'tidemark_cpu_s'))} s), ${my.tidemark_rss_mb} MB`,
-  `\`mysql --quick -e "SELECT * …" > /dev/null\` ${f(num(my, 'floor_s'))} s (CPU ${f(num(my, 'floor_cpu_s'))} s)`,
-  `${f(num(my, 'tidemark_vs_floor'))}× one, ${f(num(my, 'tidemark_vs_parallel_floor'))}× 2`,
-  '≤ 1.5× one, ≤ 1.5× 2',
-  `read as ranges (\`parallel\` unset: auto above 250,000 rows); 2 clients at once, each one half of the keys, ${f(num(my, 'parallel_floor_s'))} s; ` +
-    `DuckDB's own import of the same rows ${f(num(my, 'duckdb_ingest_s'))} s (${f(num(my, 'ingest_vs_floor'))}× the one client); ` +
-    `the two-step script (the same ordered SELECT through \`mysql --quick\` to a file, then DuckDB's read_csv) ${f(num(my, 'script_s'))} s: tidemark ${f(num(my, 'tidemark_vs_script'))}× it`,
-);
-row(`MariaDB → DuckDB row path (\`TIDEMARK_BULK=0\`), ${k(SCALE.rows)}`, `${f(num(my, 'row_path_s'))} s, ${my.row_path_rss_mb} MB`, '—', '—', '≤ 400 MB');
-// MySQL/MariaDB → SQLite and → Postgres (bulk path), each against the client's text piped into the target's importer.
-for (const [to, name, floorName] of [
-  ['sqlite', 'SQLite', '`mysql --quick … | sqlite3 .import`'],
-  ['postgres', 'Postgres', '`mysql --quick … | psql COPY FROM STDIN`'],
-] as const) {
-  const r = workload('mysql-to-duckdb.ts', [...common, '--to', to]);
-  note(r);
-  row(`MariaDB → ${name}, ${k(SCALE.rows)} (bulk path)`, `${f(num(r, 'tidemark_s'))} s, ${r.tidemark_rss_mb} MB`, `${floorName} ${f(num(r, 'floor_s'))} s`, `${f(num(r, 'tidemark_vs_floor'))}×`, '≤ 3×');
+let my: Result = {};
+if (runs('mysql')) {
+  // MySQL/MariaDB → DuckDB (bulk path), with the row path's figures.
+  my = workload('mysql-to-duckdb.ts', [...common, '--row-path']);
+  note(my);
+  row(
+    `MariaDB → DuckDB, ${k(SCALE.rows)} (bulk path)`,
+    `${f(num(my, 'tidemark_s'))} s (CPU ${f(num(my, 'tidemark_cpu_s'))} s), ${my.tidemark_rss_mb} MB`,
+    `\`mysql --quick -e "SELECT * …" > /dev/null\` ${f(num(my, 'floor_s'))} s (CPU ${f(num(my, 'floor_cpu_s'))} s)`,
+    `${f(num(my, 'tidemark_vs_floor'))}× one, ${f(num(my, 'tidemark_vs_parallel_floor'))}× 2`,
+    '≤ 1.5× one, ≤ 1.5× 2',
+    `read as ranges (\`parallel\` unset: auto above 250,000 rows); 2 clients at once, each one half of the keys, ${f(num(my, 'parallel_floor_s'))} s; ` +
+      `DuckDB's own import of the same rows ${f(num(my, 'duckdb_ingest_s'))} s (${f(num(my, 'ingest_vs_floor'))}× the one client); ` +
+      `the two-step script (the same ordered SELECT through \`mysql --quick\` to a file, then DuckDB's read_csv) ${f(num(my, 'script_s'))} s: tidemark ${f(num(my, 'tidemark_vs_script'))}× it`,
+  );
+  row(`MariaDB → DuckDB row path (\`TIDEMARK_BULK=0\`), ${k(SCALE.rows)}`, `${f(num(my, 'row_path_s'))} s, ${my.row_path_rss_mb} MB`, '—', '—', '≤ 400 MB');
+  // MySQL/MariaDB → SQLite and → Postgres (bulk path), each against the client's text piped into the target's importer.
+  for (const [to, name, floorName] of [
+    ['sqlite', 'SQLite', '`mysql --quick … | sqlite3 .import`'],
+    ['postgres', 'Postgres', '`mysql --quick … | psql COPY FROM STDIN`'],
+  ] as const) {
+    const r = workload('mysql-to-duckdb.ts', [...common, '--to', to]);
+    note(r);
+    row(`MariaDB → ${name}, ${k(SCALE.rows)} (bulk path)`, `${f(num(r, 'tidemark_s'))} s, ${r.tidemark_rss_mb} MB`, `${floorName} ${f(num(r, 'floor_s'))} s`, `${f(num(r, 'tidemark_vs_floor'))}×`, '≤ 3×');
+  }
 }
 
-if (memory) {
+if (memory && runs('duckdb') && runs('mysql')) {
   // The same paths at 3× the rows, once each: peak RSS must not grow with the table.
   const rows3 = SCALE.rows * 3;
   const pg3 = workload('pg-to-duckdb.ts', ['--rows', String(rows3), '--reps', '1', '--row-path']);
@@ -151,91 +165,114 @@ if (memory) {
   row(`MariaDB → DuckDB row path, ${k(rows3)}`, `${f(num(my3, 'row_path_s'))} s, ${my3.row_path_rss_mb} MB`, '—', flat(num(my, 'row_path_rss_mb'), num(my3, 'row_path_rss_mb')), '≤ 400 MB, ±20 %');
 }
 
-// Ranges (`parallel:`): Postgres → DuckDB and → Postgres beside one COPY and N COPYs of the same ranges at once; the
-// DuckDB row also beside DuckDB's own ingest of the same rows (its share, which no overlap hides).
-const ranged = workload('pg-ranges.ts', ['--rows', String(SCALE.rows), '--reps', String(REPS), '--parallel', '2']);
-note(ranged);
-row(
-  `Postgres → DuckDB, ${k(SCALE.rows)}, \`parallel: 2\``,
-  `${f(num(ranged, 'ranged_s'))} s, ${ranged.ranged_peak_rss_mb} MB`,
-  `one \`COPY … TO STDOUT\` ${f(num(ranged, 'one_copy_s'))} s; 2 at once ${f(num(ranged, 'parallel_copies_s'))} s`,
-  `${f(num(ranged, 'ranged_vs_one_copy'))}× one, ${f(num(ranged, 'ranged_vs_parallel_copies'))}× 2`,
-  '≤ 1.2× one, ≤ 1.5× 2',
-  `DuckDB's own read_csv of the same rows ${f(num(ranged, 'duckdb_ingest_s'))} s (${f(num(ranged, 'ingest_vs_one_copy'))}× one COPY): tidemark ${f(num(ranged, 'ranged_vs_floor'))}× the larger of the two; \`parallel: 1\` ${f(num(ranged, 'single_s'))} s`,
-);
-const rangedPg = workload('pg-ranges.ts', ['--rows', String(SCALE.rows), '--reps', String(REPS), '--parallel', '2', '--destination', 'postgres']);
-note(rangedPg);
-row(
-  `Postgres → Postgres, ${k(SCALE.rows)}, \`parallel: 2\``,
-  `${f(num(rangedPg, 'ranged_writers_s'))} s, ${rangedPg.ranged_peak_rss_mb} MB`,
-  `one COPY pipe ${f(num(rangedPg, 'one_pipe_s'))} s; 2 at once ${f(num(rangedPg, 'parallel_pipes_s'))} s`,
-  `${f(num(rangedPg, 'writers_vs_one_pipe'))}× one, ${f(num(rangedPg, 'writers_vs_parallel_pipes'))}× 2`,
-  '≤ 1.0× one, ≤ 1.5× 2',
-  `one writer (\`TIDEMARK_RANGE_WRITERS=1\`) ${f(num(rangedPg, 'ranged_one_writer_s'))} s; \`parallel: 1\` ${f(num(rangedPg, 'unranged_s'))} s; the pipes load an unindexed table, tidemark builds the key index`,
-);
-// Where the link, not the CPU, is the limit: a proxy holding each connection to 4 MB/s.
-const remote = workload('pg-ranges-remote.ts', ['--rows', String(Math.min(SCALE.rows, 300_000)), '--reps', String(REPS), '--workers', '1,2,4']);
-note(remote);
-row(
-  `Postgres (4 MB/s a connection) → DuckDB, ${k(Math.min(SCALE.rows, 300_000))}, \`parallel\` 1 → 2 → 4`,
-  `${Number(remote.p1_rows_per_s).toLocaleString('en-US')} → ${Number(remote.p2_rows_per_s).toLocaleString('en-US')} → ${Number(remote.p4_rows_per_s).toLocaleString('en-US')} rows/s`,
-  `one COPY through the proxy ${Number(remote.copy_rows_per_s).toLocaleString('en-US')} rows/s`,
-  `${f(num(remote, 'speedup_p2'))}×, ${f(num(remote, 'speedup_p4'))}×`,
-  '≥ 1.8×, ≥ 3.2×',
-  `queue workers 1 → 2 → 4 into Postgres: ${f(num(remote, 'speedup_workers_2'))}×, ${f(num(remote, 'speedup_workers_4'))}×`,
-);
+if (runs('ranges')) {
+  // Ranges (`parallel:`): Postgres → DuckDB and → Postgres beside one COPY and N COPYs of the same ranges at once; the
+  // DuckDB row also beside DuckDB's own ingest of the same rows (its share, which no overlap hides).
+  const ranged = workload('pg-ranges.ts', ['--rows', String(SCALE.rows), '--reps', String(REPS), '--parallel', '2']);
+  note(ranged);
+  row(
+    `Postgres → DuckDB, ${k(SCALE.rows)}, \`parallel: 2\``,
+    `${f(num(ranged, 'ranged_s'))} s, ${ranged.ranged_peak_rss_mb} MB`,
+    `one \`COPY … TO STDOUT\` ${f(num(ranged, 'one_copy_s'))} s; 2 at once ${f(num(ranged, 'parallel_copies_s'))} s`,
+    `${f(num(ranged, 'ranged_vs_one_copy'))}× one, ${f(num(ranged, 'ranged_vs_parallel_copies'))}× 2`,
+    '≤ 1.2× one, ≤ 1.5× 2',
+    `DuckDB's own read_csv of the same rows ${f(num(ranged, 'duckdb_ingest_s'))} s (${f(num(ranged, 'ingest_vs_one_copy'))}× one COPY): tidemark ${f(num(ranged, 'ranged_vs_floor'))}× the larger of the two; \`parallel: 1\` ${f(num(ranged, 'single_s'))} s`,
+  );
+  const rangedPg = workload('pg-ranges.ts', ['--rows', String(SCALE.rows), '--reps', String(REPS), '--parallel', '2', '--destination', 'postgres']);
+  note(rangedPg);
+  row(
+    `Postgres → Postgres, ${k(SCALE.rows)}, \`parallel: 2\``,
+    `${f(num(rangedPg, 'ranged_writers_s'))} s, ${rangedPg.ranged_peak_rss_mb} MB`,
+    `one COPY pipe ${f(num(rangedPg, 'one_pipe_s'))} s; 2 at once ${f(num(rangedPg, 'parallel_pipes_s'))} s`,
+    `${f(num(rangedPg, 'writers_vs_one_pipe'))}× one, ${f(num(rangedPg, 'writers_vs_parallel_pipes'))}× 2`,
+    '≤ 1.0× one, ≤ 1.5× 2',
+    `one writer (\`TIDEMARK_RANGE_WRITERS=1\`) ${f(num(rangedPg, 'ranged_one_writer_s'))} s; \`parallel: 1\` ${f(num(rangedPg, 'unranged_s'))} s; the pipes load an unindexed table, tidemark builds the key index`,
+  );
+  // Where the link, not the CPU, is the limit: a proxy holding each connection to 4 MB/s.
+  const remote = workload('pg-ranges-remote.ts', ['--rows', String(Math.min(SCALE.rows, 300_000)), '--reps', String(REPS), '--workers', '1,2,4']);
+  note(remote);
+  row(
+    `Postgres (4 MB/s a connection) → DuckDB, ${k(Math.min(SCALE.rows, 300_000))}, \`parallel\` 1 → 2 → 4`,
+    `${Number(remote.p1_rows_per_s).toLocaleString('en-US')} → ${Number(remote.p2_rows_per_s).toLocaleString('en-US')} → ${Number(remote.p4_rows_per_s).toLocaleString('en-US')} rows/s`,
+    `one COPY through the proxy ${Number(remote.copy_rows_per_s).toLocaleString('en-US')} rows/s`,
+    `${f(num(remote, 'speedup_p2'))}×, ${f(num(remote, 'speedup_p4'))}×`,
+    '≥ 1.8×, ≥ 3.2×',
+    `queue workers 1 → 2 → 4 into Postgres: ${f(num(remote, 'speedup_workers_2'))}×, ${f(num(remote, 'speedup_workers_4'))}×`,
+  );
+  // MariaDB → DuckDB read as ranges, beside one client and two at once (the mysql group's row has the same figures).
+  if (!runs('mysql')) {
+    const myRanged = workload('mysql-to-duckdb.ts', ['--rows', String(SCALE.rows), '--reps', String(REPS), '--parallel', '2']);
+    note(myRanged);
+    row(
+      `MariaDB → DuckDB, ${k(SCALE.rows)}, \`parallel\` unset (auto: 2)`,
+      `${f(num(myRanged, 'tidemark_s'))} s, ${myRanged.tidemark_rss_mb} MB`,
+      `one \`mysql --quick\` ${f(num(myRanged, 'floor_s'))} s; 2 at once ${f(num(myRanged, 'parallel_floor_s'))} s`,
+      `${f(num(myRanged, 'tidemark_vs_floor'))}× one, ${f(num(myRanged, 'tidemark_vs_parallel_floor'))}× 2`,
+      '≤ 1.5× one, ≤ 1.5× 2',
+      `DuckDB's own import of the same rows ${f(num(myRanged, 'duckdb_ingest_s'))} s (${f(num(myRanged, 'ingest_vs_floor'))}× one client)`,
+    );
+  }
+}
 
-// `tidemark verify` of a Postgres table against its DuckDB copy: equal, then 10 scattered differences.
-const verify = workload('verify-bench.ts', ['--rows', String(SCALE.rows), '--reps', String(REPS)]);
-note(verify);
-row(
-  `verify, Postgres ↔ DuckDB, ${k(SCALE.rows)}, equal`,
-  `${f(num(verify, 'verify_s'))} s`,
-  `full reload (\`run --full\`) ${f(num(verify, 'reload_s'))} s`,
-  `${f(num(verify, 'verify_vs_reload'))}×`,
-  '≤ 0.5×',
-  `each side's checksum alone: Postgres ${f(num(verify, 'source_checksum_alone_s'))} s, DuckDB ${f(num(verify, 'destination_checksum_alone_s'))} s; Postgres' COPY alone ${f(num(verify, 'source_copy_alone_s'))} s`,
-);
-row(
-  `verify, 10 scattered differences, ${k(SCALE.rows)}`,
-  `${f(num(verify, 'drift_verify_s'))} s`,
-  '—',
-  `${f(num(verify, 'drift_rows_fetched_pct'), 3)} % of rows moved`,
-  'exactly the 10 keys, ≤ 5 % moved',
-  `${verify.drift_exact ? 'exactly the 10 keys' : 'NOT exactly the 10 keys'}; \`--repair\` ${f(num(verify, 'repair_s'))} s, verify after it ${verify.after_repair}`,
-);
+if (runs('verify')) {
+  // `tidemark verify` of a Postgres table against its DuckDB copy: equal, then 10 scattered differences.
+  const verify = workload('verify-bench.ts', ['--rows', String(SCALE.rows), '--reps', String(REPS)]);
+  note(verify);
+  row(
+    `verify, Postgres ↔ DuckDB, ${k(SCALE.rows)}, equal`,
+    `${f(num(verify, 'verify_s'))} s`,
+    `full reload (\`run --full\`) ${f(num(verify, 'reload_s'))} s`,
+    `${f(num(verify, 'verify_vs_reload'))}×`,
+    '≤ 0.5×',
+    `each side's checksum alone: Postgres ${f(num(verify, 'source_checksum_alone_s'))} s, DuckDB ${f(num(verify, 'destination_checksum_alone_s'))} s; Postgres' COPY alone ${f(num(verify, 'source_copy_alone_s'))} s`,
+  );
+  row(
+    `verify, 10 scattered differences, ${k(SCALE.rows)}`,
+    `${f(num(verify, 'drift_verify_s'))} s`,
+    '—',
+    `${f(num(verify, 'drift_rows_fetched_pct'), 3)} % of rows moved`,
+    'exactly the 10 keys, ≤ 5 % moved',
+    `${verify.drift_exact ? 'exactly the 10 keys' : 'NOT exactly the 10 keys'}; \`--repair\` ${f(num(verify, 'repair_s'))} s, verify after it ${verify.after_repair}`,
+  );
+}
 
-// Parquet months (bench/files-bench.ts measures its own baselines; one run here).
-const files = workload('files-bench.ts', [], { TM_BENCH_ROWS: String(SCALE.monthRows), TM_BENCH_MONTHS: String(SCALE.months), TM_BENCH_REPS: String(REPS) });
-note(files);
-const fileRows = SCALE.months * SCALE.monthRows;
-const perS = (s: number) => Math.round(fileRows / s).toLocaleString('en-US');
-row(`${SCALE.months} Parquet months → DuckDB`, `${f(num(files, 'duckdb_load_s'))} s, ${files.duckdb_load_rss_mb} MB`, `DuckDB's own INSERT … read_parquet ${f(num(files, 'duckdb_own_s'))} s, ${files.duckdb_own_rss_mb} MB`, `${f(num(files, 'duckdb_vs_own'))}×`, '≤ 1.25×', `${perS(num(files, 'duckdb_load_s'))} rows/s; both at memory_limit 128MB`);
-row(`${SCALE.months} Parquet months → SQLite`, `${f(num(files, 'sqlite_load_s'))} s, ${files.sqlite_load_rss_mb} MB`, `Python sqlite3.executemany ${f(num(files, 'python_s'))} s`, `${f(num(files, 'sqlite_load_s') / num(files, 'python_s'))}×`, '≤ 1×', `${perS(num(files, 'sqlite_load_s'))} rows/s`);
+if (runs('files')) {
+  // Parquet months (bench/files-bench.ts measures its own baselines; one run here).
+  const files = workload('files-bench.ts', [], { TM_BENCH_ROWS: String(SCALE.monthRows), TM_BENCH_MONTHS: String(SCALE.months), TM_BENCH_REPS: String(REPS) });
+  note(files);
+  const fileRows = SCALE.months * SCALE.monthRows;
+  const perS = (s: number) => Math.round(fileRows / s).toLocaleString('en-US');
+  row(`${SCALE.months} Parquet months → DuckDB`, `${f(num(files, 'duckdb_load_s'))} s, ${files.duckdb_load_rss_mb} MB`, `DuckDB's own INSERT … read_parquet ${f(num(files, 'duckdb_own_s'))} s, ${files.duckdb_own_rss_mb} MB`, `${f(num(files, 'duckdb_vs_own'))}×`, '≤ 1.25×', `${perS(num(files, 'duckdb_load_s'))} rows/s; both at memory_limit 128MB`);
+  row(`${SCALE.months} Parquet months → SQLite`, `${f(num(files, 'sqlite_load_s'))} s, ${files.sqlite_load_rss_mb} MB`, `Python sqlite3.executemany ${f(num(files, 'python_s'))} s`, `${f(num(files, 'sqlite_load_s') / num(files, 'python_s'))}×`, '≤ 1×', `${perS(num(files, 'sqlite_load_s'))} rows/s`);
+}
 
-// Change data capture (strategy: log) into DuckDB: the catch-up from a backlog of changes, and the lag under --follow.
-const cdc = workload('cdc-catch-up.ts', ['--changes', String(SCALE.rows), '--tps', '500', '--seconds', quick ? '5' : '20']);
-note(cdc);
-const perSecond = (n: number) => `${Math.round(n).toLocaleString('en-US')} changes/s`;
-row(`Postgres log → DuckDB catch-up, ${k(num(cdc, 'backlog_changes'))} changes`, `${f(num(cdc, 'catch_up_seconds'))} s, ${cdc.catch_up_peak_rss_mb} MB`, '—', perSecond(num(cdc, 'changes_per_second')), '≥ 50,000 changes/s', 'the mirror checked equal to the source');
-row('Postgres log → DuckDB lag under `run --follow`', `p95 ${cdc.follow_lag_p95_ms} ms`, '—', '—', 'p95 ≤ 2 s', `pgbench at ${f(num(cdc, 'follow_tps'), 0)} transactions/s`);
-const mycdc = workload('mysql-cdc.ts', ['--changes', String(Math.min(SCALE.rows, 300_000))]);
-note({ load_end: mycdc.load_end!, load_avg: mycdc.load_1m! });
-row(`MariaDB binlog → DuckDB catch-up, ${k(num(mycdc, 'changes'))} changes`, `${f(num(mycdc, 'catch_up_s'))} s`, `the binlog reader alone ${perSecond(num(mycdc, 'reader_changes_per_s'))}`, perSecond(num(mycdc, 'changes_per_s')), '—');
+if (runs('cdc')) {
+  // Change data capture (strategy: log) into DuckDB: the catch-up from a backlog of changes, and the lag under --follow.
+  const cdc = workload('cdc-catch-up.ts', ['--changes', String(SCALE.rows), '--tps', '500', '--seconds', quick ? '5' : '20']);
+  note(cdc);
+  const perSecond = (n: number) => `${Math.round(n).toLocaleString('en-US')} changes/s`;
+  row(`Postgres log → DuckDB catch-up, ${k(num(cdc, 'backlog_changes'))} changes`, `${f(num(cdc, 'catch_up_seconds'))} s, ${cdc.catch_up_peak_rss_mb} MB`, '—', perSecond(num(cdc, 'changes_per_second')), '≥ 50,000 changes/s', 'the mirror checked equal to the source');
+  row('Postgres log → DuckDB lag under `run --follow`', `p95 ${cdc.follow_lag_p95_ms} ms`, '—', '—', 'p95 ≤ 2 s', `pgbench at ${f(num(cdc, 'follow_tps'), 0)} transactions/s`);
+  const mycdc = workload('mysql-cdc.ts', ['--changes', String(Math.min(SCALE.rows, 300_000))]);
+  note({ load_end: mycdc.load_end!, load_avg: mycdc.load_1m! });
+  row(`MariaDB binlog → DuckDB catch-up, ${k(num(mycdc, 'changes'))} changes`, `${f(num(mycdc, 'catch_up_s'))} s`, `the binlog reader alone ${perSecond(num(mycdc, 'reader_changes_per_s'))}`, perSecond(num(mycdc, 'changes_per_s')), '—');
+}
 
-// Telemetry: the same load with OpenTelemetry off and on (OTLP to a local receiver), pair by pair.
-// 15 pairs at least: identical runs here differ by up to 10 % in wall and CPU time, and the budget is 3 %.
-const otel = workload('telemetry-overhead.ts', ['--rows', String(SCALE.rows), '--reps', String(Math.max(REPS, 15))]);
-note(otel);
-row(
-  `SQLite → DuckDB with telemetry on, ${k(SCALE.rows)}`,
-  `${f(num(otel, 'on_s'))} s`,
-  `telemetry off ${f(num(otel, 'off_s'))} s`,
-  `${f(num(otel, 'on_vs_off'), 3)}×`,
-  '≤ 1.03×',
-  `quartiles ${f(num(otel, 'on_vs_off_q1'), 3)}–${f(num(otel, 'on_vs_off_q3'), 3)}×; CPU on/off ${f(num(otel, 'cpu_on_vs_off'), 3)}× ` +
-    `(quartiles ${f(num(otel, 'cpu_on_vs_off_q1'), 3)}–${f(num(otel, 'cpu_on_vs_off_q3'), 3)}×); ${otel.exports_received} OTLP exports received`,
-);
+if (runs('telemetry')) {
+  // Telemetry: the same load with OpenTelemetry off and on (OTLP to a local receiver), pair by pair.
+  // 15 pairs at least: identical runs here differ by up to 10 % in wall and CPU time, and the budget is 3 %.
+  const otel = workload('telemetry-overhead.ts', ['--rows', String(SCALE.rows), '--reps', String(Math.max(REPS, 15))]);
+  note(otel);
+  row(
+    `SQLite → DuckDB with telemetry on, ${k(SCALE.rows)}`,
+    `${f(num(otel, 'on_s'))} s`,
+    `telemetry off ${f(num(otel, 'off_s'))} s`,
+    `${f(num(otel, 'on_vs_off'), 3)}×`,
+    '≤ 1.03×',
+    `quartiles ${f(num(otel, 'on_vs_off_q1'), 3)}–${f(num(otel, 'on_vs_off_q3'), 3)}×; CPU on/off ${f(num(otel, 'cpu_on_vs_off'), 3)}× ` +
+      `(quartiles ${f(num(otel, 'cpu_on_vs_off_q1'), 3)}–${f(num(otel, 'cpu_on_vs_off_q3'), 3)}×); ${otel.exports_received} OTLP exports received`,
+  );
+}
 
 console.log(
   `\n### Benchmarks (${quick ? '--quick' : large ? '--large' : 'default'} scale, ${REPS} pairs per ratio; ${cpus().length} cores, ` +

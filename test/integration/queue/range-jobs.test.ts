@@ -410,6 +410,49 @@ describe('one table across queue workers: the first load of an incremental strea
     }
   }, 240_000);
 
+  it('enqueue --full of an incremental stream past its first load, into a ledger from before high marks: a build of 8 ranges swapped in, the watermark its highest (cursor, key)', async () => {
+    const name = uniqueQueueName('qinc-full');
+    const { queue, close } = openQueue(name);
+    const source = await incrementalSource();
+    const target = await createTestDatabase('tm_qinc_dst');
+    const workers: Started[] = [];
+    try {
+      const config = await pipelineFile('inc-full', `{ type: postgres, url: ${JSON.stringify(source.url)} }`, 'public.items', target, INCREMENTAL('merge'));
+      const first = await cli(['run', config]);
+      expect(first.code, first.stderr).toBe(0);
+      const before = await target.query(`SELECT "partition" FROM _tidemark_ledger WHERE stream = 'items'`);
+      // A destination made before ledger rows kept high marks: the range jobs' first commits add the column, side by side.
+      await target.query(`ALTER TABLE _tidemark_ledger DROP COLUMN high`);
+      // Rows the build must carry: changed below the watermark (an incremental run would never read them again).
+      await source.query(`UPDATE items SET note = note || '+rebuilt' WHERE id % 1000 = 0`);
+      const out = await cli(['enqueue', config, ...queueArgs(name), '--full', '--json']);
+      expect(out.code, out.stderr).toBe(0);
+      const jobs = JSON.parse(out.stdout) as { unit: string }[];
+      expect(jobs.filter((j) => /:key \d+\/\d+$/.test(j.unit)).length).toBeGreaterThanOrEqual(ROWS / RANGE_ROWS - 1);
+      workers.push(startWorker(name, 'w1'), startWorker(name, 'w2'), startWorker(name, 'w3'));
+      await completed(queue, jobs.length, workers);
+
+      expect(await digest(target, 'items')).toEqual(await digest(source, 'items'));
+      // The ledger holds the build's ranges, each once with its high mark; the first load's rows are dropped.
+      const ranges = jobs.length - 1;
+      const ledger = await rangeLedger(target);
+      expect(ledger).toHaveLength(ranges);
+      expect(ledger.some((e) => before.some((b) => b.partition === e.partition))).toBe(false);
+      expect(ledger.reduce((n, e) => n + e.rows, 0)).toBe(ROWS);
+      expect(await rangeHighs(target)).toBe(ranges);
+      const state = await stateOf(config);
+      expect(state.ranged).toBeUndefined();
+      expect((state as { generation?: number }).generation).toBe(1);
+      const [top] = await source.query(`SELECT id::text AS id FROM items ORDER BY at DESC, id DESC LIMIT 1`);
+      expect(state.watermark?.pk.map((k) => k.value)).toEqual([String(top!.id)]);
+    } finally {
+      await stopAll(workers);
+      await close();
+      await target.drop();
+      await source.drop();
+    }
+  }, 200_000);
+
   it('a MariaDB table by primary-key ranges, 2 workers: equal to the source, the watermark its highest (cursor, key)', async () => {
     const name = uniqueQueueName('qinc-my');
     const { queue, close } = openQueue(name);

@@ -422,7 +422,7 @@ describe('one table across queue workers: the first load of an incremental strea
       expect(first.code, first.stderr).toBe(0);
       const before = await target.query(`SELECT "partition" FROM _tidemark_ledger WHERE stream = 'items'`);
       // A destination made before ledger rows kept high marks: the range jobs' first commits add the column, side by side.
-      await target.query(`ALTER TABLE _tidemark_ledger DROP COLUMN high`);
+      await target.query(`ALTER TABLE _tidemark_ledger DROP COLUMN IF EXISTS high`);
       // Rows the build must carry: changed below the watermark (an incremental run would never read them again).
       await source.query(`UPDATE items SET note = note || '+rebuilt' WHERE id % 1000 = 0`);
       const out = await cli(['enqueue', config, ...queueArgs(name), '--full', '--json']);

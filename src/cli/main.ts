@@ -321,7 +321,7 @@ reset [stream], rollback <version>, set <stream> on an append stream (write: app
   queueOptions(
     cli
       .command('enqueue')
-      .description('put pipeline runs on the queue: one job per stream, one per pending partition of a partitioned stream, one per range of a ranged build into Postgres')
+      .description('put pipeline runs on the queue: one job per stream, one per pending partition of a partitioned stream, one per range of a ranged build or incremental first load into Postgres')
       .argument('<pipeline...>', 'pipeline YAML files')
       .option('--partition <id>', 'only this partition (repeatable)', collect)
       .option('--stream <name>', 'only this stream (repeatable)', collect)

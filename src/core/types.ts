@@ -372,6 +372,11 @@ export interface LedgerEntry {
   readonly status: 'loaded' | 'deleted';
   readonly runId: string;
   readonly loadedAt: string;
+  /**
+   * A range of an incremental stream's ranged load: the highest `(cursor, key)` its commit loaded. Range jobs leave
+   * the state document alone, so the job that finishes the load takes the watermark from these.
+   */
+  readonly high?: Watermark;
 }
 
 /**

@@ -1,10 +1,12 @@
 /**
- * A ranged build spread over queue jobs (see docs/scheduling-and-workers.md). The producer's `plan` job fixes the
- * ranges once, in the state, and creates the build table; each `load` job then loads some of those ranges on any
- * worker, every range in its own commit with its ledger row, fenced by the range's own lease while the pipeline lease
- * is held shared, so range jobs of one build commit side by side and no range loads twice at once. Range jobs leave
- * the state document alone (the ledger says which ranges are in); the stream's ordinary job finishes the build once
- * no range is left, swapping the generation in.
+ * A ranged build, or an incremental stream's ranged first load, spread over queue jobs (see
+ * docs/scheduling-and-workers.md). The producer's `plan` job fixes the ranges once, in the state (with an incremental
+ * stream's upper bound and safe mark), and creates the build table (or the table); each `load` job then loads some of
+ * those ranges on any worker, every range in its own commit with its ledger row, fenced by the range's own lease while
+ * the pipeline lease is held shared, so range jobs of one load commit side by side and no range loads twice at once.
+ * Range jobs leave the state document alone: the ledger says which ranges are in and, for an incremental stream, the
+ * highest `(cursor, key)` each loaded. The stream's ordinary job finishes the load once no range is left, swapping the
+ * generation in, or setting the watermark to the highest of those marks.
  */
 import { partitionLeaseName, type Fence, type Lease } from '../core/connector.js';
 import { UsageError } from '../core/errors.js';
@@ -74,7 +76,7 @@ export function rangeJobLoader(job: RangeJob, leases: ReadonlyMap<string, Lease>
   return async (ctx: StreamContext, stream: StreamConfig, state: PipelineState): Promise<StreamOutcome> => {
     const started = monotonicMs();
     if ('load' in job && state.streams[stream.name]?.ranged?.load !== job.load) {
-      return { state, result: nothingLoaded(stream.name, started, true) };
+      return { state, result: nothingLoaded(stream.name, started, stream.strategy === 'full' || ctx.full === true) };
     }
     return loadStream({ ...ctx, rangeJob: new RangeJobScope(job, ctx.pipeline, stream.name, leases) }, stream, state);
   };

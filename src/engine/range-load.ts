@@ -262,8 +262,12 @@ class RangeLoader {
   }
 
   async load(rangePlan: RangePlan, readers: number, probe: OpenedRead): Promise<StreamOutcome> {
-    const done = new Set((await this.ledger.list(this.ctx.pipeline, this.stream.name)).filter((e) => e.status === 'loaded').map((e) => e.partition));
+    const loaded = (await this.ledger.list(this.ctx.pipeline, this.stream.name)).filter((e) => e.status === 'loaded');
+    const done = new Set(loaded.map((e) => e.partition));
     const left = this.ranged.ranges.filter((r) => !done.has(rangeLedgerName(this.ranged.load, r)));
+    // Ranges committed by range jobs, which leave the state alone: their ledger rows hold their high marks.
+    const ours = new Set(this.ranged.ranges.map((r) => rangeLedgerName(this.ranged.load, r)));
+    for (const e of loaded) if (ours.has(e.partition)) this.high = maxWatermark(this.high, e.high);
     this.rangesDone = this.ranged.ranges.length - left.length;
     const job = this.ctx.rangeJob;
     const pending = job !== undefined ? job.select(left) : left;
@@ -434,6 +438,7 @@ class RangeLoader {
         status: 'loaded',
         runId: this.ctx.runId,
         loadedAt: new Date().toISOString(),
+        ...(tally.high !== undefined && this.stream.strategy === 'incremental' ? { high: tally.high } : {}),
       }];
       const held = async () => {
         await this.ctx.lease.assertHeld();

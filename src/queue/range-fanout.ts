@@ -1,8 +1,11 @@
 /**
- * The producer's half of one table across workers: a ranged build (`strategy: full` with `parallel:`) into a
- * destination that takes concurrent writers becomes one queue job per range still to load, plus the stream's own job,
- * which finishes the build (swaps the generation in) once every range is in, loading any range left over itself.
- * The ranges are planned once, here, by a run that commits them to the state, so every worker loads the same ones.
+ * The producer's half of one table across workers: a ranged build (`strategy: full` with `parallel:`), or the first
+ * load of an incremental stream, into a destination that takes concurrent writers becomes one queue job per range
+ * still to load, plus the stream's own job, which finishes the load once every range is in, loading any range left
+ * over itself: a build swaps the generation in; an incremental stream's watermark becomes the highest `(cursor, key)`
+ * over the ranges (each range's ledger row holds its own). The ranges, and for an incremental stream the upper bound
+ * and safe mark every range is read up to, are fixed once, here, by a run that commits them to the state, so every
+ * worker loads the same ones.
  */
 import { errorMessage } from '../core/errors.js';
 import type { Logger } from '../core/logger.js';
@@ -20,7 +23,9 @@ export interface RangeFanOut {
 
 /** Why this stream is one job rather than one job per range; undefined when it can fan out. */
 function oneJobReason(pipeline: PipelineConfig, stream: StreamConfig): string | undefined {
-  if (stream.strategy !== 'full') return `only builds (strategy: full) fan out by range, this stream is ${stream.strategy}`;
+  if (stream.strategy !== 'full' && stream.strategy !== 'incremental') {
+    return `only builds (strategy: full) and first loads of incremental streams fan out by range, this stream is ${stream.strategy}`;
+  }
   if (stream.table === undefined) return 'a query stream is not split into ranges';
   if (!concurrentPartitionWriters(pipeline.destination, pipeline.state)) {
     return `a ${pipeline.destination.type} destination${pipeline.state === 'destination' ? '' : ' with a separate state store'} takes one writer at a time`;
@@ -45,7 +50,7 @@ export async function planRangeJobs(
     return undefined;
   }
   try {
-    const unshareable = await rangesMoveRows(pipeline, stream);
+    const unshareable = (options.full ? undefined : await pastFirstLoad(pipeline, stream)) ?? (await rangesMoveRows(pipeline, stream));
     if (unshareable !== undefined) {
       logger.log('info', `${where}: one job for the stream, not one per range: ${unshareable}`);
       return undefined;
@@ -74,6 +79,22 @@ async function rangesMoveRows(pipeline: PipelineConfig, stream: StreamConfig): P
     return undefined;
   } finally {
     await source.close();
+  }
+}
+
+/**
+ * Why an incremental stream is past the read that ranges split, if it is: its watermark is committed and no ranged
+ * load is under way, so a run reads only the rows above the watermark.
+ */
+async function pastFirstLoad(pipeline: PipelineConfig, stream: StreamConfig): Promise<string | undefined> {
+  if (stream.strategy !== 'incremental') return undefined;
+  const destination = await openDestination(pipeline.destination, { openTimeoutMs: 2000 });
+  try {
+    const prior = (await destination.state.load(pipeline.name))?.streams[stream.name];
+    if (prior?.watermark === undefined || prior.ranged !== undefined) return undefined;
+    return 'its first load is in (a watermark is committed), and a run reads only the rows above it';
+  } finally {
+    await destination.close();
   }
 }
 

@@ -2,7 +2,7 @@
  * tidemark's own tables inside a SQL destination: state, its history, runs, rejects, ledger, locks and loads.
  * They live beside the data so that one transaction commits both (DESIGN.md §1, promise 2).
  */
-import type { LedgerEntry, PartitionChecksum, PartitionFailure, PartitionFile, PipelineState, PipelineStateVersion, Reject, RejectRecord, RunRecord } from '../../core/types.js';
+import type { LedgerEntry, PartitionChecksum, PartitionFailure, PartitionFile, PipelineState, PipelineStateVersion, Reject, RejectRecord, RunRecord, Watermark } from '../../core/types.js';
 import { ConflictError, LeaseLostError, StateError } from '../../core/errors.js';
 import { partitionLeaseName, type LedgerMark, type LedgerStore, type RunEnd, type SaveMeta, type StateStore } from '../../core/connector.js';
 import { quoteIdent } from '../../shared/sql.js';
@@ -25,7 +25,7 @@ const DDL: Record<keyof typeof META_TABLES, string> = {
   history: `(pipeline TEXT NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL, saved_at TEXT NOT NULL, run_id TEXT, reason TEXT NOT NULL, PRIMARY KEY (pipeline, version))`,
   runs: `(run_id TEXT NOT NULL, pipeline TEXT NOT NULL, stream TEXT NOT NULL, started_at TEXT NOT NULL, finished_at TEXT NOT NULL, outcome TEXT NOT NULL, rows_read BIGINT NOT NULL, rows_loaded BIGINT NOT NULL, rows_rejected BIGINT NOT NULL, commits BIGINT NOT NULL, cursor_min TEXT, cursor_max TEXT, full_refresh INTEGER NOT NULL, worker TEXT NOT NULL, error TEXT, PRIMARY KEY (run_id, pipeline, stream))`,
   rejects: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, column_name TEXT, reason TEXT NOT NULL, "row" TEXT NOT NULL, rejected_at TEXT NOT NULL, "partition" TEXT)`,
-  ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
+  ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, high TEXT, PRIMARY KEY (pipeline, stream, "partition"))`,
   failures: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, error TEXT NOT NULL, failed_at TEXT NOT NULL, run_id TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   checksums: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, columns TEXT NOT NULL, "rows" BIGINT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   locks: `(pipeline TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, updated_at TEXT NOT NULL)`,
@@ -37,6 +37,8 @@ export class SqlMeta {
   /** Meta tables are never dropped: once seen, a run does not look them up again (each look-up costs a query). */
   private seen = false;
   private rejectsMigrated = false;
+  /** The ledger table has the `high` column (`LedgerEntry.high`): known once a commit wrote one. */
+  private ledgerHigh = false;
 
   constructor(
     private readonly exec: SqlExecutor,
@@ -216,6 +218,7 @@ export class SqlMeta {
    * cannot both pass the comparison.
    */
   async writeLedger(entries: readonly LedgerEntry[], expect?: Readonly<Record<string, LedgerMark | null>>): Promise<void> {
+    if (entries.some((e) => e.high !== undefined)) await this.ledgerWithHigh();
     for (const e of entries) {
       const expected = expect?.[e.partition];
       if (expected !== undefined) {
@@ -233,14 +236,33 @@ export class SqlMeta {
           );
         }
       }
+      // `high` only where the table is known to have it (tables made before it get it when a commit first writes one).
+      const high = this.ledgerHigh ? { column: ', high', value: ', ?', update: ', high = excluded.high' } : { column: '', value: '', update: '' };
       await this.exec.run(
-        `INSERT INTO ${this.t('ledger')} (pipeline, stream, "partition", files, "rows", bytes, status, run_id, loaded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        `INSERT INTO ${this.t('ledger')} (pipeline, stream, "partition", files, "rows", bytes, status, run_id, loaded_at${high.column}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?${high.value})
          ON CONFLICT (pipeline, stream, "partition") DO UPDATE SET files = excluded.files, "rows" = excluded."rows", bytes = excluded.bytes,
-           status = excluded.status, run_id = excluded.run_id, loaded_at = excluded.loaded_at`,
-        [e.pipeline, e.stream, e.partition, JSON.stringify(e.files), e.rows, e.bytes, e.status, e.runId, e.loadedAt],
+           status = excluded.status, run_id = excluded.run_id, loaded_at = excluded.loaded_at${high.update}`,
+        [
+          e.pipeline, e.stream, e.partition, JSON.stringify(e.files), e.rows, e.bytes, e.status, e.runId, e.loadedAt,
+          ...(this.ledgerHigh ? [e.high !== undefined ? JSON.stringify(e.high) : null] : []),
+        ],
       );
       await this.clearFailure(e.pipeline, e.stream, e.partition);
     }
+  }
+
+  /**
+   * Inside an open transaction: a ledger table made before ranges kept their high mark gets the column on first use.
+   * Range jobs may race here: `IF NOT EXISTS` lets the later one through once the first commits (SQLite, which lacks
+   * it, has one writer at a time).
+   */
+  private async ledgerWithHigh(): Promise<void> {
+    if (this.ledgerHigh) return;
+    const columns = await this.dialect.tableColumns(this.exec, META_TABLES.ledger);
+    if (columns !== undefined && !columns.includes('high')) {
+      await this.exec.run(`ALTER TABLE ${this.t('ledger')} ADD COLUMN ${this.dialect.name === 'sqlite' ? '' : 'IF NOT EXISTS '}high TEXT`);
+    }
+    this.ledgerHigh = true;
   }
 
   /** Inside an open transaction (the load's): each partition's checksum replaces its previous one; null removes it. */
@@ -269,8 +291,9 @@ export class SqlMeta {
       list: async (pipeline, stream) => {
         if (!(await this.exists())) return [];
         // The stream filter is spliced in only when given: Postgres cannot type a bare `? IS NULL` parameter.
+        // Every column: a table made before `high` has none, and reads never change a table.
         const rows = await this.exec.query(
-          `SELECT pipeline, stream, "partition", files, "rows", bytes, status, run_id, loaded_at FROM ${this.t('ledger')}
+          `SELECT * FROM ${this.t('ledger')}
            WHERE pipeline = ?${stream === undefined ? '' : ' AND stream = ?'} ORDER BY stream, "partition"`,
           stream === undefined ? [pipeline] : [pipeline, stream],
         );
@@ -470,6 +493,7 @@ function toLedgerEntry(r: SqlRow): LedgerEntry {
     status: String(r.status) === 'deleted' ? 'deleted' : 'loaded',
     runId: String(r.run_id),
     loadedAt: String(r.loaded_at),
+    ...(typeof r.high === 'string' ? { high: JSON.parse(r.high) as Watermark } : {}),
   };
 }
 

@@ -81,6 +81,8 @@ export function toCanonical(row: FixtureRow): Canonical {
 /** The group number after the newest one of `rows`. */
 export function nextGroup(rows: readonly FixtureRow[]): number {
   const newest = rows.reduce((m, r) => (r.updated_at > m ? r.updated_at : m), '');
+  // An empty table's first rows start the groups.
+  if (newest === '') return 0;
   return Math.round((Date.parse(`${newest.slice(0, 19).replace(' ', 'T')}Z`) - BASE_MS) / 1000) + 1;
 }
 

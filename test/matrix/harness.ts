@@ -7,8 +7,11 @@ import { join } from 'node:path';
 import { cli, type CliResult } from '../helpers/cli.js';
 import { STREAM, type Canonical } from './fixture.js';
 import {
+  checkCursorWatermark,
   checkLedger,
   checkNeverBack,
+  checkRangeLedger,
+  checkRangesUnderWay,
   checkNotAhead,
   checkRows,
   checkRunJson,
@@ -16,6 +19,8 @@ import {
   checkWatermark,
   OracleError,
   watermarkOf,
+  type LedgerRowJson,
+  type RangedStateJson,
   type RunJson,
   type RunRecordJson,
   type Watermark,
@@ -90,7 +95,7 @@ class Cell {
     if (out.signal !== 'SIGKILL') checkRunJson(out.code, json);
     // A finished run reports the watermark it left; a killed one is asked for its state.
     const reported = json?.streams.find((s) => s.stream === STREAM);
-    const tuple = this.source.watermark(this.spec.write) === 'tuple';
+    const tuple = this.tracksWatermark;
     this.history.push(!tuple ? undefined : reported && out.code === 0 ? watermarkOf({ streams: { [STREAM]: reported } }, STREAM) : await this.watermark());
     checkNeverBack(this.history);
     return { ...out, json };
@@ -112,8 +117,23 @@ class Cell {
     }
   }
 
+  /** The stream keeps a watermark the oracle follows: `(cursor, key)`, or a keyless stream's cursor. */
+  private get tracksWatermark(): boolean {
+    const rule = this.source.watermark(this.spec.write);
+    return rule === 'tuple' || rule === 'cursor';
+  }
+
   async watermark(): Promise<Watermark | undefined> {
-    return this.source.watermark(this.spec.write) === 'tuple' ? watermarkOf(await this.state(), STREAM) : undefined;
+    return this.tracksWatermark ? watermarkOf(await this.state(), STREAM) : undefined;
+  }
+
+  /** A ranged stream's ledger rows and the load under way its state names (none once a load is finished). */
+  async ranges(): Promise<{ entries: LedgerRowJson[]; underWay: RangedStateJson | undefined }> {
+    const out = await this.tm(['ledger', 'list', '--json', '--config', this.config]);
+    if (out.code !== 0) throw new OracleError(`ledger list failed: ${out.stderr}`);
+    const entries = (JSON.parse(out.stdout) as { partition: string; rows: number | string; status: string }[]).map((e) => ({ partition: e.partition, rows: Number(e.rows), status: e.status }));
+    const state = (await this.state()) as { streams?: Record<string, { ranged?: RangedStateJson }> } | undefined;
+    return { entries, underWay: state?.streams?.[STREAM]?.ranged };
   }
 
   async rows(): Promise<Canonical[]> {
@@ -133,6 +153,13 @@ class Cell {
     const rule = this.source.watermark(this.spec.write);
     // The final run reported the watermark it committed (or, killed, the state was read): no extra CLI call.
     if (rule === 'tuple') checkWatermark(this.history.at(-1), this.source.expected('merge'));
+    if (rule === 'cursor') checkCursorWatermark(this.history.at(-1), this.source.expected('append'));
+    const ranges = this.source.ranges;
+    if (ranges !== undefined) {
+      const { entries, underWay } = await this.ranges();
+      // A full build's ranges hold the table; an incremental stream's are its first load's (later runs read above it).
+      checkRangeLedger(entries, underWay, { minRanges: ranges.min, ...(ranges.rowsOver !== undefined ? { rowsOver: ranges.rowsOver } : {}), ...(this.spec.write === 'full' ? { rows: (await this.rows()).length } : {}) });
+    }
     if (rule === 'ledger') {
       const out = await this.tm(['ledger', 'list', '--json', '--config', this.config]);
       if (out.code !== 0) throw new OracleError(`ledger list failed: ${out.stderr}`);
@@ -249,6 +276,22 @@ async function applyFault(spec: CellSpec, cell: Cell, source: SourceInstance): P
       await cell.ok();
       return undefined;
     }
+    case 'kill-change': {
+      // Killed after a second range committed, the table changed, then resumed in another snapshot (docs/ranges.md, Resume).
+      let fired = await killedRun(cell, source, 'range.after_commit=2:kill');
+      if (!fired) {
+        await source.grow();
+        fired = await killedRun(cell, source, 'range.after_commit=1:kill');
+      }
+      const held = await cell.rows();
+      await source.change();
+      if (spec.write === 'append') source.forgetUnread?.(held);
+      await cell.ok();
+      // Versions the resumed load's bound left out (the change's cursor is newer) come with the next run.
+      await cell.ok();
+      await cell.quietRun();
+      return fired ? undefined : 'range.after_commit';
+    }
     case 'kill': {
       // The 2nd hit lands after a first commit (a resume), the 1st where a point fires once per run.
       const firstHit = fault.point === 'lock.after_acquire' ? 1 : 2;
@@ -272,5 +315,9 @@ async function killedRun(cell: Cell, source: SourceInstance, failpoints: string)
     return false;
   }
   checkNotAhead(cell.lastWatermark, source.expected('append'), await cell.rows());
+  if (source.ranges !== undefined) {
+    const { entries, underWay } = await cell.ranges();
+    checkRangesUnderWay(entries, underWay);
+  }
   return true;
 }

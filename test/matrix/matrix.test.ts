@@ -23,22 +23,30 @@ import { Profile, runCell } from './harness.js';
 import { knownBug } from './known-bugs.js';
 import { bucketFilesSources, filesSources } from './sources/files.js';
 import { httpSources } from './sources/http.js';
-import { mysqlSource } from './sources/mysql.js';
-import { postgresSource } from './sources/postgres.js';
+import { mysqlRangedSource, mysqlSource } from './sources/mysql.js';
+import { postgresRangedSources, postgresSource } from './sources/postgres.js';
 import { singerSource } from './sources/singer.js';
 import { airbyteSource } from './sources/airbyte.js';
-import { sqliteSource } from './sources/sqlite.js';
+import { sqliteRangedSource, sqliteSource } from './sources/sqlite.js';
 import { codeSources } from './sources/code.js';
-import { cellId, FAILPOINTS, WRITES, type CellSpec, type Failpoint, type DestinationAdapter, type Fault, type SourceAdapter, type Verdict } from './types.js';
+import { cellId, FAILPOINTS, RANGE_FAILPOINTS, rangedOnly, WRITES, type CellSpec, type Failpoint, type DestinationAdapter, type Fault, type SourceAdapter, type Verdict } from './types.js';
 import { cellSlots } from './slots.js';
 
 /** One local S3 server for the whole matrix, started by the first cell that needs it. */
 let s3: Promise<LocalS3> | undefined;
 const sharedS3 = () => (s3 ??= startS3('tidemark-matrix'));
 
-const SOURCES: readonly SourceAdapter[] = [postgresSource, mysqlSource, sqliteSource, ...filesSources, ...bucketFilesSources(sharedS3), ...httpSources, singerSource, airbyteSource, ...codeSources];
+const SOURCES: readonly SourceAdapter[] = [postgresSource, mysqlSource, sqliteSource, ...postgresRangedSources, mysqlRangedSource, sqliteRangedSource, ...filesSources, ...bucketFilesSources(sharedS3), ...httpSources, singerSource, airbyteSource, ...codeSources];
 const DESTINATIONS: readonly DestinationAdapter[] = [duckdbDestination, sqliteDestination, postgresDestination, lakeDirDestination, lakeS3Destination(sharedS3)];
-const FAULTS: readonly Fault[] = [{ kind: 'none' }, { kind: 'rerun' }, { kind: 'bad' }, { kind: 'change' }, { kind: 'full-then-run' }, ...FAILPOINTS.map((point) => ({ kind: 'kill' as const, point }))];
+const FAULTS: readonly Fault[] = [
+  { kind: 'none' },
+  { kind: 'rerun' },
+  { kind: 'bad' },
+  { kind: 'change' },
+  { kind: 'full-then-run' },
+  ...[...FAILPOINTS, ...RANGE_FAILPOINTS].map((point) => ({ kind: 'kill' as const, point })),
+  { kind: 'kill-change' },
+];
 
 const ALL = process.env.TIDEMARK_MATRIX === 'all';
 // A fixed default, so that `npm test` runs the same sample on every machine; `random` explores.
@@ -60,6 +68,7 @@ const destinations = new Map(DESTINATIONS.map((d) => [d.name, d]));
 /** Rules of the matrix itself, before any adapter's. */
 function matrixRule(c: CellSpec): Verdict {
   if (c.fault.kind === 'full-then-run' && c.write === 'full') return { skip: 'full-then-run: a full stream is a full run every time' };
+  if (rangedOnly(c.fault) && !sources.get(c.source)?.ranged) return { skip: 'range failpoints and kill-change: only a table read as ranges (the -ranged sources) has ranges' };
   return undefined;
 }
 
@@ -94,9 +103,11 @@ function random(seed: number): () => number {
 /** Relative wall time of a cell (a bucket on s3rver is the slow part; kills and re-runs add runs). */
 function cost(c: CellSpec): number {
   const s3 = (c.source.endsWith('-s3') ? 2 : 0) + (c.destination === 'lake-s3' ? 2 : 0);
-  const runs = c.fault.kind === 'none' ? 0 : c.fault.kind === 'kill' || c.fault.kind === 'rerun' || c.fault.kind === 'full-then-run' ? 1 : 0.5;
+  const runs = c.fault.kind === 'none' ? 0 : c.fault.kind === 'kill' || c.fault.kind === 'rerun' || c.fault.kind === 'full-then-run' || c.fault.kind === 'kill-change' ? 1 : 0.5;
+  // A ranged cell runs its readers and writers side by side and asks the ledger and state after each kill and at the end.
+  const ranged = sources.get(c.source)?.ranged ? 1.5 : 1;
   // A known-bug cell only shows the bug is still there: worth less of the CI budget than a cell that can regress.
-  return (1 + s3 + runs) * (knownBug(c) ? 2 : 1);
+  return (1 + s3 + runs) * ranged * (knownBug(c) ? 2 : 1);
 }
 
 /** Greedy by seed: each pick adds the most not-yet-covered features (source, destination, write, fault, pair) per cost, within the budget. */
@@ -110,11 +121,15 @@ function sample(entries: readonly CoverageEntry[], budget: number, seed: number)
     [`d:${c.destination}`, 2],
     [`w:${c.write}`, 2],
     // Each kind of source (http and files as one each, their variants below), so a new variant never crowds one out.
-    [`s:${c.source.replace(/^http-.*/, 'http').replace(/-(dir|s3)$/, '')}`, 1.5],
+    // The ranged variants (every key shape) as one kind: one ranged cell at least, its failpoints are faults of their own.
+    [`s:${c.source.replace(/^http-.*/, 'http').replace(/-(dir|s3)$/, '').replace(/^\w+-ranged.*/, 'ranged')}`, 1.5],
     [`s:${c.source}`, 0.5],
     [`p:${c.source}>${c.destination}`, 0.25],
     // One bucket cell per sample at least: object storage is its own code path, slow on s3rver.
     [`x:${c.source.endsWith('-s3') || c.destination === 'lake-s3' ? 's3' : 'local'}`, 6],
+    // One ranged cell killed in or between ranges per sample at least: ranges (readers side by side, a commit per
+    // range, a resume by the ledger) are their own load path.
+    [`r:${rangedOnly(c.fault) ? 'ranged' : 'whole'}`, 6],
   ];
   const picked = new Set<CoverageEntry>();
   let spent = 0;

@@ -1,7 +1,7 @@
 /** The matrix's oracle must be able to fail: each rule on a small hand-made case, without any process. */
 import { describe, expect, it } from 'vitest';
 import { canonicalDecimal, canonicalInstant, canonicalRow, fixtureRows, toCanonical } from './fixture.js';
-import { checkLedger, checkNeverBack, checkNotAhead, checkRows, checkRunJson, checkWatermark } from './oracle.js';
+import { checkCursorWatermark, checkLedger, checkNeverBack, checkNotAhead, checkRangeLedger, checkRangesUnderWay, checkRows, checkRunJson, checkWatermark, watermarkOf } from './oracle.js';
 
 const rows = fixtureRows(1, 9, { wideDecimals: true }).map(toCanonical);
 
@@ -46,5 +46,31 @@ describe('matrix oracle', () => {
     expect(() => checkRunJson(0, { ok: false, streams: [{ ...stream, outcome: 'failed' }] })).toThrow(/exit code/);
     expect(() => checkRunJson(1, { ok: true, streams: [stream] })).toThrow(/exit code/);
     expect(() => checkLedger([{ partition: '1', rows: 3 }], new Map([['1', 4]]))).toThrow(/ledger/);
+  });
+
+  it('fails on a ranged load left under way, rows of two loads, too few or too small ranges, or rows not adding up', () => {
+    const range = (load: string, id: string, n: number) => ({ partition: `${load}:${id}`, rows: n, status: 'loaded' });
+    const done = [range('r1', 'ctid 0-16', 1300), range('r1', 'ctid 16-32', 1300), range('r1', 'ctid 32-', 1300)];
+    const want = { minRanges: 3, rowsOver: 1000, rows: 3900 };
+    expect(() => checkRangeLedger(done, undefined, want)).not.toThrow();
+    expect(() => checkRangeLedger(done, { load: 'r1', ranges: [] }, want)).toThrow(/still under way/);
+    expect(() => checkRangeLedger([...done, range('r0', 'ctid 0-', 3900)], undefined, want)).toThrow(/2 ranged loads/);
+    expect(() => checkRangeLedger(done.slice(1), undefined, { ...want, rows: 2600 })).toThrow(/at least 3/);
+    expect(() => checkRangeLedger([...done.slice(1), range('r1', 'ctid 0-16', 900)], undefined, { ...want, rows: 3500 })).toThrow(/one chunk/);
+    expect(() => checkRangeLedger(done, undefined, { ...want, rows: 3901 })).toThrow(/hold 3900 rows/);
+    expect(() => checkRangeLedger([{ partition: 'p1', rows: 1, status: 'loaded' }], undefined, { minRanges: 1 })).toThrow(/not <load>:<range>/);
+    // Under way: the load's rows name ranges it planned; an earlier load's rows may remain until its final commit.
+    const underWay = { load: 'r2', ranges: [{ id: 'ctid 0-16' }, { id: 'ctid 16-' }] };
+    expect(() => checkRangesUnderWay([...done, range('r2', 'ctid 0-16', 1300)], underWay)).not.toThrow();
+    expect(() => checkRangesUnderWay([range('r2', 'ctid 0-20', 1300)], underWay)).toThrow(/did not plan/);
+  });
+
+  it('reads a keyless watermark as its cursor alone', () => {
+    const cursor = rows[8]!.updated_at!;
+    const wm = watermarkOf({ streams: { items: { watermark: { cursor: { value: `${cursor}+00` }, pk: [] } } } }, 'items');
+    expect(wm).toEqual({ cursor, pk: '' });
+    expect(() => checkCursorWatermark(wm, rows)).not.toThrow();
+    expect(() => checkCursorWatermark({ cursor: rows[5]!.updated_at!, pk: '' }, rows)).toThrow(/watermark/);
+    expect(() => checkCursorWatermark({ cursor, pk: '9' }, rows)).toThrow(/no key/);
   });
 });

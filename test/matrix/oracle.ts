@@ -86,7 +86,10 @@ export function checkRunRecords(records: readonly RunRecordJson[]): void {
 /** The stored watermark of a stream, canonical; undefined when none is stored. */
 export function watermarkOf(state: unknown, stream: string): Watermark | undefined {
   const wm = (state as { streams?: Record<string, { watermark?: { cursor?: { value?: string }; pk?: { value?: string }[] } }> } | undefined)?.streams?.[stream]?.watermark;
-  if (!wm?.cursor?.value || !wm.pk?.[0]?.value) return undefined;
+  if (!wm?.cursor?.value || !wm.pk) return undefined;
+  // A keyless stream's watermark is its cursor alone: an empty key part, below every id.
+  if (wm.pk.length === 0) return { cursor: canonicalInstant(wm.cursor.value), pk: '' };
+  if (!wm.pk[0]?.value) return undefined;
   return { cursor: canonicalInstant(wm.cursor.value), pk: wm.pk[0].value };
 }
 
@@ -105,6 +108,14 @@ export function checkWatermark(actual: Watermark | undefined, sourceRows: readon
   if (!want) return;
   if (!actual) fail('watermark', `none stored, expected ${want.cursor}/${want.pk}`);
   if (compareTuple(actual, want) !== 0) fail('watermark', `${actual.cursor}/${actual.pk}, expected ${want.cursor}/${want.pk}`);
+}
+
+/** A keyless stream's watermark: the cursor of the newest row loaded (`loaded`: the rows it must have loaded). */
+export function checkCursorWatermark(actual: Watermark | undefined, loaded: readonly Canonical[]): void {
+  const want = maxTuple(loaded);
+  if (!want) return;
+  if (!actual) fail('watermark', `none stored, expected ${want.cursor}`);
+  if (actual.cursor !== want.cursor || actual.pk !== '') fail('watermark', `${actual.cursor}/${actual.pk}, expected ${want.cursor} and no key`);
 }
 
 /** State never ahead of data: every row at or below the stored watermark is in the destination. */
@@ -126,4 +137,64 @@ export function checkLedger(entries: readonly { partition: string; rows: number 
   const wantText = JSON.stringify([...want].sort());
   const gotText = JSON.stringify([...got].sort());
   if (wantText !== gotText) fail('ledger', `${gotText}, expected ${wantText}`);
+}
+
+/** A `tidemark ledger list --json` row, as the range checks read it. */
+export interface LedgerRowJson {
+  readonly partition: string;
+  readonly rows: number;
+  readonly status: string;
+}
+
+/** The planned ranges of a load under way, as the stream's state keeps them. */
+export interface RangedStateJson {
+  readonly load: string;
+  readonly ranges: readonly { readonly id: string }[];
+}
+
+/** `<load>:<range id>`: the load is a run id (no `:`), the range id says how it splits (`ctid …`, `rowid …`, `key …`). */
+const RANGE_ROW = /^([^:]+):((?:ctid|rowid|key) .*)$/s;
+
+function rangeRows(entries: readonly LedgerRowJson[]): Map<string, LedgerRowJson[]> {
+  const loads = new Map<string, LedgerRowJson[]>();
+  const seen = new Set<string>();
+  for (const e of entries) {
+    const m = RANGE_ROW.exec(e.partition);
+    if (!m) fail('range ledger', `row ${JSON.stringify(e.partition)} is not <load>:<range>`);
+    if (seen.has(e.partition)) fail('range ledger', `${e.partition} twice`);
+    seen.add(e.partition);
+    if (e.status !== 'loaded') fail('range ledger', `${e.partition} is ${e.status}, not loaded`);
+    loads.set(m[1]!, [...(loads.get(m[1]!) ?? []), e]);
+  }
+  return loads;
+}
+
+/**
+ * A ranged stream with no load under way (docs/ranges.md, "Commits and the ledger"): the state keeps no planned
+ * ranges, the ledger holds the rows of exactly one ranged load (earlier loads' rows were dropped by its final
+ * commit), at least `minRanges` of them, each with more than `rowsOver` rows (several chunks); `rows`: what they
+ * must add up to (a full build's rows: the table).
+ */
+export function checkRangeLedger(entries: readonly LedgerRowJson[], underWay: RangedStateJson | undefined, want: { minRanges: number; rowsOver?: number; rows?: number }): void {
+  if (underWay) fail('range ledger', `a ranged load (${underWay.load}) is still under way after the last run`);
+  const loads = rangeRows(entries);
+  if (loads.size !== 1) fail('range ledger', `rows of ${loads.size} ranged loads (${[...loads.keys()].join(', ')}), expected exactly one`);
+  const [[load, rows]] = [...loads];
+  if (rows.length < want.minRanges) fail('range ledger', `load ${load} has ${rows.length} ranges (${rows.map((r) => r.partition).join(', ')}), expected at least ${want.minRanges}`);
+  const small = want.rowsOver === undefined ? [] : rows.filter((r) => r.rows <= want.rowsOver!);
+  if (small.length > 0) fail('range ledger', `ranges of ${want.rowsOver} rows or fewer (one chunk): ${small.map((r) => `${r.partition}=${r.rows}`).join(', ')}`);
+  const sum = rows.reduce((t, r) => t + Number(r.rows), 0);
+  if (want.rows !== undefined && sum !== want.rows) fail('range ledger', `load ${load}'s ranges hold ${sum} rows, the destination ${want.rows}`);
+}
+
+/**
+ * After a killed run: the ledger rows of the load under way name ranges the state planned, each once; rows of other
+ * (earlier, finished) loads may remain until this one's final commit.
+ */
+export function checkRangesUnderWay(entries: readonly LedgerRowJson[], underWay: RangedStateJson | undefined): void {
+  const loads = rangeRows(entries);
+  if (!underWay) return;
+  const planned = new Set(underWay.ranges.map((r) => r.id));
+  const stray = (loads.get(underWay.load) ?? []).filter((e) => !planned.has(RANGE_ROW.exec(e.partition)![2]!));
+  if (stray.length > 0) fail('range ledger', `rows of load ${underWay.load} name ranges it did not plan: ${stray.map((e) => e.partition).join(', ')}`);
 }

@@ -5,7 +5,9 @@ export type Write = 'append' | 'merge' | 'full';
 export const WRITES: readonly Write[] = ['append', 'merge', 'full'];
 
 export const FAILPOINTS = ['lock.after_acquire', 'extract.after_batch', 'load.after_write', 'load.before_commit', 'load.after_commit', 'state.before_store_save'] as const;
-export type Failpoint = (typeof FAILPOINTS)[number];
+/** The failpoints of a ranged load (a chunk of a range staged; a range committed): run by ranged sources only. */
+export const RANGE_FAILPOINTS = ['range.after_write', 'range.after_commit'] as const;
+export type Failpoint = (typeof FAILPOINTS)[number] | (typeof RANGE_FAILPOINTS)[number];
 
 export type Fault =
   | { readonly kind: 'none' }
@@ -14,10 +16,17 @@ export type Fault =
   | { readonly kind: 'bad' }
   | { readonly kind: 'change' }
   /** `run --full`, then a normal run: the full run must keep the source's position (nothing read again). */
-  | { readonly kind: 'full-then-run' };
+  | { readonly kind: 'full-then-run' }
+  /** A ranged load killed after a range committed, the table changed, then resumed (in another snapshot). */
+  | { readonly kind: 'kill-change' };
 
 export function faultName(f: Fault): string {
   return f.kind === 'kill' ? `kill@${f.point}` : f.kind;
+}
+
+/** Faults only a ranged load can meet. */
+export function rangedOnly(f: Fault): boolean {
+  return f.kind === 'kill-change' || (f.kind === 'kill' && (RANGE_FAILPOINTS as readonly string[]).includes(f.point));
 }
 
 /** Everything a cell's adapters share: its own directory and unique names. */
@@ -39,6 +48,8 @@ export type BadOutcome =
 export type WatermarkRule =
   /** `(cursor, id)` of the newest row read: the engine's tuple watermark. */
   | 'tuple'
+  /** A keyless stream: the cursor of the newest row loaded (its key part is empty). */
+  | 'cursor'
   /** Partitioned streams: one ledger row per partition, with its row count. */
   | 'ledger'
   /** No position (full refresh). */
@@ -62,6 +73,18 @@ export interface SourceInstance {
   readonly watermark: (write: Write) => WatermarkRule;
   /** Partitions and their row counts, for the ledger rule. */
   partitions?(): Map<string, number>;
+  /**
+   * A table read as ranges: a full read is split into at least `min` ranges (the ledger's `<load>:<range>` rows),
+   * each of more than `rowsOver` rows (so several chunks) where given.
+   */
+  readonly ranges?: { readonly min: number; readonly rowsOver?: number };
+  /**
+   * Versions the destination can no longer get: rows updated after a kill whose old version was in a range the
+   * killed load had not committed (`held`: the destination's rows at the kill). The resume reads a new snapshot,
+   * where only the new version exists (docs/ranges.md, Resume); append keeps every version it read, so the old one
+   * is not expected.
+   */
+  forgetUnread?(held: readonly Canonical[]): void;
   /** Environment the CLI needs (credentials). */
   readonly env?: Record<string, string>;
   cleanup(): Promise<void>;
@@ -69,6 +92,8 @@ export interface SourceInstance {
 
 export interface SourceAdapter {
   readonly name: string;
+  /** Its table is read as ranges (`parallel:`): the range failpoints and `kill-change` apply. */
+  readonly ranged?: boolean;
   /** undefined: valid; `skip`: the combination makes no sense (with the reason); `refuse`: tidemark refuses it by design and must say so. */
   validate(cell: CellSpec): Verdict;
   setup(ctx: CellContext): Promise<SourceInstance>;

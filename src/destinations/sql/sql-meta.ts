@@ -25,7 +25,7 @@ const DDL: Record<keyof typeof META_TABLES, string> = {
   history: `(pipeline TEXT NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL, saved_at TEXT NOT NULL, run_id TEXT, reason TEXT NOT NULL, PRIMARY KEY (pipeline, version))`,
   runs: `(run_id TEXT NOT NULL, pipeline TEXT NOT NULL, stream TEXT NOT NULL, started_at TEXT NOT NULL, finished_at TEXT NOT NULL, outcome TEXT NOT NULL, rows_read BIGINT NOT NULL, rows_loaded BIGINT NOT NULL, rows_rejected BIGINT NOT NULL, commits BIGINT NOT NULL, cursor_min TEXT, cursor_max TEXT, full_refresh INTEGER NOT NULL, worker TEXT NOT NULL, error TEXT, PRIMARY KEY (run_id, pipeline, stream))`,
   rejects: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, column_name TEXT, reason TEXT NOT NULL, "row" TEXT NOT NULL, rejected_at TEXT NOT NULL, "partition" TEXT)`,
-  ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, high TEXT, PRIMARY KEY (pipeline, stream, "partition"))`,
+  ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, "high" TEXT, PRIMARY KEY (pipeline, stream, "partition"))`,
   failures: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, error TEXT NOT NULL, failed_at TEXT NOT NULL, run_id TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   checksums: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, columns TEXT NOT NULL, "rows" BIGINT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   locks: `(pipeline TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, updated_at TEXT NOT NULL)`,
@@ -237,7 +237,7 @@ export class SqlMeta {
         }
       }
       // `high` only where the table is known to have it (tables made before it get it when a commit first writes one).
-      const high = this.ledgerHigh ? { column: ', high', value: ', ?', update: ', high = excluded.high' } : { column: '', value: '', update: '' };
+      const high = this.ledgerHigh ? { column: ', "high"', value: ', ?', update: ', "high" = excluded."high"' } : { column: '', value: '', update: '' };
       await this.exec.run(
         `INSERT INTO ${this.t('ledger')} (pipeline, stream, "partition", files, "rows", bytes, status, run_id, loaded_at${high.column}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?${high.value})
          ON CONFLICT (pipeline, stream, "partition") DO UPDATE SET files = excluded.files, "rows" = excluded."rows", bytes = excluded.bytes,
@@ -260,7 +260,7 @@ export class SqlMeta {
     if (this.ledgerHigh) return;
     const columns = await this.dialect.tableColumns(this.exec, META_TABLES.ledger);
     if (columns !== undefined && !columns.includes('high')) {
-      await this.exec.run(`ALTER TABLE ${this.t('ledger')} ADD COLUMN ${this.dialect.name === 'sqlite' ? '' : 'IF NOT EXISTS '}high TEXT`);
+      await this.exec.run(`ALTER TABLE ${this.t('ledger')} ADD COLUMN ${this.dialect.name === 'sqlite' ? '' : 'IF NOT EXISTS '}"high" TEXT`);
     }
     this.ledgerHigh = true;
   }

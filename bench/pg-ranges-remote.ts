@@ -93,10 +93,24 @@ destination: { type: postgres, url: "${destination}", schema: queued }
 async function queuedSeconds(file: string, workers: number, reset: () => Promise<void>): Promise<number> {
   const name = `bench-ranges-${process.pid}-${Date.now().toString(36)}`;
   const queueArgs = ['--queue', REDIS_URL, '--queue-name', name];
-  const procs = Array.from({ length: workers }, (_, i) => spawn('node', [BIN, 'worker', ...queueArgs, '--name', `w${i + 1}`], { stdio: ['ignore', 'ignore', 'inherit'] }));
+  const procs = Array.from({ length: workers }, (_, i) => spawn('node', [BIN, 'worker', ...queueArgs, '--name', `w${i + 1}`], { stdio: ['ignore', 'ignore', 'pipe'] }));
+  // The workers are up before the clock starts: their start-up (the bundle loading, on a busy machine) is not the copy's.
+  const ready = procs.map(
+    (p) =>
+      new Promise<void>((resolve, reject) => {
+        let seen = '';
+        p.stderr!.on('data', (d: Buffer) => {
+          process.stderr.write(d);
+          seen += d.toString();
+          if (seen.includes('waiting for jobs')) resolve();
+        });
+        p.on('close', (code) => reject(new Error(`a worker exited (${code}) before it was waiting for jobs`)));
+      }),
+  );
   const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   const queue = new Queue(name, { connection, prefix: 'tidemark' });
   try {
+    await Promise.all(ready);
     await reset();
     const started = process.hrtime.bigint();
     await seconds('node', [BIN, 'enqueue', file, ...queueArgs]);

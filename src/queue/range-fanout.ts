@@ -50,7 +50,7 @@ export async function planRangeJobs(
     return undefined;
   }
   try {
-    const unshareable = (options.full ? undefined : await pastFirstLoad(pipeline, stream)) ?? (await rangesMoveRows(pipeline, stream));
+    const unshareable = (options.full ? undefined : await incrementalOneJobReason(pipeline, stream)) ?? (await rangesMoveRows(pipeline, stream));
     if (unshareable !== undefined) {
       logger.log('info', `${where}: one job for the stream, not one per range: ${unshareable}`);
       return undefined;
@@ -88,7 +88,7 @@ async function rangesMoveRows(pipeline: PipelineConfig, stream: StreamConfig): P
  * under way in ranges planned in one snapshot (a local run's CTID ranges), which range jobs would load again from
  * the start (its committed ranges twice), while one job resumes it in place.
  */
-async function pastFirstLoad(pipeline: PipelineConfig, stream: StreamConfig): Promise<string | undefined> {
+async function incrementalOneJobReason(pipeline: PipelineConfig, stream: StreamConfig): Promise<string | undefined> {
   if (stream.strategy !== 'incremental') return undefined;
   const destination = await openDestination(pipeline.destination, { openTimeoutMs: 2000 });
   try {

@@ -8,8 +8,11 @@
  * With `--workers 1,2,4` the same table is also copied through the job queue (BullMQ on Redis at 127.0.0.1:6379)
  * into Postgres: `tidemark enqueue` turns its eight key ranges into eight jobs, taken by 1, 2 or 4 worker processes
  * (each reading its range on one connection through the proxy); the time runs from the enqueue to the last job done.
+ * With `--incremental` too, the queued copy is the first load of an incremental stream (`cursor: updated_at`,
+ * `write: merge`) instead of a build: its destination schema is dropped before each repetition, so every one is a
+ * first load, fanned out into the same eight range jobs.
  *
- * Usage: npm run build && npx tsx bench/pg-ranges-remote.ts [--rows 300000] [--reps 3] [--mbps 4] [--workers 1,2,4]
+ * Usage: npm run build && npx tsx bench/pg-ranges-remote.ts [--rows 300000] [--reps 3] [--mbps 4] [--workers 1,2,4] [--incremental]
  * Needs the machine's PostgreSQL at 127.0.0.1:5432 (or BENCH_PG_HOST/BENCH_PG_PORT) and `psql` on PATH; the database
  * is named uniquely per run and dropped at the end.
  */
@@ -43,6 +46,7 @@ const MBPS = Number(arg('mbps', '4'));
 const READERS = [1, 2, 4] as const;
 const WORKERS = arg('workers', '').split(',').filter(Boolean).map(Number);
 const REDIS_URL = 'redis://127.0.0.1:6379';
+const INCREMENTAL = process.argv.includes('--incremental');
 
 const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
@@ -64,7 +68,10 @@ async function withClient<T>(url: string, work: (c: pg.Client) => Promise<T>): P
   }
 }
 
-/** The queued variant's pipeline: the same table and ranges into Postgres, one reader per range job. */
+/**
+ * The queued variant's pipeline: the same table and ranges into Postgres, one reader per range job (a job loads one
+ * range). `parallel: 2`, not 1: `parallel: 1` turns ranges off, and the stream would be one job.
+ */
 async function queuePipeline(dir: string, remote: string, rangeRows: number, destination: string): Promise<string> {
   const file = join(dir, 'queued.yaml');
   await writeFile(
@@ -72,21 +79,39 @@ async function queuePipeline(dir: string, remote: string, rangeRows: number, des
     `name: remote_queued
 source: { type: postgres, url: "${remote}" }
 streams:
-  - { table: public.trips, name: trips_copy, strategy: full, parallel: 1, range_rows: ${rangeRows} }
+  - { table: public.trips, name: trips_copy, ${INCREMENTAL ? 'strategy: incremental, cursor: updated_at, write: merge' : 'strategy: full'}, parallel: 2, range_rows: ${rangeRows} }
 destination: { type: postgres, url: "${destination}", schema: queued }
 `,
   );
   return file;
 }
 
-/** Seconds from `tidemark enqueue` to every job done, with `workers` worker processes already waiting. */
-async function queuedSeconds(file: string, workers: number): Promise<number> {
+/**
+ * Seconds from `tidemark enqueue` to every job done, with `workers` worker processes already waiting; `reset` runs
+ * first, untimed.
+ */
+async function queuedSeconds(file: string, workers: number, reset: () => Promise<void>): Promise<number> {
   const name = `bench-ranges-${process.pid}-${Date.now().toString(36)}`;
   const queueArgs = ['--queue', REDIS_URL, '--queue-name', name];
-  const procs = Array.from({ length: workers }, (_, i) => spawn('node', [BIN, 'worker', ...queueArgs, '--name', `w${i + 1}`], { stdio: ['ignore', 'ignore', 'inherit'] }));
+  const procs = Array.from({ length: workers }, (_, i) => spawn('node', [BIN, 'worker', ...queueArgs, '--name', `w${i + 1}`], { stdio: ['ignore', 'ignore', 'pipe'] }));
+  // The workers are up before the clock starts: their start-up (the bundle loading, on a busy machine) is not the copy's.
+  const ready = procs.map(
+    (p) =>
+      new Promise<void>((resolve, reject) => {
+        let seen = '';
+        p.stderr!.on('data', (d: Buffer) => {
+          process.stderr.write(d);
+          seen += d.toString();
+          if (seen.includes('waiting for jobs')) resolve();
+        });
+        p.on('close', (code) => reject(new Error(`a worker exited (${code}) before it was waiting for jobs`)));
+      }),
+  );
   const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   const queue = new Queue(name, { connection, prefix: 'tidemark' });
   try {
+    await Promise.all(ready);
+    await reset();
     const started = process.hrtime.bigint();
     await seconds('node', [BIN, 'enqueue', file, ...queueArgs]);
     for (;;) {
@@ -139,7 +164,11 @@ destination: { type: duckdb, path: "${join(dir, `p${n}.duckdb`)}" }
       const copy = await seconds('psql', [remote, '-qAc', 'COPY trips TO STDOUT', '-o', '/dev/null']);
       const t: Record<string, number> = { copy };
       for (const n of READERS) t[`p${n}`] = await seconds('node', [BIN, 'run', join(dir, `p${n}.yaml`)]);
-      for (const w of WORKERS) t[`w${w}`] = await queuedSeconds(queued!, w);
+      // An incremental stream's first load happens once: its schema (table and state) goes before each repetition.
+      const reset = async () => {
+        if (INCREMENTAL) await withClient(`${direct}/${DB}`, (c) => c.query('DROP SCHEMA IF EXISTS queued CASCADE'));
+      };
+      for (const w of WORKERS) t[`w${w}`] = await queuedSeconds(queued!, w, reset);
       reps.push(t);
       process.stderr.write(`rep ${rep + 1}: COPY ${copy.toFixed(2)} s, ${READERS.map((n) => `parallel ${n} ${t[`p${n}`]!.toFixed(2)} s`).join(', ')}\n`);
     }
@@ -147,6 +176,7 @@ destination: { type: duckdb, path: "${join(dir, `p${n}.duckdb`)}" }
     const result = {
       rows: ROWS,
       mbps_per_connection: MBPS,
+      ...(WORKERS.length > 0 ? { queued: INCREMENTAL ? 'incremental first load' : 'build' } : {}),
       reps: REPS,
       copy_rows_per_s: rate(median(reps.map((r) => r.copy!))),
       p1_rows_per_s: rate(median(reps.map((r) => r.p1!))),

@@ -50,7 +50,7 @@ export async function planRangeJobs(
     return undefined;
   }
   try {
-    const unshareable = (options.full ? undefined : await pastFirstLoad(pipeline, stream)) ?? (await rangesMoveRows(pipeline, stream));
+    const unshareable = (options.full ? undefined : await incrementalOneJobReason(pipeline, stream)) ?? (await rangesMoveRows(pipeline, stream));
     if (unshareable !== undefined) {
       logger.log('info', `${where}: one job for the stream, not one per range: ${unshareable}`);
       return undefined;
@@ -83,15 +83,21 @@ async function rangesMoveRows(pipeline: PipelineConfig, stream: StreamConfig): P
 }
 
 /**
- * Why an incremental stream is past the read that ranges split, if it is: its watermark is committed and no ranged
- * load is under way, so a run reads only the rows above the watermark.
+ * Why an incremental stream's read cannot be spread over range jobs now, if it cannot: its watermark is committed
+ * and no ranged load is under way, so a run reads only the rows above the watermark; or an append first load is
+ * under way in ranges planned in one snapshot (a local run's CTID ranges), which range jobs would load again from
+ * the start (its committed ranges twice), while one job resumes it in place.
  */
-async function pastFirstLoad(pipeline: PipelineConfig, stream: StreamConfig): Promise<string | undefined> {
+async function incrementalOneJobReason(pipeline: PipelineConfig, stream: StreamConfig): Promise<string | undefined> {
   if (stream.strategy !== 'incremental') return undefined;
   const destination = await openDestination(pipeline.destination, { openTimeoutMs: 2000 });
   try {
     const prior = (await destination.state.load(pipeline.name))?.streams[stream.name];
-    if (prior?.watermark === undefined || prior.ranged !== undefined) return undefined;
+    const ranged = prior?.ranged;
+    if (ranged !== undefined && ranged.snapshot !== undefined && prior?.build === undefined && stream.write !== 'merge') {
+      return 'its append first load is under way in ranges that hold their rows in one snapshot only, and resumes in place';
+    }
+    if (prior?.watermark === undefined || ranged !== undefined) return undefined;
     return 'its first load is in (a watermark is committed), and a run reads only the rows above it';
   } finally {
     await destination.close();

@@ -5,6 +5,8 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { DuckDBInstance } from '@duckdb/node-api';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cli } from '../helpers/cli.js';
 import { tempDir, writeYaml } from '../helpers/fs.js';
@@ -276,6 +278,40 @@ describe('ranged first load of an incremental stream', () => {
     const second = await runJson(config);
     expect(second.code, second.stderr).toBe(0);
     expect(await targetRows('duckdb', target, 'late_items', ITEM_COLUMNS)).toEqual(await sourceRows('late_items', itemsSql));
+  });
+});
+
+/** The ledger table as tidemark made it before a range's ledger row kept its high mark (no `high` column). */
+async function oldLedger(kind: (typeof KINDS)[number], path: string): Promise<void> {
+  const ddl = `CREATE TABLE _tidemark_ledger (pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL,
+    bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`;
+  if (kind === 'sqlite') {
+    const sqlite = new Database(path);
+    sqlite.exec(ddl);
+    sqlite.close();
+    return;
+  }
+  const instance = await DuckDBInstance.create(path);
+  const connection = await instance.connect();
+  await connection.run(ddl);
+  connection.closeSync();
+  instance.closeSync();
+}
+
+describe.each(KINDS)('an incremental ranged first load into a %s ledger made before high marks', (kind) => {
+  it('adds the column; every range keeps its highest (cursor, key), and the watermark is the highest of them', async () => {
+    const table = `old_ledger_${kind}`;
+    await createItems(table, ROWS);
+    const { config, target } = await pipeline(join(root, table), kind, [{ table: `public.${table}`, cursor: 'at', write: 'merge', ...RANGED }]);
+    await oldLedger(kind, target);
+    const run = await runJson(config);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.result!.streams[0]).toMatchObject({ rows_read: ROWS, ranges: { done: 4, total: 4 } });
+    const highs = await destinationQuery(kind, target, `SELECT "high" AS high FROM _tidemark_ledger WHERE "high" IS NOT NULL`);
+    expect(highs).toHaveLength(4);
+    const top = highs.map((h) => (JSON.parse(String(h.high)) as { pk: { value: string }[] }).pk[0]!.value).sort().at(-1);
+    expect(top).toBe('k020000');
+    expect((await stateOf(config)).streams[table]!.watermark).toMatchObject({ pk: [{ value: 'k020000' }] });
   });
 });
 

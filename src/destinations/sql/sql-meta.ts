@@ -25,7 +25,7 @@ const DDL: Record<keyof typeof META_TABLES, string> = {
   history: `(pipeline TEXT NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL, saved_at TEXT NOT NULL, run_id TEXT, reason TEXT NOT NULL, PRIMARY KEY (pipeline, version))`,
   runs: `(run_id TEXT NOT NULL, pipeline TEXT NOT NULL, stream TEXT NOT NULL, started_at TEXT NOT NULL, finished_at TEXT NOT NULL, outcome TEXT NOT NULL, rows_read BIGINT NOT NULL, rows_loaded BIGINT NOT NULL, rows_rejected BIGINT NOT NULL, commits BIGINT NOT NULL, cursor_min TEXT, cursor_max TEXT, full_refresh INTEGER NOT NULL, worker TEXT NOT NULL, error TEXT, PRIMARY KEY (run_id, pipeline, stream))`,
   rejects: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, run_id TEXT NOT NULL, column_name TEXT, reason TEXT NOT NULL, "row" TEXT NOT NULL, rejected_at TEXT NOT NULL, "partition" TEXT)`,
-  ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, high TEXT, PRIMARY KEY (pipeline, stream, "partition"))`,
+  ledger: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, files TEXT NOT NULL, "rows" BIGINT NOT NULL, bytes BIGINT NOT NULL, status TEXT NOT NULL, run_id TEXT NOT NULL, loaded_at TEXT NOT NULL, "high" TEXT, PRIMARY KEY (pipeline, stream, "partition"))`,
   failures: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, error TEXT NOT NULL, failed_at TEXT NOT NULL, run_id TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   checksums: `(pipeline TEXT NOT NULL, stream TEXT NOT NULL, "partition" TEXT NOT NULL, columns TEXT NOT NULL, "rows" BIGINT NOT NULL, checksum TEXT NOT NULL, PRIMARY KEY (pipeline, stream, "partition"))`,
   locks: `(pipeline TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, updated_at TEXT NOT NULL)`,
@@ -37,7 +37,7 @@ export class SqlMeta {
   /** Meta tables are never dropped: once seen, a run does not look them up again (each look-up costs a query). */
   private seen = false;
   private rejectsMigrated = false;
-  /** The ledger table has the `high` column (`LedgerEntry.high`): known once a commit wrote one. */
+  /** The ledger table has the `high` column (`LedgerEntry.high`): known once a commit found it there. */
   private ledgerHigh = false;
 
   constructor(
@@ -218,7 +218,7 @@ export class SqlMeta {
    * cannot both pass the comparison.
    */
   async writeLedger(entries: readonly LedgerEntry[], expect?: Readonly<Record<string, LedgerMark | null>>): Promise<void> {
-    if (entries.some((e) => e.high !== undefined)) await this.ledgerWithHigh();
+    const withHigh = this.ledgerHigh || (entries.some((e) => e.high !== undefined) && (await this.ledgerWithHigh()));
     for (const e of entries) {
       const expected = expect?.[e.partition];
       if (expected !== undefined) {
@@ -236,15 +236,15 @@ export class SqlMeta {
           );
         }
       }
-      // `high` only where the table is known to have it (tables made before it get it when a commit first writes one).
-      const high = this.ledgerHigh ? { column: ', high', value: ', ?', update: ', high = excluded.high' } : { column: '', value: '', update: '' };
+      // `high` only where the table has it (tables made before it get it when a commit first writes one).
+      const high = withHigh ? { column: ', "high"', value: ', ?', update: ', "high" = excluded."high"' } : { column: '', value: '', update: '' };
       await this.exec.run(
         `INSERT INTO ${this.t('ledger')} (pipeline, stream, "partition", files, "rows", bytes, status, run_id, loaded_at${high.column}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?${high.value})
          ON CONFLICT (pipeline, stream, "partition") DO UPDATE SET files = excluded.files, "rows" = excluded."rows", bytes = excluded.bytes,
            status = excluded.status, run_id = excluded.run_id, loaded_at = excluded.loaded_at${high.update}`,
         [
           e.pipeline, e.stream, e.partition, JSON.stringify(e.files), e.rows, e.bytes, e.status, e.runId, e.loadedAt,
-          ...(this.ledgerHigh ? [e.high !== undefined ? JSON.stringify(e.high) : null] : []),
+          ...(withHigh ? [e.high !== undefined ? JSON.stringify(e.high) : null] : []),
         ],
       );
       await this.clearFailure(e.pipeline, e.stream, e.partition);
@@ -254,15 +254,17 @@ export class SqlMeta {
   /**
    * Inside an open transaction: a ledger table made before ranges kept their high mark gets the column on first use.
    * Range jobs may race here: `IF NOT EXISTS` lets the later one through once the first commits (SQLite, which lacks
-   * it, has one writer at a time).
+   * it, has one writer at a time). Only a column found there is remembered: one added here is gone if this
+   * transaction rolls back, so the next commit looks again.
    */
-  private async ledgerWithHigh(): Promise<void> {
-    if (this.ledgerHigh) return;
+  private async ledgerWithHigh(): Promise<boolean> {
     const columns = await this.dialect.tableColumns(this.exec, META_TABLES.ledger);
     if (columns !== undefined && !columns.includes('high')) {
-      await this.exec.run(`ALTER TABLE ${this.t('ledger')} ADD COLUMN ${this.dialect.name === 'sqlite' ? '' : 'IF NOT EXISTS '}high TEXT`);
+      await this.exec.run(`ALTER TABLE ${this.t('ledger')} ADD COLUMN ${this.dialect.name === 'sqlite' ? '' : 'IF NOT EXISTS '}"high" TEXT`);
+      return true;
     }
-    this.ledgerHigh = true;
+    this.ledgerHigh = columns !== undefined;
+    return true;
   }
 
   /** Inside an open transaction (the load's): each partition's checksum replaces its previous one; null removes it. */

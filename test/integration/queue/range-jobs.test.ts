@@ -410,6 +410,42 @@ describe('one table across queue workers: the first load of an incremental strea
     }
   }, 240_000);
 
+  // A local run's ranged first load is planned in CTID ranges, which hold their rows in its snapshot only: range jobs
+  // would plan key ranges and load everything again, the committed ranges' rows a second time for an append stream.
+  it('an append first load a local run left under way in CTID ranges stays one job, which resumes it: every row once', async () => {
+    const name = uniqueQueueName('qinc-ctid');
+    const { queue, close } = openQueue(name);
+    const source = await incrementalSource();
+    const target = await createTestDatabase('tm_qinc_dst');
+    const workers: Started[] = [];
+    try {
+      const config = await pipelineFile('inc-ctid', `{ type: postgres, url: ${JSON.stringify(source.url)} }`, 'public.items', target, INCREMENTAL('append'));
+      const killed = await cli(['run', config], { env: { TIDEMARK_FAILPOINTS: 'range.after_commit=2:kill' } });
+      expect(killed.signal).toBe('SIGKILL');
+      const mid = await stateOf(config);
+      expect(mid.ranged).toMatchObject({ snapshot: expect.any(String) });
+      const committed = await rangeLedger(target);
+      expect(committed.length).toBeGreaterThanOrEqual(2);
+      const out = await cli(['enqueue', config, ...queueArgs(name), '--json'], { env: { TIDEMARK_LOG_LEVEL: 'info' } });
+      expect(out.code, out.stderr).toBe(0);
+      expect((JSON.parse(out.stdout) as { unit: string }[]).map((j) => j.unit)).toEqual(['ranged/items']);
+      expect(out.stderr).toMatch(/ranged\.items: one job for the stream, not one per range: its append first load is under way .* resumes in place/);
+      workers.push(startWorker(name, 'w1'), startWorker(name, 'w2'));
+      await completed(queue, 1, workers);
+
+      expect(await digest(target, 'items')).toEqual(await digest(source, 'items'));
+      expect(await repeated(target)).toBe(0);
+      const state = await stateOf(config);
+      expect(state.ranged).toBeUndefined();
+      expect(state.watermark).toBeDefined();
+    } finally {
+      await stopAll(workers);
+      await close();
+      await target.drop();
+      await source.drop();
+    }
+  }, 200_000);
+
   it('enqueue --full of an incremental stream past its first load, into a ledger from before high marks: a build of 8 ranges swapped in, the watermark its highest (cursor, key)', async () => {
     const name = uniqueQueueName('qinc-full');
     const { queue, close } = openQueue(name);

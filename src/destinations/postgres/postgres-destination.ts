@@ -40,11 +40,13 @@ export interface PostgresDestinationOptions {
 export const DEFAULT_LOCK_TIMEOUT_MS = 60_000;
 
 /**
- * The application_name of a run's data session: the pipeline (hashed: names may pass Postgres' 63 bytes) and the
- * lease token it holds, so that a later holder can find the sessions of a holder whose lease passed.
+ * The application_name of a run's data session: the schema and pipeline (hashed: names may pass Postgres' 63 bytes)
+ * and the lease token it holds, so that a later holder can find the sessions of a holder whose lease passed. The
+ * schema is part of it: a pipeline of the same name loading another schema of the database holds another lease (its
+ * tokens count on their own) and other tables, so its sessions are never an older holder's of this one.
  */
-function dataSessionName(pipeline: string, token: number | undefined): string {
-  const tag = `tidemark-data:${createHash('sha256').update(pipeline).digest('hex').slice(0, 12)}:`;
+function dataSessionName(schema: string, pipeline: string, token: number | undefined): string {
+  const tag = `tidemark-data:${createHash('sha256').update(JSON.stringify([schema, pipeline])).digest('hex').slice(0, 12)}:`;
   return token === undefined ? tag : `${tag}${token}`;
 }
 
@@ -479,7 +481,7 @@ export class PostgresDestination extends SqlDestination {
    * run would wait on them (CREATE INDEX, ALTER TABLE). Returns what was ended, for the run to report.
    */
   async cutOffOlderHolders(pipeline: string, token: number): Promise<string[]> {
-    this.executor.applicationName = dataSessionName(pipeline, token);
+    this.executor.applicationName = dataSessionName(this.schema, pipeline, token);
     const client = this.executor.client;
     await client.query(`SELECT set_config('application_name', $1, false)`, [this.executor.applicationName]);
     // The candidates first (a MATERIALIZED CTE): Postgres may evaluate the conditions of one WHERE in any order.
@@ -489,7 +491,7 @@ export class PostgresDestination extends SqlDestination {
           WHERE datname = current_database() AND pid <> pg_backend_pid() AND starts_with(application_name, $1)
             AND CASE WHEN split_part(application_name, ':', 3) ~ '^[0-9]{1,18}$' THEN split_part(application_name, ':', 3)::bigint < $2 ELSE false END)
        SELECT pid, application_name, state FROM older WHERE pg_terminate_backend(pid)`,
-      [dataSessionName(pipeline, undefined), token],
+      [dataSessionName(this.schema, pipeline, undefined), token],
     );
     return ended.rows.map((r) => `pid ${r.pid} (lease token ${r.application_name.split(':')[2]}, ${r.state ?? 'unknown state'})`);
   }

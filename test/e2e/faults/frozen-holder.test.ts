@@ -68,3 +68,40 @@ destination: {type: postgres, url: ${JSON.stringify(dst.url)}, schema: mirror}
   const runs = JSON.parse((await cli(['runs', '--json', '--config', config])).stdout) as { outcome: string }[];
   expect(runs.filter((r) => r.outcome === 'committed')).toHaveLength(1);
 }, 180_000);
+
+it('a later run of a pipeline of the same name into another schema leaves this run’s data session alone', async () => {
+  const source = join(dir, 'source.sqlite');
+  createItems(source, itemRange(1, ROWS, 7));
+  const pipeline = (schema: string) => `name: frozen
+source: {type: sqlite, path: ${JSON.stringify(source)}}
+streams:
+  - table: items
+    primary_key: [id]
+    cursor: updated_at
+    checkpoint_rows: 2500
+destination: {type: postgres, url: ${JSON.stringify(dst.url)}, schema: ${schema}}
+`;
+  const held = await writeYaml(dir, 'held.yaml', pipeline('mirror_a'));
+  const other = await writeYaml(dir, 'other.yaml', pipeline('mirror_b'));
+  // Its own lease (in its schema) at token 1; its first commit waits before COMMIT, its data session in a transaction.
+  const run = startCli(['run', held], { TIDEMARK_FAILPOINTS: 'load.before_commit=1:sleep(60000)' });
+  const waiting = `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'tidemark-data:%' AND state = 'idle in transaction'`;
+  try {
+    let pid: string | undefined;
+    for (const deadline = Date.now() + 60_000; pid === undefined; await new Promise((r) => setTimeout(r, 100))) {
+      if (Date.now() > deadline) throw new Error(`no open transaction: ${JSON.stringify(run.output())}`);
+      pid = (await dst.sql(waiting))[0]?.pid as string | undefined;
+    }
+    // The other schema's lease goes to token 2 on its second run: a token above the held run's, but of another lease.
+    for (const n of [1, 2]) {
+      const out = await cli(['run', other]);
+      expect(out.code, `run ${n} into mirror_b: ${out.stderr}`).toBe(0);
+      expect(out.stderr).not.toMatch(/ended \d+ destination session/);
+    }
+    expect(await dst.sql(`SELECT pid, state FROM pg_stat_activity WHERE pid = $1`, [pid])).toEqual([{ pid, state: 'idle in transaction' }]);
+    expect(await dst.sql(`SELECT count(*) AS n FROM mirror_b.items`)).toEqual([{ n: String(ROWS) }]);
+  } finally {
+    run.child.kill('SIGKILL');
+    await run.done;
+  }
+}, 180_000);

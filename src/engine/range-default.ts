@@ -1,7 +1,11 @@
 /**
  * Whether a table's full read is split into ranges when the stream leaves `parallel` unset, and which streams may be.
- * Unset means `auto` for a table big enough to gain from it: one whose row estimate is above `range_rows`. A smaller
- * table (or one the source cannot estimate) stays one plain read with no ledger rows; `parallel: 1` turns ranges off.
+ * Unset means `auto` for a build or a log stream's copy of a table big enough to gain from it: one whose row estimate
+ * is above `range_rows`. A smaller table (or one the source cannot estimate) stays one plain read with no ledger rows;
+ * `parallel: 1` turns ranges off. An incremental stream's first load is split only when `parallel` asks: its ranges
+ * are read in cursor order, a sort per range, and one read in that order was faster on every pair of ends measured
+ * (Postgres → DuckDB 1M: 4.7 s against 5.7 s; → Postgres 5.9 s against 7.2 s; MariaDB → DuckDB 3M: 19.5 s against
+ * 27.0 s), and resumes from its watermark as well.
  */
 import type { StreamConfig } from '../config/load.js';
 
@@ -13,9 +17,13 @@ export function mayReadAsRanges(stream: Pick<StreamConfig, 'parallel'>): boolean
   return stream.parallel !== 1;
 }
 
-/** Whether this table's read is split: `parallel` set above 1 (or `auto`), or unset and the table holds more than a range. */
-export function rangesWanted(stream: Pick<StreamConfig, 'parallel' | 'rangeRows'>, estimatedRows: number | undefined): boolean {
+/**
+ * Whether this table's read is split: `parallel` set above 1 (or `auto`), or unset, not an incremental stream, and the
+ * table holds more than a range.
+ */
+export function rangesWanted(stream: Pick<StreamConfig, 'parallel' | 'rangeRows' | 'strategy'>, estimatedRows: number | undefined): boolean {
   if (!mayReadAsRanges(stream)) return false;
   if (stream.parallel !== undefined) return true;
+  if (stream.strategy === 'incremental') return false;
   return estimatedRows !== undefined && estimatedRows > (stream.rangeRows ?? DEFAULT_RANGE_ROWS);
 }

@@ -22,7 +22,7 @@ import { bulkFormat, runRecordFor, type StreamContext, type StreamOutcome } from
 import { checkRow, isReject } from './row-check.js';
 import { runWriters, writerCount } from './range-writers.js';
 import { Turns } from '../shared/turns.js';
-import { DEFAULT_RANGE_ROWS, rangesWanted } from './range-default.js';
+import { DEFAULT_RANGE_ROWS, mayReadAsRanges, rangesWanted } from './range-default.js';
 
 /** Chunk files a reader may have written ahead of the writer (per range in flight): disk, not memory. */
 const MAX_CHUNKS_AHEAD = 64;
@@ -45,7 +45,9 @@ export function rangeAbilities(ctx: Pick<StreamContext, 'source' | 'destination'
  * incremental stream's first load, or one already under way).
  */
 export function readsAsRanges(ends: RangeAbilities, stream: StreamConfig, plan: StreamPlan, prior: StreamState | undefined, estimatedRows: number | undefined): boolean {
-  if (!rangesWanted(stream, prior?.ranged !== undefined ? Number.POSITIVE_INFINITY : estimatedRows) || !ends.sourceSplits || !ends.destinationKeepsLedger) return false;
+  // A ranged load under way goes on as ranges (unless `parallel: 1` turned them off since).
+  const wanted = prior?.ranged !== undefined ? mayReadAsRanges(stream) : rangesWanted(stream, estimatedRows);
+  if (!wanted || !ends.sourceSplits || !ends.destinationKeepsLedger) return false;
   if (stream.table === undefined || stream.onReject === 'fail' || stream.checkpoint === 'end' || ends.boundedRun) return false;
   // A ranged build resumes with its ranges; a `--full` run that starts another generation plans new ones.
   if (prior?.ranged !== undefined && (plan.generation === undefined || plan.generation === prior.ranged.load)) return true;

@@ -142,15 +142,18 @@ describe.each(KINDS)('ranged full loads into %s', (kind) => {
 });
 
 describe('parallel left unset', () => {
-  it('splits a table whose row estimate is above range_rows, reads a smaller one whole, and parallel: 1 reads whole', async () => {
+  it('splits a build of a table whose row estimate is above range_rows; reads a smaller one, parallel: 1 and an incremental first load whole', async () => {
     await createItems('unset_big', ROWS);
     await createItems('unset_small', 300);
     await createItems('unset_one', ROWS);
+    await createItems('unset_incr', ROWS);
     const sized = { range_rows: 5000, checkpoint_rows: 2048 };
     const { config, target } = await pipeline(join(root, 'unset'), 'duckdb', [
       { table: 'public.unset_big', strategy: 'full', ...sized },
       { table: 'public.unset_small', strategy: 'full', ...sized },
       { table: 'public.unset_one', strategy: 'full', parallel: 1, ...sized },
+      // One read in cursor order beats ranges each sorted by cursor: unset, an incremental first load is not split.
+      { table: 'public.unset_incr', cursor: 'at', ...sized },
     ]);
     const plan = await cli(['plan', config]);
     expect(plan.stdout).toMatch(/ranges: 4 \(0 committed\), \d+ readers? at once/);
@@ -164,7 +167,9 @@ describe('parallel left unset', () => {
     expect(byName.unset_small!.ranges).toBeUndefined();
     expect(byName.unset_one).toMatchObject({ rows_read: ROWS });
     expect(byName.unset_one!.ranges).toBeUndefined();
-    for (const table of ['unset_big', 'unset_small', 'unset_one']) {
+    expect(byName.unset_incr).toMatchObject({ rows_read: ROWS });
+    expect(byName.unset_incr!.ranges).toBeUndefined();
+    for (const table of ['unset_big', 'unset_small', 'unset_one', 'unset_incr']) {
       expect(await targetRows('duckdb', target, table, ITEM_COLUMNS)).toEqual(await sourceRows(table, itemsSql));
     }
     // Only the split table has ledger rows.

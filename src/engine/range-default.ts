@@ -3,9 +3,8 @@
  * Unset means `auto` for a build or a log stream's copy of a table big enough to gain from it: one whose row estimate
  * is above `range_rows`. A smaller table (or one the source cannot estimate) stays one plain read with no ledger rows;
  * `parallel: 1` turns ranges off. An incremental stream's first load is split only when `parallel` asks: its ranges
- * are read in cursor order, a sort per range, and one read in that order was faster on every pair of ends measured
- * (Postgres → DuckDB 1M: 4.7 s against 5.7 s; → Postgres 5.9 s against 7.2 s; MariaDB → DuckDB 3M: 19.5 s against
- * 27.0 s), and resumes from its watermark as well.
+ * are each read in cursor order (a sort per range), where one read in that order is faster (docs/ranges.md) and
+ * resumes from its watermark as well.
  */
 import type { StreamConfig } from '../config/load.js';
 

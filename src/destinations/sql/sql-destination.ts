@@ -595,8 +595,11 @@ class SqlLoadTransaction implements LoadTransaction {
     if (existing === undefined) {
       const ddl = columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.columnType(c.type)}`).join(', ');
       await this.exec.run(`CREATE TABLE ${quoted} (${ddl})`);
-      if (deferIndex && primaryKey.length > 0 && !atEnd) this.indexDeferred = { table, primaryKey };
-      else if (!atEnd) await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
+      // The key index: now, at this load's first commit that needs it (`indexDeferred`), or at its final one (`atEnd`).
+      if (!atEnd) {
+        if (deferIndex && primaryKey.length > 0) this.indexDeferred = { table, primaryKey };
+        else await this.dialect.afterCreateTable?.(this.exec, table, primaryKey);
+      }
       this.created = table;
       return;
     }

@@ -11,7 +11,7 @@ import { describeChange, typeName } from '../core/schema-diff.js';
 import { plannedState } from './state-sync.js';
 import { selectStreams } from './run.js';
 import { withoutPosition } from './stateless.js';
-import { plannedRanges, rangeLedgerName, rangeSizing, readerCount, readsAsRanges, type RangePlanReport } from './range-load.js';
+import { plannedRanges, rangeReports, rangeSizing, readerCount, readsAsRanges, type RangePlanReport } from './range-load.js';
 import { mayReadAsRanges, rangesWanted } from './range-default.js';
 import { rangedCopyStart } from './log-range-copy.js';
 import { takesRangeWriters } from './range-writers.js';
@@ -287,7 +287,7 @@ async function logCopyRanges(source: Source, stream: StreamConfig, log: LogState
   const readers = await readerCount(source, stream);
   if (start !== undefined && 'resumes' in start) {
     const { load, ranges } = start.resumes;
-    return { readers, writers: 1, ranges: ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) })) };
+    return { readers, writers: 1, ranges: rangeReports(load, ranges, loaded) };
   }
   if (!mayReadAsRanges(stream)) return undefined;
   const planned = await source.ranges?.plan(stream, rangeSizing(stream, readers));
@@ -296,7 +296,8 @@ async function logCopyRanges(source: Source, stream: StreamConfig, log: LogState
   return {
     readers,
     writers: 1,
-    ranges: planned.ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: false })),
+    // A plan made now: no range of it is committed.
+    ranges: rangeReports('', planned.ranges, new Set()),
     ...(start !== undefined ? { startsOver: true as const } : {}),
   };
 }

@@ -105,6 +105,11 @@ export interface RangePlanReport {
   readonly done: boolean;
 }
 
+/** Ranges of ranged load `load` as `tidemark plan` shows them, each done when `loaded` (ledger row names) holds it. */
+export function rangeReports(load: string, ranges: readonly TableRange[], loaded: ReadonlySet<string>): RangePlanReport[] {
+  return ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) }));
+}
+
 /**
  * The ranges the next run would load (or resume), for `tidemark plan`: those of a load under way, else ones planned
  * now (their snapshot is let go at once). `loaded`: the stream's ledger row names.
@@ -121,7 +126,7 @@ export async function plannedRanges(
   const planned = await source.ranges?.plan(stream, rangeSizing(stream, readers, prior?.ranged?.ranges.some((r) => r.by === 'key')));
   await planned?.close();
   const report = (load: string, ranges: readonly TableRange[]) => {
-    const shown = ranges.map((r) => ({ id: r.id, ...(r.estimatedRows !== undefined ? { estimatedRows: r.estimatedRows } : {}), done: loaded.has(rangeLedgerName(load, r)) }));
+    const shown = rangeReports(load, ranges, loaded);
     const pending = shown.filter((r) => !r.done).length;
     const writers = writerCount(writersAllowed, stream, planned ?? { rowsKeepRange: false }, readers, pending);
     return { readers, writers, ranges: shown };

@@ -353,6 +353,11 @@ export interface OpenedRead {
   readonly claims?: { readonly bookmark: (token: JsonValue) => unknown };
   /** Rows the read is expected to return, where the source can tell cheaply (an estimate: for progress display only). */
   readonly estimatedRows?: number;
+  /**
+   * An incremental read whose ranges (see RangedSource) are read without sorting by the cursor: split into ranges, its
+   * first load costs no more than one read in cursor order, so it is split by default as a build is.
+   */
+  readonly rangesInAnyOrder?: true;
   /** Batches ordered by `(cursor, pk)` for incremental reads and by pk for keyset reads (unless `ordered` is false). */
   batches(): AsyncIterable<Batch>;
   /** Present when the source can hand the whole read over as chunk files; an engine uses either this or `batches()`. */
@@ -576,6 +581,11 @@ export interface TableTarget {
    * rows, at the first commit that needs it).
    */
   readonly keyIndexAtEnd?: true;
+  /**
+   * Every row of the load has a key in this range (`from` inclusive, `to` exclusive; the key's values in order): a
+   * merge can only meet the table's rows in it, so when the table holds none there, the rows go straight in.
+   */
+  readonly keyRange?: Pick<TableRange, 'from' | 'to'>;
 }
 
 /** One destination column converted to a wider type (see src/core/schema-diff.ts for what counts as wider). */

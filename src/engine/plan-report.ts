@@ -182,7 +182,7 @@ async function planStreams(
           schema = { ...(schemaPlan(pipeline.name, stream, plan, afresh, read.schema, true, widens) ?? { changes: [], widens: [] }), restartsBuild: restart };
         }
         const ends = { sourceSplits: source.ranges !== undefined, destinationKeepsLedger: keepsLedger, boundedRun: false };
-        const ranges = readsAsRanges(ends, stream, plan, prior, read.estimatedRows)
+        const ranges = readsAsRanges(ends, stream, plan, prior, read)
           ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set(), plan.generation !== undefined, takesRangeWriters(pipeline)).catch(inStreamContext)
           : undefined;
         reports.push({

@@ -4,7 +4,8 @@
  * is above `range_rows`. A smaller table (or one the source cannot estimate) stays one plain read with no ledger rows;
  * `parallel: 1` turns ranges off. An incremental stream's first load is split only when `parallel` asks: its ranges
  * are each read in cursor order (a sort per range), where one read in that order is faster (docs/ranges.md) and
- * resumes from its watermark as well.
+ * resumes from its watermark as well. A source that reads such ranges without that sort (`OpenedRead.rangesInAnyOrder`:
+ * MySQL/MariaDB with a date, datetime or integer cursor) splits a first load by default like a build.
  */
 import type { StreamConfig } from '../config/load.js';
 
@@ -17,12 +18,12 @@ export function mayReadAsRanges(stream: Pick<StreamConfig, 'parallel'>): boolean
 }
 
 /**
- * Whether this table's read is split: `parallel` set above 1 (or `auto`), or unset, not an incremental stream, and the
- * table holds more than a range.
+ * Whether this table's read is split: `parallel` set above 1 (or `auto`), or unset, not an incremental stream whose
+ * ranges need a sort (`inAnyOrder` false), and the table holds more than a range.
  */
-export function rangesWanted(stream: Pick<StreamConfig, 'parallel' | 'rangeRows' | 'strategy'>, estimatedRows: number | undefined): boolean {
+export function rangesWanted(stream: Pick<StreamConfig, 'parallel' | 'rangeRows' | 'strategy'>, estimatedRows: number | undefined, inAnyOrder = false): boolean {
   if (!mayReadAsRanges(stream)) return false;
   if (stream.parallel !== undefined) return true;
-  if (stream.strategy === 'incremental') return false;
+  if (stream.strategy === 'incremental' && !inAnyOrder) return false;
   return estimatedRows !== undefined && estimatedRows > (stream.rangeRows ?? DEFAULT_RANGE_ROWS);
 }

@@ -40,13 +40,19 @@ export function rangeAbilities(ctx: Pick<StreamContext, 'source' | 'destination'
 }
 
 /**
- * Whether this stream's read is loaded as ranges: `parallel` asks for it (see range-default.ts; `estimatedRows`: the
- * table's), the source splits tables, the destination keeps a ledger, and the read is a whole table (a build, or an
+ * Whether this stream's read is loaded as ranges: `parallel` asks for it (see range-default.ts; `read`: the whole
+ * read, opened), the source splits tables, the destination keeps a ledger, and the read is a whole table (a build, or an
  * incremental stream's first load, or one already under way).
  */
-export function readsAsRanges(ends: RangeAbilities, stream: StreamConfig, plan: StreamPlan, prior: StreamState | undefined, estimatedRows: number | undefined): boolean {
+export function readsAsRanges(
+  ends: RangeAbilities,
+  stream: StreamConfig,
+  plan: StreamPlan,
+  prior: StreamState | undefined,
+  read: Pick<OpenedRead, 'estimatedRows' | 'rangesInAnyOrder'>,
+): boolean {
   // A ranged load under way goes on as ranges (unless `parallel: 1` turned them off since).
-  const wanted = prior?.ranged !== undefined ? mayReadAsRanges(stream) : rangesWanted(stream, estimatedRows);
+  const wanted = prior?.ranged !== undefined ? mayReadAsRanges(stream) : rangesWanted(stream, read.estimatedRows, read.rangesInAnyOrder === true);
   if (!wanted || !ends.sourceSplits || !ends.destinationKeepsLedger) return false;
   if (stream.table === undefined || stream.onReject === 'fail' || stream.checkpoint === 'end' || ends.boundedRun) return false;
   // A ranged build resumes with its ranges; a `--full` run that starts another generation plans new ones.
@@ -414,6 +420,8 @@ class RangeLoader {
         // A build's ranges only add rows to a table no reader sees: its key index is built once, by the last commit.
         ...(this.building && write === 'append' ? { keyIndexAtEnd: true as const } : {}),
         ...(this.schemaStep.widen.length > 0 && this.commits === 0 ? { widen: this.schemaStep.widen } : {}),
+        // A first load's later ranges need not merge with the rows of earlier ones: their keys lie elsewhere.
+        ...(range?.by === 'key' && !this.building ? { keyRange: { ...(range.from ? { from: range.from } : {}), ...(range.to ? { to: range.to } : {}) } } : {}),
       },
       fence: range !== undefined && this.ctx.rangeJob !== undefined ? this.ctx.rangeJob.fence(fence, this.ranged.load, range) : fence,
     });

@@ -141,7 +141,7 @@ async function loadStreamFrom(ctx: StreamContext, configured: StreamConfig, stat
     if (restart !== undefined) return RESTART;
     const schema = streamSchemaStep(ctx, settled, plan, prior, picked.schema);
     const opened = withoutColumns(picked, schema.leftOut);
-    if (readsAsRanges(rangeAbilities(ctx), settled, plan, prior, opened.estimatedRows) && !rangesBlocked(settled, picked)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
+    if (readsAsRanges(rangeAbilities(ctx), settled, plan, prior, opened) && !rangesBlocked(settled, picked)) return await loadRanges(ctx, settled, plan, state, opened, schema, started);
     if (ctx.rangeJob !== undefined) {
       throw new UsageError(`this read of ${stream.table ?? stream.name} is neither a ranged build nor a ranged first load, so it cannot be spread over range jobs`, {
         context: { pipeline: ctx.pipeline, stream: stream.name, phase: 'plan' },

@@ -17,13 +17,14 @@ import type {
   LoadTransaction,
   NativeScan,
   StateStore,
+  TableTarget,
   TableChanges,
   VerifyAccess,
   VerifyEngine,
 } from '../../core/connector.js';
 import { DestinationError, TidemarkError } from '../../core/errors.js';
 import { failpoint } from '../../core/failpoints.js';
-import type { Column, ColumnType, LedgerEntry, PartitionChecksum, Reject, Row, Value } from '../../core/types.js';
+import type { Column, ColumnType, LedgerEntry, PartitionChecksum, Reject, Row, TypedValue, Value } from '../../core/types.js';
 import { digestOf, partitionDigestSql } from '../../shared/verify-sql.js';
 import { ValueRejection, coerceValue } from '../../core/values.js';
 import { quoteIdent } from '../../shared/sql.js';
@@ -218,7 +219,7 @@ class SqlLoadTransaction implements LoadTransaction {
     try {
       if (merge && this.targetHadRows === undefined) {
         const existing = await this.dialect.tableColumns(this.exec, table);
-        this.targetHadRows = existing !== undefined && (await this.exec.query(`SELECT 1 AS one FROM ${this.dialect.table(table)} LIMIT 1`)).length > 0;
+        this.targetHadRows = existing !== undefined && (await this.holdsRows(table, target.keyRange));
       }
       const direct = (target.build === undefined || target.buildStarted === true) && target.replacePartition === undefined && (!merge || (chunk.uniqueKey && this.targetHadRows === false));
       let into: string;
@@ -247,6 +248,25 @@ class SqlLoadTransaction implements LoadTransaction {
       await this.rollback();
       throw error;
     }
+  }
+
+  /** Whether `table` holds a row, or one whose key is in `range` (a one-column key's; others look at the whole table). */
+  private async holdsRows(table: string, range: TableTarget['keyRange']): Promise<boolean> {
+    const { schema } = this.load.target;
+    const key = schema.primaryKey.length === 1 ? schema.columns.find((c) => c.name === schema.primaryKey[0]) : undefined;
+    const where: string[] = [];
+    const values: string[] = [];
+    if (key !== undefined && range !== undefined) {
+      const bound = (op: string, edge: readonly TypedValue[] | undefined) => {
+        if (edge === undefined) return;
+        where.push(`${quoteIdent(key.name)} ${op} CAST(? AS ${this.dialect.stageType(key.type)})`);
+        values.push(edge[0]!.value);
+      };
+      bound('>=', range.from);
+      bound('<', range.to);
+    }
+    const sql = `SELECT 1 AS one FROM ${this.dialect.table(table)}${where.length ? ` WHERE ${where.join(' AND ')}` : ''} LIMIT 1`;
+    return (await this.exec.query(sql, values)).length > 0;
   }
 
   private async applyBulk(table: string): Promise<void> {

@@ -77,6 +77,13 @@ export function bulkLine(columns: readonly Column[], refs: readonly string[], bi
   return segments.join(', ');
 }
 
+/** One column's value in the BulkChunk text form, as bytes (NULL stays NULL): a field after the row's line. */
+export function fieldText(columns: readonly Column[], refs: readonly string[], name: string, bits: readonly BitColumn[]): string {
+  const i = columns.findIndex((c) => c.name === name);
+  const text = valueText(columns[i]!.type, refs[i]!, bits.some((b) => b.index === i));
+  return `CAST(${text ?? `CONVERT(${refs[i]!} USING utf8mb4)`} AS BINARY)`;
+}
+
 const QUOTE = 0x22;
 /** Lines are gathered to about this many bytes before the chunker scans and writes them. */
 const PUSH_BYTES = 1 << 20;
@@ -91,10 +98,13 @@ class LineBuffer {
   private bytes = Buffer.allocUnsafe(PUSH_BYTES * 2);
   length = 0;
 
-  /** Appends one row's segments (see bulkLine) as its CSV line; false when a segment is NULL (the line was too long). */
-  appendLine(row: readonly unknown[]): boolean {
+  /**
+   * Appends one row's first `fields` segments (see bulkLine) as its CSV line; false when a segment is NULL (the line
+   * was too long).
+   */
+  appendLine(row: readonly unknown[], fields: number): boolean {
     const start = this.length;
-    for (let i = 0; i < row.length; i += 1) {
+    for (let i = 0; i < fields; i += 1) {
       const value = row[i] as Buffer | null;
       if (i % 2 === 0) {
         if (value === null) {
@@ -152,11 +162,7 @@ export interface ChunkKeys {
 export function chunkKeys(columns: readonly Column[], primaryKey: readonly string[], cursor: string | undefined): ChunkKeys {
   const pkIndexes = primaryKey.map((name) => columns.findIndex((c) => c.name === name));
   const cursorIndex = cursor !== undefined ? columns.findIndex((c) => c.name === cursor) : -1;
-  const typed = (i: number, text: string | null | undefined): TypedValue => {
-    if (text === null || text === undefined) throw new Error('NULL key');
-    const type = columns[i]!.type;
-    return { type: type.kind, value: encodeValue(type.kind, coerceValue(type, decoderFor(type)(text))) };
-  };
+  const typed = (i: number, text: string | null | undefined): TypedValue => typedField(columns[i]!.type, text);
   if (cursorIndex >= 0) {
     const kind = columns[cursorIndex]!.type.kind;
     return {
@@ -187,6 +193,93 @@ export function chunkKeys(columns: readonly Column[], primaryKey: readonly strin
   return { keyOf: undefined, sameGroup: (a, b) => a === b };
 }
 
+/** A field's value in the BulkChunk text form as a typed value; throws on NULL. */
+function typedField(type: ColumnType, text: string | null | undefined): TypedValue {
+  if (text === null || text === undefined) throw new Error('NULL key');
+  return { type: type.kind, value: encodeValue(type.kind, coerceValue(type, decoderFor(type)(text))) };
+}
+
+/**
+ * The order of a cursor's text (the BulkChunk form the server writes) compared byte by byte, without decoding: dates
+ * and datetimes are fixed-width text, integers compare by sign, then length, then digits. Undefined for other types.
+ */
+export function textOrder(kind: ColumnType['kind']): ((a: Buffer, b: Buffer) => number) | undefined {
+  switch (kind) {
+    case 'date':
+    case 'timestamp':
+    case 'timestamptz':
+      return (a, b) => a.compare(b);
+    case 'int16':
+    case 'int32':
+    case 'int64':
+    case 'uint64':
+      return compareIntegerText;
+    default:
+      return undefined;
+  }
+}
+
+const MINUS = 0x2d;
+
+function compareIntegerText(a: Buffer, b: Buffer): number {
+  const negative = a[0] === MINUS;
+  if (negative !== (b[0] === MINUS)) return negative ? -1 : 1;
+  const magnitude = a.length !== b.length ? a.length - b.length : a.compare(b);
+  return negative ? -magnitude : magnitude;
+}
+
+/**
+ * The highest (cursor, key) of rows read in no particular order, from the cursor's and the key's text that the select
+ * list adds after a row's line (`fields` of them). A read in key order instead of cursor order needs no sort on the
+ * server; its chunks' `last` is then the highest row read so far, which means something only to a load that commits
+ * the read whole (a range), never to checkpoints.
+ */
+export class HighestRow {
+  /** The highest row so far and where its (cursor, key) fields start. The driver never reuses a row's buffers. */
+  private row: readonly unknown[] | undefined;
+  private from = 0;
+  readonly fields: number;
+
+  constructor(
+    private readonly cursorType: ColumnType,
+    private readonly keyTypes: readonly ColumnType[],
+    private readonly order: (a: Buffer, b: Buffer) => number,
+  ) {
+    this.fields = 1 + keyTypes.length;
+  }
+
+  /** Takes the row's (cursor, key) fields, starting at `from`, if they are above the highest so far. */
+  see(row: readonly unknown[], from: number): void {
+    const cursor = row[from] as Buffer | null;
+    if (cursor === null) return;
+    if (this.row !== undefined) {
+      const byCursor = this.order(cursor, this.row[this.from] as Buffer);
+      if (byCursor < 0 || (byCursor === 0 && this.compareKeys(row, from) <= 0)) return;
+    }
+    this.row = row;
+    this.from = from;
+  }
+
+  high(): Watermark | undefined {
+    if (this.row === undefined) return undefined;
+    return { cursor: this.typed(this.row, this.from, this.cursorType), pk: this.keyTypes.map((type, i) => this.typed(this.row!, this.from + 1 + i, type)) };
+  }
+
+  /** A row sharing the highest row's cursor value, by key: rare enough to decode. */
+  private compareKeys(row: readonly unknown[], from: number): number {
+    for (let i = 0; i < this.keyTypes.length; i += 1) {
+      const type = this.keyTypes[i]!;
+      const order = compareCanonical(type.kind, this.typed(row, from + 1 + i, type).value, this.typed(this.row!, this.from + 1 + i, type).value);
+      if (order !== 0) return order;
+    }
+    return 0;
+  }
+
+  private typed(row: readonly unknown[], i: number, type: ColumnType): TypedValue {
+    return typedField(type, (row[i] as Buffer).toString('utf8'));
+  }
+}
+
 /** A running statement's row events (one binary line per row) and the socket's flow control. */
 export interface LineSource {
   readonly statement: {
@@ -215,6 +308,8 @@ export async function* mysqlChunks(options: {
   readonly uniqueKey: boolean;
   readonly signal?: AbortSignal;
   readonly maxLineBytes: number;
+  /** Rows come in no cursor order: each chunk's `last` is the highest row read so far. */
+  readonly highest?: HighestRow;
 }): AsyncIterable<BulkChunk> {
   // Chunk directories of runs that were killed are removed by the next bulk read.
   await removeOrphanTempDirs(CHUNK_DIR_PREFIX);
@@ -226,8 +321,13 @@ export async function* mysqlChunks(options: {
     chunkRows: options.chunkRows,
     ...(options.keys.keyOf ? { keyOf: options.keys.keyOf } : {}),
     sameGroup: options.keys.sameGroup,
-    onChunk: (c) => queue.push(bulkChunkOf(c, options.uniqueKey)),
+    onChunk: (c) => {
+      const chunk = bulkChunkOf(c, options.uniqueKey);
+      const high = options.highest?.high();
+      queue.push(high !== undefined ? { ...chunk, last: high } : chunk);
+    },
   });
+  const highest = options.highest;
   let paused = false;
   const lines = new LineBuffer();
   const source = options.start();
@@ -238,7 +338,9 @@ export async function* mysqlChunks(options: {
   };
   statement.on('result', (row) => {
     if (queue.ended) return;
-    if (!lines.appendLine(row)) {
+    const fields = row.length - (highest?.fields ?? 0);
+    highest?.see(row, fields);
+    if (!lines.appendLine(row, fields)) {
       // CONCAT gives NULL only when the line would exceed max_allowed_packet.
       queue.end(
         new SourceError(

@@ -280,6 +280,12 @@ export class HighestRow {
   }
 }
 
+/** Chunk ends of a read whose chunks need no position (see HighestRow): a chunk may end after any row. */
+export function anyRowEnds(): ChunkKeys {
+  let row = 0;
+  return { keyOf: () => ({ group: String((row += 1)), position: {} }), sameGroup: (a, b) => a === b };
+}
+
 /** A running statement's row events (one binary line per row) and the socket's flow control. */
 export interface LineSource {
   readonly statement: {

@@ -15,9 +15,9 @@ import type { Socket } from 'node:net';
 import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
 import { exactTextSettings } from './mysql-settings.js';
-import { bulkLine, chunkKeys, fieldText, HighestRow, mysqlChunks, textOrder } from './mysql-bulk.js';
+import { anyRowEnds, bulkLine, chunkKeys, fieldText, HighestRow, mysqlChunks, textOrder } from './mysql-bulk.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
-import { capAtCallerBound } from '../../core/caller-bound.js';
+import { callerBound, capAtCallerBound } from '../../core/caller-bound.js';
 import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
 
 const ALIAS = '`t`';
@@ -406,11 +406,15 @@ export class MysqlSource implements Source {
     const cursor = schema.cursor !== undefined ? schema.columns.find((c) => c.name === schema.cursor)! : undefined;
     const incremental = request.incremental && cursor !== undefined;
     if (usesWindow(request.stream.query)) await this.bindWindow(queryWindow(request, cursor?.type.kind), cursor);
-    const horizon = incremental ? await this.horizon(relation, cursor) : undefined;
+    // A range of a load whose upper bound was fixed before its first range: that bound is the range's, so neither the
+    // open transactions nor the table's highest cursor are asked again (without an index on the cursor, two scans of
+    // the table per range).
+    const fixed = incremental && request.range !== undefined && request.untilAtMost !== undefined ? callerBound(cursor.type.kind, request.untilAtMost) : undefined;
+    const horizon = incremental && fixed === undefined ? await this.horizon(relation, cursor) : undefined;
     const conn = await this.connection();
     if (!this.heldSnapshot) await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
     try {
-      const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
+      const found = !incremental ? { until: null, nullCursorRows: 0 } : fixed !== undefined ? { until: fixed, nullCursorRows: 0 } : await this.bounds(relation, cursor);
       const readStart = request.from ?? request.after?.cursor;
       const safeMark = !incremental || !horizon ? undefined
         : horizon === 'stale' ? standingMark(cursor.type.kind, readStart)
@@ -649,7 +653,7 @@ export class MysqlSource implements Source {
     const highest = rangeOrder && schema.cursor !== undefined ? new HighestRow(column(schema.cursor).type, schema.primaryKey.map((k) => column(k).type), rangeOrder) : undefined;
     const marks = highest ? [schema.cursor!, ...schema.primaryKey].map((name) => fieldText(schema.columns, refs, name, described.bits)) : [];
     const query: [string, Param[]] = [`SELECT ${[line, ...marks].join(', ')} ${tail}`, values];
-    const keys = highest ? { keyOf: undefined, sameGroup: (a: string, b: string) => a === b } : chunkKeys(schema.columns, schema.primaryKey, incremental ? schema.cursor : undefined);
+    const keys = highest ? anyRowEnds() : chunkKeys(schema.columns, schema.primaryKey, incremental ? schema.cursor : undefined);
     // Rows of one snapshot of a table repeat no value of its primary key.
     const uniqueKey =
       schema.primaryKey.length > 0 && described.tableKey.length === schema.primaryKey.length && described.tableKey.every((name) => schema.primaryKey.includes(name));

@@ -321,6 +321,7 @@ export async function* mysqlChunks(options: {
   await removeOrphanTempDirs(CHUNK_DIR_PREFIX);
   const dir = await ownedTempDir(CHUNK_DIR_PREFIX);
   const queue = new ChunkQueue(AHEAD);
+  const highest = options.highest;
   const chunker = new CsvChunker<Position>({
     dir,
     format: 'csv',
@@ -329,11 +330,10 @@ export async function* mysqlChunks(options: {
     sameGroup: options.keys.sameGroup,
     onChunk: (c) => {
       const chunk = bulkChunkOf(c, options.uniqueKey);
-      const high = options.highest?.high();
+      const high = highest?.high();
       queue.push(high !== undefined ? { ...chunk, last: high } : chunk);
     },
   });
-  const highest = options.highest;
   let paused = false;
   const lines = new LineBuffer();
   const source = options.start();

@@ -135,9 +135,9 @@ export class MysqlSource implements Source {
 
   /**
    * Primary-key ranges of a table: an integer key split into equal spans of its values, any other key (text, a
-   * composite) at keys found at evenly spaced positions of its order. A table without a primary key is one range. MySQL cannot share a snapshot between
-   * connections: each range reads its own, and a row stays in its range whatever changes meanwhile, since its key
-   * places it.
+   * composite) at keys found at evenly spaced positions of its order. A table without a primary key is one range.
+   * MySQL cannot share a snapshot between connections: each range reads its own, and a row stays in its range
+   * whatever changes meanwhile, since its key places it.
    */
   private async planRanges(stream: StreamSpec, sizing: RangeSizing): Promise<RangePlan | undefined> {
     if (stream.table === undefined) return undefined;

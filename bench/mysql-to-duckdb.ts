@@ -11,6 +11,8 @@
  *   tidemark  `tidemark run` into a fresh destination (stream with primary key and cursor; the bulk path; a table above
  *             `range_rows` is read as ranges, `parallel: auto`, as the default does)
  *   row path  the same with TIDEMARK_BULK=0, once, with --row-path (its time and peak RSS)
+ *   CPU floor  into DuckDB, with the server on this machine: (the server's CPU seconds for the parallel floor + the
+ *             DuckDB import's CPU seconds) / cores — work any load must do, at best spread over every core
  * Each repetition runs the floor then tidemark; the ratio is the median of each repetition's ratio. Whole processes,
  * wall seconds and peak RSS (GNU time).
  *
@@ -19,8 +21,9 @@
  * The database has a unique name per run. Prints one `BENCH_RESULT {json}` line.
  */
 import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
-import { loadavg } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { create, drop } from './mysql-taxi.js';
@@ -92,6 +95,32 @@ await d.run("SET memory_limit = '128MB'");
 await d.run("CREATE TABLE trips AS SELECT * FROM read_csv('" + text + "', header = false, delim = '\\t', quote = '', nullstr = 'NULL', auto_detect = false, columns = ${taxiDuckdbColumns()})");
 d.closeSync(); db.closeSync();`;
 
+/**
+ * CPU seconds the local MariaDB/MySQL server has used so far (user + system, from /proc), or undefined when it is not
+ * a process of this machine: what the server spent on a command is the difference around it.
+ */
+function serverCpuSeconds(): number | undefined {
+  for (const name of ['mariadbd', 'mysqld']) {
+    const pid = spawnSync('pidof', ['-s', name], { encoding: 'utf8' }).stdout.trim();
+    if (!pid) continue;
+    try {
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      return (Number(fields[11]) + Number(fields[12])) / 100;
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
+}
+
+/** `work`'s result and the server CPU seconds spent while it ran (undefined: not measurable here). */
+async function withServerCpu<T>(work: () => Promise<T> | T): Promise<{ result: T; serverCpu: number | undefined }> {
+  const before = serverCpuSeconds();
+  const result = await work();
+  const after = serverCpuSeconds();
+  return { result, serverCpu: before !== undefined && after !== undefined ? round(after - before) : undefined };
+}
+
 const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const round = (x: number) => Math.round(x * 1000) / 1000;
 
@@ -121,6 +150,8 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
     const parallelFloors: number[] = [];
     const ingests: Timing[] = [];
     const parallelRatios: number[] = [];
+    const parallelServerCpu: number[] = [];
+    const runServerCpu: number[] = [];
     const importScript = join(dir, 'import.mjs');
     await writeFile(importScript, IMPORT_SCRIPT);
     for (let rep = 0; rep < options.reps; rep += 1) {
@@ -133,9 +164,10 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       if (to === 'duckdb') {
         const many = `${rangeArgs.map((_, i) => `mysql "\${@:${i * rangeArgs[0]!.length + 1}:${rangeArgs[0]!.length}}" > /dev/null &`).join(' ')} wait`;
         const started = process.hrtime.bigint();
-        const all = spawnSync('bash', ['-c', `set -e; ${many}`, 'mysql', ...rangeArgs.flat()], { env: { ...process.env, ...mysqlEnv }, cwd: dir });
-        if (all.status !== 0) throw new Error(`parallel mysql floor failed: ${String(all.stderr)}`);
+        const all = await withServerCpu(() => spawnSync('bash', ['-c', `set -e; ${many}`, 'mysql', ...rangeArgs.flat()], { env: { ...process.env, ...mysqlEnv }, cwd: dir }));
+        if (all.result.status !== 0) throw new Error(`parallel mysql floor failed: ${String(all.result.stderr)}`);
         parallelFloors.push(Number(process.hrtime.bigint() - started) / 1e9);
+        if (all.serverCpu !== undefined) parallelServerCpu.push(all.serverCpu);
         // The second floor: the same ordered rows through the client's text into a file, then DuckDB's CSV reader.
         const text = join(dir, 'script.tsv');
         const script = await timed('bash', ['-o', 'pipefail', '-c', `mysql "$@" > ${text} && ${process.execPath} ${importScript} ${text} ${join(dir, `script-${rep}.duckdb`)}`, 'mysql', ...orderedArgs], mysqlEnv, dir);
@@ -147,7 +179,9 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
         scripts.push(script);
         scriptRatios.push(0);
       }
-      const run = await timed(process.execPath, [BIN, 'run', config, '--json'], {}, dir);
+      const measured = await withServerCpu(() => timed(process.execPath, [BIN, 'run', config, '--json'], {}, dir));
+      const run = measured.result;
+      if (measured.serverCpu !== undefined) runServerCpu.push(measured.serverCpu);
       const loaded = JSON.parse(run.stdout).streams[0].rows_loaded as number;
       if (loaded !== options.rows) throw new Error(`tidemark loaded ${loaded} of ${options.rows} rows`);
       floors.push(floor);
@@ -177,7 +211,16 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       tidemark_rss_mb: Math.max(...runs.map((t) => t.rssMb)),
       tidemark_vs_floor: round(median(ratios)),
       ...(parallelFloors.length ? { parallel, parallel_floor_s: round(median(parallelFloors)), tidemark_vs_parallel_floor: round(median(parallelRatios)) } : {}),
-      ...(ingests.length ? { duckdb_ingest_s: round(median(ingests.map((t) => t.seconds))), ingest_vs_floor: round(median(ingests.map((t, i) => t.seconds / floors[i]!.seconds))) } : {}),
+      ...(ingests.length ? { duckdb_ingest_s: round(median(ingests.map((t) => t.seconds))), duckdb_ingest_cpu_s: round(median(ingests.map((t) => t.cpu))), ingest_vs_floor: round(median(ingests.map((t, i) => t.seconds / floors[i]!.seconds))) } : {}),
+      ...(runServerCpu.length ? { tidemark_server_cpu_s: round(median(runServerCpu)) } : {}),
+      // Work no schedule of the load can avoid on this machine: the server producing the rows (as the parallel floor's
+      // clients ask for them) and DuckDB ingesting them, spread over every core.
+      ...(parallelServerCpu.length && ingests.length
+        ? (() => {
+            const floor = (median(parallelServerCpu) + median(ingests.map((t) => t.cpu))) / availableParallelism();
+            return { parallel_floor_server_cpu_s: round(median(parallelServerCpu)), cpu_floor_s: round(floor), cpu_floor_vs_parallel_floor: round(floor / median(parallelFloors)) };
+          })()
+        : {}),
       ...(scripts.length ? { script_s: round(median(scripts.map((t) => t.seconds))), tidemark_vs_script: round(median(scriptRatios)) } : {}),
       ...(rowPath ? { row_path_s: round(rowPath.seconds), row_path_cpu_s: rowPath.cpu, row_path_rss_mb: rowPath.rssMb } : {}),
     };

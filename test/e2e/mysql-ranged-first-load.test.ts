@@ -121,3 +121,31 @@ describe('a ranged first load into a table that already holds rows', () => {
     expect(await targetRows(target)).toEqual([...(await sourceRows()), '5|2000-01-01 00:00:00.000000|0|only here'].sort());
   }, 240_000);
 });
+
+describe('a ranged first load of text keys into a table that already holds rows', () => {
+  it('merges every range: the source cut the keys in its case-insensitive order, which DuckDB does not share', async () => {
+    // Keys a…, B…, c…, D… in turn: MariaDB's utf8mb4_unicode_ci orders them a, B, c, D, so the range of the c-keys
+    // ends at a D-key, an empty span in DuckDB's byte order.
+    await my.sql(`CREATE TABLE tagged (id VARCHAR(16) PRIMARY KEY, at DATETIME(6) NOT NULL, n INT NOT NULL)`);
+    await my.sql(`INSERT INTO tagged SELECT CONCAT(ELT(seq % 4 + 1, 'a', 'B', 'c', 'D'), LPAD(seq, 5, '0')), TIMESTAMP'2024-01-01 00:00:00' + INTERVAL seq SECOND, seq FROM seq_1_to_8000`);
+    await my.sql(`ANALYZE TABLE tagged`);
+    const dir = join(root, 'tagged');
+    await mkdir(dir, { recursive: true });
+    const target = join(dir, 'w.duckdb');
+    const streams = [{ table: 'tagged', cursor: 'at', primary_key: 'id', range_rows: 2000, checkpoint_rows: 1000 }];
+    const config = await writeYaml(dir, 'p.yaml', serverPipelineYaml({ source: { type: 'mariadb', url: my.url }, streams, destination: { type: 'duckdb', path: target } }));
+    const instance = await DuckDBInstance.create(target);
+    const duck = await instance.connect();
+    await duck.run(`CREATE TABLE tagged (id VARCHAR, "at" TIMESTAMP, n INTEGER)`);
+    await duck.run(`INSERT INTO tagged VALUES ('c00006', TIMESTAMP '2000-01-01', -1), ('B00005', TIMESTAMP '2000-01-01', -1)`);
+    duck.closeSync();
+    instance.closeSync();
+
+    const run = await cli(['run', config, '--json']);
+    expect(run.code, run.stderr).toBe(0);
+    expect((JSON.parse(run.stdout) as { streams: Record<string, unknown>[] }).streams[0]).toMatchObject({ rows_read: 8000, ranges: { total: 4 } });
+    const rows = await destinationQuery('duckdb', target, `SELECT id, n FROM tagged ORDER BY id`);
+    expect(rows).toHaveLength(8000);
+    expect(rows.filter((r) => r.id === 'c00006' || r.id === 'B00005').map((r) => Number(r.n))).toEqual([5, 6]);
+  }, 240_000);
+});

@@ -123,6 +123,9 @@ export abstract class SqlDestination implements Destination {
   }
 }
 
+/** Key types whose order is the same at every source and destination. */
+const INTEGER_KEYS: ReadonlySet<ColumnType['kind']> = new Set(['int16', 'int32', 'int64', 'uint64']);
+
 class SqlLoadTransaction implements LoadTransaction {
   private staged = 0;
   private seq = 0;
@@ -250,10 +253,16 @@ class SqlLoadTransaction implements LoadTransaction {
     }
   }
 
-  /** Whether `table` holds a row, or one whose key is in `range` (a one-column key's; others look at the whole table). */
+  /**
+   * Whether `table` holds a row, or one whose key is in `range`. Only a one-column integer key is compared with the
+   * range: the source cut text keys in its own collation's order (MySQL's are case-insensitive by default), which
+   * this side's comparison need not share, and a row it missed would then be inserted twice. Others look at the whole
+   * table.
+   */
   private async holdsRows(table: string, range: TableTarget['keyRange']): Promise<boolean> {
     const { schema } = this.load.target;
-    const key = schema.primaryKey.length === 1 ? schema.columns.find((c) => c.name === schema.primaryKey[0]) : undefined;
+    const only = schema.primaryKey.length === 1 ? schema.columns.find((c) => c.name === schema.primaryKey[0]) : undefined;
+    const key = only !== undefined && INTEGER_KEYS.has(only.type.kind) ? only : undefined;
     const where: string[] = [];
     const values: string[] = [];
     if (key !== undefined && range !== undefined) {

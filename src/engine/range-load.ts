@@ -190,6 +190,27 @@ export async function forgetOtherRangedLoads(ledger: LedgerStore, pipeline: stri
   if (stale.length > 0) await ledger.forget(pipeline, stream, stale);
 }
 
+/** Chunks a range is cut into at least, when its rows allow (see `rangeChunkRows`). */
+const CHUNKS_PER_RANGE = 8;
+/** Below this many rows a chunk's own cost (a file, a COPY, a savepoint) is no longer small beside its rows. */
+const MIN_RANGE_CHUNK_ROWS = 2000;
+
+/**
+ * Rows per chunk file of a range. A range commits whole, so its chunks are not checkpoints: they only decide how soon
+ * the writer starts. A writer loads a chunk once it is complete, so a range of one chunk is read to its end before
+ * any of it is written, and its whole write follows the read — what a range job (one range, nothing read ahead) and
+ * each parallel writer's range wait for. Cut into about `CHUNKS_PER_RANGE` chunks (never above `checkpoint_rows`,
+ * never below `MIN_RANGE_CHUNK_ROWS`), a range is written while it is read, and only its last chunk's write follows
+ * the read (measured through a 4 MB/s link, a range job's 37,500-row range into Postgres: the write after the read
+ * went from 0.19–0.37 s to 0.01–0.02 s, its last chunk's). A destination that stores rows in row groups (DuckDB) keeps chunks of whole row groups:
+ * smaller ones would leave row groups part-filled, and its one writer already loads a range while the next are read.
+ */
+export function rangeChunkRows(checkpointRows: number, rangeRows: number | undefined, rowGroup: number | undefined): number {
+  if (rowGroup !== undefined) return checkpointRows >= rowGroup / 2 ? Math.ceil(checkpointRows / rowGroup) * rowGroup : checkpointRows;
+  if (rangeRows === undefined) return checkpointRows;
+  return Math.min(checkpointRows, Math.max(MIN_RANGE_CHUNK_ROWS, Math.ceil(rangeRows / CHUNKS_PER_RANGE)));
+}
+
 /** The ledger row name of a range of a ranged load. */
 export function rangeLedgerName(load: string, range: TableRange): string {
   return `${load}:${range.id}`;
@@ -347,15 +368,9 @@ class RangeLoader {
     if (read.bulk === undefined || (this.ranged.until === null && this.stream.strategy === 'incremental')) return undefined;
     const format = bulkFormat(this.ctx.destination, read.bulk, read.schema.columns);
     if (format === undefined) return undefined;
-    const ahead = Math.min(MAX_CHUNKS_AHEAD, Math.max(2, Math.ceil((range.estimatedRows ?? 0) / this.chunkRows()) + 1));
-    return started(read.bulk.chunks({ format, chunkRows: this.chunkRows(), ahead, signal: this.signal }));
-  }
-
-  /** Chunks of `checkpoint_rows`, rounded up to whole row groups where the destination stores rows so. */
-  private chunkRows(): number {
-    const group = this.ctx.destination.capabilities.bulkRowGroup;
-    const rows = this.stream.checkpointRows;
-    return group !== undefined && rows >= group / 2 ? Math.ceil(rows / group) * group : rows;
+    const chunkRows = rangeChunkRows(this.stream.checkpointRows, range.estimatedRows, this.ctx.destination.capabilities.bulkRowGroup);
+    const ahead = Math.min(MAX_CHUNKS_AHEAD, Math.max(2, Math.ceil((range.estimatedRows ?? 0) / chunkRows) + 1));
+    return started(read.bulk.chunks({ format, chunkRows, ahead, signal: this.signal }));
   }
 
   private async writeChunks(txn: LoadTransaction, chunks: AsyncIterable<BulkChunk>, probe: OpenedRead, tally: RangeTally): Promise<void> {

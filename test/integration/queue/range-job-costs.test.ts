@@ -157,4 +157,55 @@ describe('the costs a range job pays again', () => {
       await source.drop();
     }
   }, 200_000);
+  // A worker that commits its range and then sleeps keeps the pipeline lease (shared) for 2 s; the other worker, done
+  // with its range, takes the stream's own job meanwhile and must put it back. Three loads, so a wait that only happens
+  // to end at the right moment (its delay is 400-800 ms) does not pass for a job woken when the last range is done.
+  it('the stream job put back while a range job runs starts as soon as the last range job is done (3 loads)', async () => {
+    const name = uniqueQueueName('qcost-wake');
+    const { queue, close } = openQueue(name);
+    const source = await itemsSource(4000);
+    const target = await createTestDatabase('tm_qcost_dst');
+    let workers: Started[] = [];
+    try {
+      for (const round of [1, 2, 3]) {
+        // New workers each round: a failpoint fires once per process.
+        workers = [startWorker(name, `s${round}`, { TIDEMARK_FAILPOINTS: 'range.after_commit=1:sleep(2000)' }), startWorker(name, `f${round}`)];
+        await waitFor('both workers to wait for jobs', () => workers.every((w) => w.stderr().includes('waiting for jobs')));
+        await mkdir(join(root, `wake${round}`), { recursive: true });
+        const config = await writeYaml(
+          join(root, `wake${round}`),
+          'items.yaml',
+          `name: wake${round}
+source: { type: postgres, url: ${JSON.stringify(recordedUrl(source))} }
+streams:
+  - { name: items, table: public.items, strategy: full, parallel: 2, range_rows: 2000, checkpoint_rows: 1000 }
+destination: { type: postgres, url: ${JSON.stringify(target.url)}, schema: wake${round} }
+lock_ttl: 3s
+`,
+        );
+        const done = (await queue.getJobCounts('completed')).completed!;
+        const jobs = await enqueue(config, name);
+        expect(jobs).toHaveLength(3);
+        await completed(queue, done + jobs.length, workers);
+        const all = await queue.getJobs(['completed']);
+        const mine = all.filter((j) => j.data.pipeline === `wake${round}`);
+        const ranges = mine.filter((j) => j.data.range !== undefined);
+        const finisher = mine.find((j) => j.data.range === undefined)!;
+        expect(ranges).toHaveLength(2);
+        const lastRange = Math.max(...ranges.map((j) => j.finishedOn!));
+        // The finisher waited: another worker was still in its range when it was first taken.
+        expect(workers.map((w) => w.stderr()).join('\n')).toMatch(new RegExp(`wake${round}\\.items: put back, the pipeline is busy`));
+        expect(finisher.processedOn! - lastRange, `round ${round}`).toBeLessThan(250);
+        const [r] = await target.query(`SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM wake${round}.items`);
+        expect([Number(r!.n), Number(r!.d)]).toEqual([4000, 4000]);
+        await stopAll(workers);
+        for (const w of workers) expect((await w.done).code, (await w.done).stderr).toBe(0);
+      }
+    } finally {
+      await stopAll(workers);
+      await close();
+      await target.drop();
+      await source.drop();
+    }
+  }, 200_000);
 });

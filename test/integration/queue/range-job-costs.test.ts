@@ -13,7 +13,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../../conformance/postgres-fixture.js';
-import { cli } from '../../helpers/cli.js';
+import { cli, startCli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { startStatementRecorder, type StatementRecorder } from './pg-statement-recorder.js';
 import { openQueue, queueArgs, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from './queue-fixture.js';
@@ -157,6 +157,32 @@ describe('the costs a range job pays again', () => {
       await source.drop();
     }
   }, 200_000);
+  // The one writer stops for 5 s at its first chunk. A reader whose range is read goes on to the next range meanwhile,
+  // up to two ranges per reader in flight: 4 range reads sent with 2 readers, where a reader held until its range was
+  // loaded would have sent 2 and waited.
+  it('a reader whose range is read takes the next one while the writer still loads: 2 readers, one writer held up', async () => {
+    const rows = 48_000;
+    const source = await itemsSource(rows);
+    const target = await createTestDatabase('tm_qcost_dst');
+    try {
+      const config = await pipelineFile('readers', source, target, 'strategy: full, parallel: 2, range_rows: 6000');
+      const env = { TIDEMARK_RANGE_WRITERS: '1' };
+      recorder.clear();
+      const run = startCli(['run', config, '--json'], { ...env, TIDEMARK_FAILPOINTS: 'range.after_write=1:sleep(5000)' });
+      const reads = () => sent(/^COPY \(SELECT .* FROM "public"\."items"/s).length;
+      await waitFor('4 range reads while the writer is held up', () => reads() >= 4 || run.child.exitCode !== null, 4500).catch(() => undefined);
+      expect(reads()).toBe(4);
+      const done = await run.done;
+      expect(done.code, done.stderr).toBe(0);
+      expect(JSON.parse(done.stdout).streams[0]).toMatchObject({ rows_loaded: rows, ranges: { done: 8, total: 8 } });
+      expect(reads()).toBe(8);
+      expect(await digest(target)).toEqual(await digest(source));
+    } finally {
+      await target.drop();
+      await source.drop();
+    }
+  }, 200_000);
+
   // A worker that commits its range and then sleeps keeps the pipeline lease (shared) for 2 s; the other worker, done
   // with its range, takes the stream's own job meanwhile and must put it back. Three loads, so a wait that only happens
   // to end at the right moment (its delay is 400-800 ms) does not pass for a job woken when the last range is done.

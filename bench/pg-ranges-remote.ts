@@ -7,7 +7,13 @@
  *
  * With `--workers 1,2,4` the same table is also copied through the job queue (BullMQ on Redis at 127.0.0.1:6379)
  * into Postgres: `tidemark enqueue` turns its eight key ranges into eight jobs, taken by 1, 2 or 4 worker processes
- * (each reading its range on one connection through the proxy); the time runs from the enqueue to the last job done.
+ * (each reading its range on one connection through the proxy); the time runs from the start of `tidemark enqueue`
+ * (which plans the ranges: part of the load) to the moment the queue recorded the last job finished (BullMQ's
+ * `finishedOn`, not the next poll of the queue), and a repetition counts only once the destination holds every row.
+ * Besides rows/s it reports where the queued time went (median over repetitions): `enqueue_s` (the enqueue process,
+ * planning included), `ranges_s` (to the last range job done), `finish_s` (the stream's own job that finishes the
+ * load), and the link's floor for `w` workers, `link_floor_s` = the raw COPY's time / min(w, 8): what the link allows
+ * when every connection is busy all the time and nothing else costs anything.
  * With `--incremental` too, the queued copy is the first load of an incremental stream (`cursor: updated_at`,
  * `write: merge`) instead of a build: its destination schema is dropped before each repetition, so every one is a
  * first load, fanned out into the same eight range jobs.
@@ -27,6 +33,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
+import type { PipelineJobData } from '../src/queue/pipeline-job.js';
 import { taxiCopyChunks, taxiTableDdl } from './taxi.js';
 import { startThrottledProxy } from './throttled-proxy.js';
 
@@ -50,12 +57,32 @@ const INCREMENTAL = process.argv.includes('--incremental');
 
 const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-async function seconds(command: string, args: readonly string[]): Promise<number> {
+async function seconds(command: string, args: readonly string[], onStdout?: (out: string) => void): Promise<number> {
   const started = process.hrtime.bigint();
-  const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+  const child = spawn(command, args, { stdio: ['ignore', onStdout ? 'pipe' : 'ignore', 'inherit'] });
+  let out = '';
+  child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
   if (code !== 0) throw new Error(`${command} ${args.join(' ')} exited ${code}`);
-  return Number(process.hrtime.bigint() - started) / 1e9;
+  const elapsed = Number(process.hrtime.bigint() - started) / 1e9;
+  onStdout?.(out);
+  return elapsed;
+}
+
+/** A ranged run's time, once its `--json` result says it loaded every row (a run that loaded less is no figure). */
+async function runSeconds(file: string): Promise<number> {
+  return seconds('node', [BIN, 'run', file, '--json'], (out) => {
+    const loaded = (JSON.parse(out) as { streams: { rows_loaded: number }[] }).streams[0]?.rows_loaded;
+    if (loaded !== ROWS) throw new Error(`${file}: loaded ${loaded} rows, not ${ROWS}`);
+  });
+}
+
+/** Where a queued load's time went, in seconds from the start of `tidemark enqueue`. */
+interface QueuedTime {
+  readonly total: number;
+  readonly enqueue: number;
+  readonly ranges: number;
+  readonly finish: number;
 }
 
 async function withClient<T>(url: string, work: (c: pg.Client) => Promise<T>): Promise<T> {
@@ -88,9 +115,9 @@ destination: { type: postgres, url: "${destination}", schema: queued }
 
 /**
  * Seconds from `tidemark enqueue` to every job done, with `workers` worker processes already waiting; `reset` runs
- * first, untimed.
+ * first, untimed; `landed` says how many rows the destination holds afterwards.
  */
-async function queuedSeconds(file: string, workers: number, reset: () => Promise<void>): Promise<number> {
+async function queuedSeconds(file: string, workers: number, reset: () => Promise<void>, landed: () => Promise<number>): Promise<QueuedTime> {
   const name = `bench-ranges-${process.pid}-${Date.now().toString(36)}`;
   const queueArgs = ['--queue', REDIS_URL, '--queue-name', name];
   const procs = Array.from({ length: workers }, (_, i) => spawn('node', [BIN, 'worker', ...queueArgs, '--name', `w${i + 1}`], { stdio: ['ignore', 'ignore', 'pipe'] }));
@@ -108,19 +135,32 @@ async function queuedSeconds(file: string, workers: number, reset: () => Promise
       }),
   );
   const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
-  const queue = new Queue(name, { connection, prefix: 'tidemark' });
+  const queue = new Queue<PipelineJobData>(name, { connection, prefix: 'tidemark' });
   try {
     await Promise.all(ready);
     await reset();
-    const started = process.hrtime.bigint();
-    await seconds('node', [BIN, 'enqueue', file, ...queueArgs]);
+    // Wall-clock milliseconds, as BullMQ stamps its jobs (Redis and this process share the machine's clock).
+    const started = Date.now();
+    const enqueue = await seconds('node', [BIN, 'enqueue', file, ...queueArgs]);
     for (;;) {
       const c = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized', 'failed');
       if (c.failed! > 0) throw new Error(`a queued job failed (${workers} workers)`);
       if (c.waiting! + c.active! + c.delayed! + c.prioritized! === 0) break;
-      await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, 20));
     }
-    return Number(process.hrtime.bigint() - started) / 1e9;
+    const jobs = await queue.getJobs(['completed']);
+    const rows = await landed();
+    if (rows !== ROWS) throw new Error(`the queued load left ${rows} rows, not ${ROWS} (${workers} workers)`);
+    const at = (ms: number) => (ms - started) / 1000;
+    const ranges = jobs.filter((j) => j.data.range !== undefined);
+    const finisher = jobs.find((j) => j.data.range === undefined);
+    if (ranges.length === 0 || finisher === undefined) throw new Error(`expected range jobs and the stream's job, got ${jobs.length} jobs`);
+    return {
+      total: at(Math.max(...jobs.map((j) => j.finishedOn!))),
+      enqueue,
+      ranges: at(Math.max(...ranges.map((j) => j.finishedOn!))),
+      finish: (finisher.finishedOn! - finisher.processedOn!) / 1000,
+    };
   } finally {
     for (const p of procs) p.kill('SIGTERM');
     await Promise.all(procs.map((p) => new Promise((r) => (p.exitCode !== null ? r(null) : p.on('close', r)))));
@@ -160,17 +200,30 @@ destination: { type: duckdb, path: "${join(dir, `p${n}.duckdb`)}" }
     }
     const queued = WORKERS.length > 0 ? await queuePipeline(dir, remote, rangeRows, `${direct}/${DB}`) : undefined;
     const reps: Record<string, number>[] = [];
+    const phases: Record<string, QueuedTime>[] = [];
     for (let rep = 0; rep < REPS; rep += 1) {
       const copy = await seconds('psql', [remote, '-qAc', 'COPY trips TO STDOUT', '-o', '/dev/null']);
       const t: Record<string, number> = { copy };
-      for (const n of READERS) t[`p${n}`] = await seconds('node', [BIN, 'run', join(dir, `p${n}.yaml`)]);
-      // An incremental stream's first load happens once: its schema (table and state) goes before each repetition.
+      for (const n of READERS) t[`p${n}`] = await runSeconds(join(dir, `p${n}.yaml`));
+      // An incremental stream's first load happens once: its schema (table and state) goes before each repetition;
+      // a build's table is replaced by the next build, so only an incremental load needs it.
       const reset = async () => {
         if (INCREMENTAL) await withClient(`${direct}/${DB}`, (c) => c.query('DROP SCHEMA IF EXISTS queued CASCADE'));
       };
-      for (const w of WORKERS) t[`w${w}`] = await queuedSeconds(queued!, w, reset);
+      const landed = () => withClient(`${direct}/${DB}`, async (c) => Number((await c.query<{ n: string }>('SELECT count(*)::text AS n FROM queued.trips_copy')).rows[0]!.n));
+      const p: Record<string, QueuedTime> = {};
+      for (const w of WORKERS) {
+        p[`w${w}`] = await queuedSeconds(queued!, w, reset, landed);
+        t[`w${w}`] = p[`w${w}`]!.total;
+      }
       reps.push(t);
-      process.stderr.write(`rep ${rep + 1}: COPY ${copy.toFixed(2)} s, ${READERS.map((n) => `parallel ${n} ${t[`p${n}`]!.toFixed(2)} s`).join(', ')}\n`);
+      phases.push(p);
+      process.stderr.write(
+        `rep ${rep + 1}: COPY ${copy.toFixed(2)} s, ${READERS.map((n) => `parallel ${n} ${t[`p${n}`]!.toFixed(2)} s`).join(', ')}${WORKERS.map((w) => {
+          const q = p[`w${w}`]!;
+          return `, ${w} workers ${q.total.toFixed(2)} s (enqueue ${q.enqueue.toFixed(2)}, ranges done ${q.ranges.toFixed(2)}, finish ${q.finish.toFixed(2)})`;
+        }).join('')}\n`,
+      );
     }
     const rate = (s: number) => Math.round(ROWS / s);
     const result = {
@@ -185,6 +238,16 @@ destination: { type: duckdb, path: "${join(dir, `p${n}.duckdb`)}" }
       speedup_p2: median(reps.map((r) => r.p1! / r.p2!)),
       speedup_p4: median(reps.map((r) => r.p1! / r.p4!)),
       ...Object.fromEntries(WORKERS.flatMap((w) => [[`workers_${w}_rows_per_s`, rate(median(reps.map((r) => r[`w${w}`]!)))], [`speedup_workers_${w}`, median(reps.map((r) => r[`w${WORKERS[0]}`]! / r[`w${w}`]!))]])),
+      ...(WORKERS.length > 0
+        ? {
+            queued_phases_s: Object.fromEntries(
+              WORKERS.map((w) => {
+                const of = (pick: (q: QueuedTime) => number) => Number(median(phases.map((p) => pick(p[`w${w}`]!))).toFixed(3));
+                return [`w${w}`, { total: of((q) => q.total), enqueue: of((q) => q.enqueue), ranges: of((q) => q.ranges), finish: of((q) => q.finish), link_floor: Number((median(reps.map((r) => r.copy!)) / Math.min(w, 8)).toFixed(3)) }];
+              }),
+            ),
+          }
+        : {}),
     };
     console.log(`BENCH_RESULT ${JSON.stringify(result)}`);
   } finally {

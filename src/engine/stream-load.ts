@@ -7,7 +7,7 @@ import { passesCallerBound } from '../core/caller-bound.js';
 import { runMarks } from './run-marks.js';
 import { elapsedMs, finishedAt, monotonicMs } from '../core/run-clock.js';
 import { hostname } from 'node:os';
-import type { BulkFormat, BulkRead, Destination, JsonValue, Lease, LoadTransaction, OpenedRead, Source } from '../core/connector.js';
+import type { BulkFormat, BulkRead, Destination, JsonValue, Lease, LoadTransaction, OpenedRead, ReadRequest, Source } from '../core/connector.js';
 import { ConfigError, DestinationError, SourceError, TidemarkError, UsageError, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import type {
@@ -118,7 +118,7 @@ async function loadStreamFrom(ctx: StreamContext, configured: StreamConfig, stat
   const bounded = ctx.until !== undefined && planned.request.incremental ? { ...planned, request: { ...planned.request, untilAtMost: ctx.until } } : planned;
   // A stop signal reaches the source too: a read stuck in its driver ends at once.
   const plan = ctx.signal !== undefined ? { ...bounded, request: { ...bounded.request, signal: ctx.signal } } : bounded;
-  const read = await ctx.source.open(plan.request).catch((e: unknown) => {
+  const read = await ctx.source.open(rangeJobProbe(ctx, plan.request)).catch((e: unknown) => {
     throw withContext(e, { pipeline: ctx.pipeline, stream: stream.name, phase: 'extract' }, 'source');
   });
   if (passesCallerBound(read.until, plan.request.untilAtMost)) {
@@ -155,6 +155,20 @@ async function loadStreamFrom(ctx: StreamContext, configured: StreamConfig, stat
       ctx.onWarning?.(stream.name, `schema change: the build under way cannot take the source's columns (${restart.split('; nothing of this stream')[0]}); starting the build again from the source as it is now`);
     }
   }
+}
+
+/**
+ * The request of the read that describes the stream before its ranges are loaded. A range job loads ranges of a load
+ * under way (rangeJobLoader checked that the state still holds it), read up to the upper bound and safe mark that load
+ * fixed when it was planned (`RangedLoadState.until`, `.safeMark`); its probe only describes the stream and is never
+ * read (a read that is not ranged stops a range job). So it is opened as a plain read: an incremental one would fix
+ * bounds of its own first, which on Postgres is a whole-table `max(cursor)`, a NULL-cursor count and a look at the open
+ * transactions, through the link, in every range job, and all of it thrown away. The NULL-cursor policy was applied
+ * when the load was planned; a range reads no NULL cursor (`cursor <= until`), and the stream's own job, which
+ * finishes the load, counts them again.
+ */
+function rangeJobProbe(ctx: StreamContext, request: ReadRequest): ReadRequest {
+  return ctx.rangeJob !== undefined && !ctx.rangeJob.plansOnly && request.incremental ? { ...request, incremental: false } : request;
 }
 
 /**

@@ -26,7 +26,7 @@ import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, ty
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { PostgresChangeLog } from './pg-change-log.js';
 import { numberedPlaceholders } from '../../shared/verify-sql.js';
-import { capAtCallerBound } from '../../core/caller-bound.js';
+import { callerBound, capAtCallerBound } from '../../core/caller-bound.js';
 import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
 
 const ALIAS = 't';
@@ -73,6 +73,8 @@ export class PostgresSource implements Source {
   private client: pg.Client | undefined;
   /** An exported snapshot the next read imports (`strategy: log`'s copy, consistent with its slot). */
   private snapshotToImport: string | undefined;
+  /** The next read is a range reader's: its upper bound is the one its load fixed (see `openRange`). */
+  private rangeRead = false;
   private writerZone = 'UTC';
   private seesAllSessions = true;
   private warned = false;
@@ -91,6 +93,23 @@ export class PostgresSource implements Source {
       return await this.open(request);
     } finally {
       this.snapshotToImport = undefined;
+    }
+  }
+
+  /**
+   * A range reader's read of one range (`RangePlan.reader`). An incremental ranged load fixed its upper bound once,
+   * before its first range (`RangedLoadState.until`), and asks every range for exactly that bound (`untilAtMost`): so a
+   * range's read takes it as its `until` rather than finding one of its own — a whole-table `max(cursor)` and a
+   * NULL-cursor count, and a look at the open transactions for a safe mark the load does not use (it keeps the one it
+   * fixed), in every range, through the link. The rows are the same: a bound above the table's highest cursor in this
+   * snapshot selects no other row. The load already applied the NULL-cursor policy; a range reads none of those rows.
+   */
+  private async openRange(request: ReadRequest, snapshot?: string): Promise<OpenedRead> {
+    this.rangeRead = true;
+    try {
+      return snapshot !== undefined ? await this.openInSnapshot(request, snapshot) : await this.open(request);
+    } finally {
+      this.rangeRead = false;
     }
   }
 
@@ -291,12 +310,13 @@ export class PostgresSource implements Source {
     const cursor = schema.cursor !== undefined ? columns.find((c) => c.name === schema.cursor)! : undefined;
     const incremental = request.incremental && cursor !== undefined;
     if (usesWindow(request.stream.query)) await this.bindWindow(queryWindow(request, cursor?.type.kind));
-    const horizon = incremental ? await this.horizon(relation, cursor) : undefined;
+    const fixed = incremental && this.rangeRead && request.range !== undefined && request.untilAtMost !== undefined ? callerBound(cursor.type.kind, request.untilAtMost) : undefined;
+    const horizon = incremental && fixed === undefined ? await this.horizon(relation, cursor) : undefined;
     const client = await this.connection();
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     try {
       if (this.snapshotToImport !== undefined) await client.query(`SET TRANSACTION SNAPSHOT '${this.snapshotToImport}'`);
-      const found = incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
+      const found = fixed !== undefined ? { until: fixed, nullCursorRows: 0 } : incremental ? await this.bounds(relation, cursor) : { until: null, nullCursorRows: 0 };
       const safeMark = incremental && horizon ? safeMarkOf(cursor.type.kind, horizon, this.options.maxSkewMs, readStart(request), timeUnitMicros(cursor.typmod >= 0 ? cursor.typmod : undefined)) : undefined;
       const safe = request.upToSafeMark ? { ...found, until: capAtSafeMark(found.until, safeMark) } : found;
       const bounds = { ...safe, until: capAtCallerBound(safe.until, request) };
@@ -336,12 +356,17 @@ export class PostgresSource implements Source {
    */
   private async planRanges(stream: StreamSpec, sizing: RangeSizing): Promise<RangePlan | undefined> {
     if (stream.table === undefined) return undefined;
+    // Key ranges keep their rows in any snapshot, so their readers import none: no snapshot to export and hold open (a
+    // connection, through the link, in every range job). CTID ranges below, if the table has no key of its own.
+    const keyed = sizing.keepRows ? await this.planKeyRanges(stream, (await this.tableSize(stream.table)).rows, sizing) : undefined;
+    if (keyed !== undefined) return keyed;
     const holder = await PostgresSource.connect(this.options);
     try {
       const client = await holder.connection();
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
       const snapshot = (await client.query<{ id: string }>('SELECT pg_export_snapshot() AS id')).rows[0]!.id;
-      const plan = await this.planRangesIn(stream, sizing, snapshot);
+      // Key ranges were tried above: these are CTID ranges whatever was asked.
+      const plan = await this.planRangesIn(stream, { ...sizing, keepRows: false }, snapshot);
       return plan === undefined ? undefined : { ...plan, close: () => holder.close() };
     } catch (error) {
       await holder.close();
@@ -355,13 +380,7 @@ export class PostgresSource implements Source {
    */
   async planRangesIn(stream: StreamSpec, sizing: RangeSizing, snapshot: string): Promise<RangePlan | undefined> {
     if (stream.table === undefined) return undefined;
-    const size = await this.query<{ blocks: string; rows: string }>(
-      `SELECT (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::text AS blocks, greatest(c.reltuples, 0)::bigint::text AS rows
-         FROM pg_class c WHERE c.oid = to_regclass($1)`,
-      [quoteQualified(stream.table)],
-    );
-    const blocks = BigInt(size.rows[0]?.blocks ?? '0');
-    const rows = Number(size.rows[0]?.rows ?? '0');
+    const { blocks, rows } = await this.tableSize(stream.table);
     const keyed = sizing.keepRows ? await this.planKeyRanges(stream, rows, sizing) : undefined;
     if (keyed !== undefined) return keyed;
     const ranges = blockRanges(blocks, rangeCount(rows, sizing), rows);
@@ -372,10 +391,20 @@ export class PostgresSource implements Source {
       snapshot,
       reader: async () => {
         const reader = await PostgresSource.connect(this.options);
-        return { open: (request) => reader.openInSnapshot(request, snapshot), close: () => reader.close() };
+        return { open: (request) => reader.openRange(request, snapshot), close: () => reader.close() };
       },
       close: async () => undefined,
     };
+  }
+
+  /** A table's heap blocks and the planner's row estimate (0 for a table never analysed). */
+  private async tableSize(table: string): Promise<{ blocks: bigint; rows: number }> {
+    const size = await this.query<{ blocks: string; rows: string }>(
+      `SELECT (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::text AS blocks, greatest(c.reltuples, 0)::bigint::text AS rows
+         FROM pg_class c WHERE c.oid = to_regclass($1)`,
+      [quoteQualified(table)],
+    );
+    return { blocks: BigInt(size.rows[0]?.blocks ?? '0'), rows: Number(size.rows[0]?.rows ?? '0') };
   }
 
   /**
@@ -409,7 +438,7 @@ export class PostgresSource implements Source {
       rowsKeepRange: true,
       reader: async () => {
         const reader = await PostgresSource.connect(this.options);
-        return { open: (request) => reader.open(request), close: () => reader.close() };
+        return { open: (request) => reader.openRange(request), close: () => reader.close() };
       },
       close: async () => undefined,
     };

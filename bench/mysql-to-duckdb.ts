@@ -12,7 +12,8 @@
  *             `range_rows` is read as ranges, `parallel: auto`, as the default does)
  *   row path  the same with TIDEMARK_BULK=0, once, with --row-path (its time and peak RSS)
  *   CPU floor  into DuckDB, with the server on this machine: (the server's CPU seconds for the parallel floor + the
- *             DuckDB import's CPU seconds) / cores — work any load must do, at best spread over every core
+ *             DuckDB import's CPU seconds on one thread, its leanest) / cores — work any load must do, at best spread
+ *             over every core
  * Each repetition runs the floor then tidemark; the ratio is the median of each repetition's ratio. Whole processes,
  * wall seconds and peak RSS (GNU time).
  *
@@ -88,10 +89,11 @@ async function timed(command: string, args: readonly string[], env: Record<strin
 /** DuckDB's CSV reader over the client's tab-separated text into a new table, at the pipeline's memory limit. */
 const IMPORT_SCRIPT = `
 const { DuckDBInstance } = (await import('node:module')).createRequire(${JSON.stringify(ROOT)})('@duckdb/node-api');
-const [text, warehouse] = process.argv.slice(2);
+const [text, warehouse, threads] = process.argv.slice(2);
 const db = await DuckDBInstance.create(warehouse);
 const d = await db.connect();
 await d.run("SET memory_limit = '128MB'");
+if (threads) await d.run('SET threads = ' + Number(threads));
 await d.run("CREATE TABLE trips AS SELECT * FROM read_csv('" + text + "', header = false, delim = '\\t', quote = '', nullstr = 'NULL', auto_detect = false, columns = ${taxiDuckdbColumns()})");
 d.closeSync(); db.closeSync();`;
 
@@ -149,6 +151,7 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
     const rangeArgs = Array.from({ length: parallel }, (_, i) => [...mysqlArgs.slice(0, -1), `SELECT * FROM trips WHERE trip_id > ${i * step} AND trip_id <= ${(i + 1) * step}`]);
     const parallelFloors: number[] = [];
     const ingests: Timing[] = [];
+    const leanIngests: Timing[] = [];
     const parallelRatios: number[] = [];
     const parallelServerCpu: number[] = [];
     const runServerCpu: number[] = [];
@@ -174,6 +177,9 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
         await rm(join(dir, `script-${rep}.duckdb`), { force: true });
         // DuckDB's share alone: the same import of the text file the script wrote, nothing else running.
         ingests.push(await timed(process.execPath, [importScript, text, join(dir, `ingest-${rep}.duckdb`)], {}, dir));
+        await rm(join(dir, `ingest-${rep}.duckdb`), { force: true });
+        // The same on one thread, as tidemark's writer runs it beside its readers: DuckDB's least CPU for the rows.
+        leanIngests.push(await timed(process.execPath, [importScript, text, join(dir, `ingest-${rep}.duckdb`), '1'], {}, dir));
         await rm(join(dir, `ingest-${rep}.duckdb`), { force: true });
         await rm(text, { force: true });
         scripts.push(script);
@@ -215,9 +221,10 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       ...(runServerCpu.length ? { tidemark_server_cpu_s: round(median(runServerCpu)) } : {}),
       // Work no schedule of the load can avoid on this machine: the server producing the rows (as the parallel floor's
       // clients ask for them) and DuckDB ingesting them, spread over every core.
-      ...(parallelServerCpu.length && ingests.length
+      ...(leanIngests.length ? { duckdb_ingest_1_thread_s: round(median(leanIngests.map((t) => t.seconds))), duckdb_ingest_1_thread_cpu_s: round(median(leanIngests.map((t) => t.cpu))) } : {}),
+      ...(parallelServerCpu.length && leanIngests.length
         ? (() => {
-            const floor = (median(parallelServerCpu) + median(ingests.map((t) => t.cpu))) / availableParallelism();
+            const floor = (median(parallelServerCpu) + median(leanIngests.map((t) => t.cpu))) / availableParallelism();
             return { parallel_floor_server_cpu_s: round(median(parallelServerCpu)), cpu_floor_s: round(floor), cpu_floor_vs_parallel_floor: round(floor / median(parallelFloors)) };
           })()
         : {}),

@@ -42,9 +42,10 @@ state: {type: file, path: ${JSON.stringify(join(dir, 'state'))}}
 destination: {type: postgres, url: ${JSON.stringify(dst.url)}, schema: mirror}
 `,
   );
-  // The first commit waits before COMMIT with its table created in the open transaction (its locks held).
+  // The first commit waits before COMMIT with its table created in the open transaction (its locks held). A session
+  // idle in a transaction for a second is there: between two statements of a commit it is so for microseconds.
   const frozen = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'load.before_commit=1:sleep(60000)' });
-  const tagged = `SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'tidemark-data:%' AND state = 'idle in transaction'`;
+  const tagged = `SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'tidemark-data:%' AND state = 'idle in transaction' AND now() - state_change > interval '1 second'`;
   try {
     for (const deadline = Date.now() + 60_000; ; await new Promise((r) => setTimeout(r, 100))) {
       if (Date.now() > deadline) throw new Error(`no open transaction: ${JSON.stringify(frozen.output())}`);
@@ -85,7 +86,7 @@ destination: {type: postgres, url: ${JSON.stringify(dst.url)}, schema: ${schema}
   const other = await writeYaml(dir, 'other.yaml', pipeline('mirror_b'));
   // Its own lease (in its schema) at token 1; its first commit waits before COMMIT, its data session in a transaction.
   const run = startCli(['run', held], { TIDEMARK_FAILPOINTS: 'load.before_commit=1:sleep(60000)' });
-  const waiting = `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'tidemark-data:%' AND state = 'idle in transaction'`;
+  const waiting = `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'tidemark-data:%' AND state = 'idle in transaction' AND now() - state_change > interval '1 second'`;
   try {
     let pid: string | undefined;
     for (const deadline = Date.now() + 60_000; pid === undefined; await new Promise((r) => setTimeout(r, 100))) {

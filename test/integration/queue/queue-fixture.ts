@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { startCli } from '../../helpers/cli.js';
+import { expect } from 'vitest';
+import { cli, startCli } from '../../helpers/cli.js';
 import { writeYaml } from '../../helpers/fs.js';
 import { sqliteQuery } from '../../helpers/warehouse.js';
 
@@ -98,4 +99,19 @@ export async function waitFor(what: string, check: () => boolean | Promise<boole
 
 export function uniqueQueueName(label: string): string {
   return `${label}-${process.pid}-${Date.now().toString(36)}`;
+}
+
+/** `tidemark enqueue --json` of a pipeline onto queue `queueName`: the jobs it queued. */
+export async function enqueue(config: string, queueName: string): Promise<{ unit: string }[]> {
+  const out = await cli(['enqueue', config, ...queueArgs(queueName), '--json']);
+  expect(out.code, out.stderr).toBe(0);
+  return JSON.parse(out.stdout) as { unit: string }[];
+}
+
+/** Waits until `jobs` jobs of the queue completed (the workers' output in the message if not), and none failed. */
+export async function completed(queue: Queue, jobs: number, workers: readonly Started[]): Promise<void> {
+  await waitFor(`${jobs} completed jobs`, async () => (await queue.getJobCounts('completed')).completed === jobs, 150_000).catch((e: Error) => {
+    throw new Error(`${e.message}; ${workers.map((w) => w.stderr()).join('\n')}`);
+  });
+  expect((await queue.getJobCounts('failed')).failed).toBe(0);
 }

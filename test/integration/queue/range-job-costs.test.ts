@@ -16,7 +16,7 @@ import { createTestDatabase, type TestDatabase } from '../../conformance/postgre
 import { cli, startCli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { startStatementRecorder, type StatementRecorder } from './pg-statement-recorder.js';
-import { openQueue, queueArgs, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from './queue-fixture.js';
+import { completed, enqueue, openQueue, queueArgs, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from './queue-fixture.js';
 
 let root: string;
 let cleanup: () => Promise<void>;
@@ -71,19 +71,6 @@ async function digest(db: TestDatabase): Promise<{ rows: number; ids: number; su
     `SELECT count(*)::int AS rows, count(DISTINCT id)::int AS ids, md5(string_agg(id::text || '|' || big::text || '|' || note || '|' || at::text, ',' ORDER BY id)) AS sum FROM items`,
   );
   return { rows: Number(r!.rows), ids: Number(r!.ids), sum: String(r!.sum) };
-}
-
-async function enqueue(config: string, name: string): Promise<{ unit: string }[]> {
-  const out = await cli(['enqueue', config, ...queueArgs(name), '--json']);
-  expect(out.code, out.stderr).toBe(0);
-  return JSON.parse(out.stdout) as { unit: string }[];
-}
-
-async function completed(queue: ReturnType<typeof openQueue>['queue'], jobs: number, workers: readonly Started[]): Promise<void> {
-  await waitFor(`${jobs} completed jobs`, async () => (await queue.getJobCounts('completed')).completed === jobs, 150_000).catch((e: Error) => {
-    throw new Error(`${e.message}; ${workers.map((w) => w.stderr()).join('\n')}`);
-  });
-  expect((await queue.getJobCounts('failed')).failed).toBe(0);
 }
 
 /** Statements since the last `clear` that match, for the failure message as well as the count. */

@@ -14,7 +14,7 @@ import { createTestDatabase, type TestDatabase } from '../../conformance/postgre
 import { cli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { createMysqlDb } from '../mysql/mysql-db.js';
-import { openQueue, queueArgs, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from './queue-fixture.js';
+import { completed, enqueue, openQueue, queueArgs, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from './queue-fixture.js';
 
 /** Eight ranges of ~3,000 rows, three chunks (checkpoints) each. */
 const ROWS = 24_000;
@@ -93,19 +93,6 @@ async function eachRangeOnce(target: TestDatabase, ranges: number): Promise<void
   expect(ledger).toHaveLength(ranges);
   expect(ledger.reduce((n, r) => n + r.rows, 0)).toBe(ROWS);
   expect(await committedRows(target)).toBe(ROWS);
-}
-
-async function enqueue(config: string, name: string): Promise<{ unit: string }[]> {
-  const out = await cli(['enqueue', config, ...queueArgs(name), '--json']);
-  expect(out.code, out.stderr).toBe(0);
-  return JSON.parse(out.stdout) as { unit: string }[];
-}
-
-async function completed(queue: ReturnType<typeof openQueue>['queue'], jobs: number, workers: readonly Started[]): Promise<void> {
-  await waitFor(`${jobs} completed jobs`, async () => (await queue.getJobCounts('completed')).completed === jobs, 150_000).catch((e: Error) => {
-    throw new Error(`${e.message}; ${workers.map((w) => w.stderr()).join('\n')}`);
-  });
-  expect((await queue.getJobCounts('failed')).failed).toBe(0);
 }
 
 describe('one table across queue workers (range jobs into Postgres)', () => {

@@ -30,6 +30,9 @@ export type ColumnType =
 
 export type ColumnKind = ColumnType['kind'];
 
+/** Integer kinds: their order is numeric at every source and destination, and their text compares by length, then digits. */
+export const INTEGER_KINDS: ReadonlySet<ColumnKind> = new Set(['int16', 'int32', 'int64', 'uint64']);
+
 /**
  * In-memory value of a column. Lossless by construction:
  * - int16/int32 → number; int64/uint64 → bigint; decimal → canonical string

@@ -21,7 +21,7 @@ import type { StreamConfig } from '../config/load.js';
 import { maxWatermark, type StreamPlan } from './plan.js';
 import { runMarks } from './run-marks.js';
 import { withoutColumns, type SchemaStep } from './schema-check.js';
-import { bulkFormat, runRecordFor, type StreamContext, type StreamOutcome } from './stream-load.js';
+import { bulkFormat, runRecordFor, wholeRowGroups, type StreamContext, type StreamOutcome } from './stream-load.js';
 import { checkRow, isReject } from './row-check.js';
 import { runWriters, writerCount } from './range-writers.js';
 import { Turns } from '../shared/turns.js';
@@ -216,7 +216,7 @@ const MIN_RANGE_CHUNK_ROWS = 2000;
  * smaller ones would leave row groups part-filled, and its one writer already loads a range while the next are read.
  */
 export function rangeChunkRows(checkpointRows: number, rangeRows: number | undefined, rowGroup: number | undefined): number {
-  if (rowGroup !== undefined) return checkpointRows >= rowGroup / 2 ? Math.ceil(checkpointRows / rowGroup) * rowGroup : checkpointRows;
+  if (rowGroup !== undefined) return wholeRowGroups(checkpointRows, rowGroup);
   if (rangeRows === undefined) return checkpointRows;
   return Math.min(checkpointRows, Math.max(MIN_RANGE_CHUNK_ROWS, Math.ceil(rangeRows / CHUNKS_PER_RANGE)));
 }

@@ -157,6 +157,11 @@ async function loadStreamFrom(ctx: StreamContext, configured: StreamConfig, stat
   }
 }
 
+/** `rows` rounded up to whole row groups where the destination stores rows so, unless it is under half a group. */
+export function wholeRowGroups(rows: number, rowGroup: number | undefined): number {
+  return rowGroup !== undefined && rows >= rowGroup / 2 ? Math.ceil(rows / rowGroup) * rowGroup : rows;
+}
+
 /**
  * The request of the read that describes the stream before its ranges are loaded. A range job loads ranges of a load
  * under way (rangeJobLoader checked that the state still holds it), read up to the upper bound and safe mark that load
@@ -396,8 +401,7 @@ class StreamLoader {
   private async loadBulk(read: OpenedRead, bulk: BulkRead, format: BulkFormat): Promise<StreamOutcome> {
     const context = { pipeline: this.ctx.pipeline, stream: this.stream.name };
     const group = this.ctx.destination.capabilities.bulkRowGroup;
-    let chunkRows = this.canCheckpointAt(read) ? this.stream.checkpointRows : Number.POSITIVE_INFINITY;
-    if (group !== undefined && Number.isFinite(chunkRows) && chunkRows >= group / 2) chunkRows = Math.ceil(chunkRows / group) * group;
+    const chunkRows = this.canCheckpointAt(read) ? wholeRowGroups(this.stream.checkpointRows, group) : Number.POSITIVE_INFINITY;
     try {
       for await (const chunk of bulk.chunks({ format, chunkRows, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) })) {
         try {

@@ -4,6 +4,7 @@
  * the key's quantiles until small, and only then are their rows fetched and compared by key.
  */
 import type { VerifyAccess } from '../core/connector.js';
+import { INTEGER_KINDS } from '../core/types.js';
 import {
   asText,
   bucketDigest,
@@ -325,7 +326,6 @@ function joined(batch: readonly Split[]): { ranges: KeyRange[]; points: (readonl
 
 type SplitPoints = (side: TableSide, range: KeyRange, rows: number, parts: number) => Promise<string[][]>;
 
-const INTEGER_KINDS: ReadonlySet<VerifyColumn['kind']> = new Set(['int16', 'int32', 'int64', 'uint64']);
 
 /**
  * Where the initial ranges of about `rangeRows` rows end. A single integer key is cut evenly between its least and

@@ -3,7 +3,8 @@
  * and the safe-mark rule (DESIGN.md §1.3).
  */
 import type { ReadRequest } from '../core/connector.js';
-import type { ColumnKind, TypedValue } from '../core/types.js';
+import type { Column, ColumnKind, TypedValue } from '../core/types.js';
+import { callerBound } from '../core/caller-bound.js';
 import { compareCanonical, formatMicros, timestampMicros } from '../core/values.js';
 import { SourceError, TidemarkError } from '../core/errors.js';
 
@@ -164,6 +165,15 @@ const LONG_OPEN_MS = 5 * 60_000;
 
 /** Says why an append read stopped short, when a long-open transaction is the reason (it may never end by itself). */
 /** The read starts at the table's first row: a first load, a full refresh, or a stream without a cursor. */
+/**
+ * The upper bound of a range of an incremental load that fixed its bound before its first range (`untilAtMost` of a
+ * request with a `range`): that bound is the range read's `until`, so the source neither looks for the table's
+ * highest cursor nor at the open transactions (the load keeps the safe mark it fixed). Undefined for any other read.
+ */
+export function fixedRangeBound(request: Pick<ReadRequest, 'range' | 'untilAtMost'>, cursor: Pick<Column, 'type'>): TypedValue | undefined {
+  return request.range !== undefined && request.untilAtMost !== undefined ? callerBound(cursor.type.kind, request.untilAtMost) : undefined;
+}
+
 export function readsWholeTable(request: Pick<ReadRequest, 'after' | 'from' | 'afterPk' | 'resume' | 'range'>): boolean {
   return request.after === undefined && request.from === undefined && request.afterPk === undefined && request.resume === undefined && request.range === undefined;
 }

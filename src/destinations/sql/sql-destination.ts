@@ -24,7 +24,7 @@ import type {
 } from '../../core/connector.js';
 import { DestinationError, TidemarkError } from '../../core/errors.js';
 import { failpoint } from '../../core/failpoints.js';
-import type { Column, ColumnType, LedgerEntry, PartitionChecksum, Reject, Row, TypedValue, Value } from '../../core/types.js';
+import { INTEGER_KINDS, type Column, type ColumnType, type LedgerEntry, type PartitionChecksum, type Reject, type Row, type TypedValue, type Value } from '../../core/types.js';
 import { digestOf, partitionDigestSql } from '../../shared/verify-sql.js';
 import { ValueRejection, coerceValue } from '../../core/values.js';
 import { quoteIdent } from '../../shared/sql.js';
@@ -122,9 +122,6 @@ export abstract class SqlDestination implements Destination {
     );
   }
 }
-
-/** Key types whose order is the same at every source and destination. */
-const INTEGER_KEYS: ReadonlySet<ColumnType['kind']> = new Set(['int16', 'int32', 'int64', 'uint64']);
 
 class SqlLoadTransaction implements LoadTransaction {
   private staged = 0;
@@ -262,7 +259,7 @@ class SqlLoadTransaction implements LoadTransaction {
   private async holdsRows(table: string, range: TableTarget['keyRange']): Promise<boolean> {
     const { schema } = this.load.target;
     const only = schema.primaryKey.length === 1 ? schema.columns.find((c) => c.name === schema.primaryKey[0]) : undefined;
-    const key = only !== undefined && INTEGER_KEYS.has(only.type.kind) ? only : undefined;
+    const key = only !== undefined && INTEGER_KINDS.has(only.type.kind) ? only : undefined;
     const where: string[] = [];
     const values: string[] = [];
     if (key !== undefined && range !== undefined) {

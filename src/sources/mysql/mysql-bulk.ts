@@ -17,7 +17,7 @@ import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { BulkChunk } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
-import type { Column, ColumnType, TypedValue, Watermark } from '../../core/types.js';
+import { INTEGER_KINDS, type Column, type ColumnType, type TypedValue, type Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { bulkChunkOf, ChunkQueue, CsvChunker, type RowKey } from '../postgres/csv-chunks.js';
@@ -209,13 +209,8 @@ export function textOrder(kind: ColumnType['kind']): ((a: Buffer, b: Buffer) => 
     case 'timestamp':
     case 'timestamptz':
       return (a, b) => a.compare(b);
-    case 'int16':
-    case 'int32':
-    case 'int64':
-    case 'uint64':
-      return compareIntegerText;
     default:
-      return undefined;
+      return INTEGER_KINDS.has(kind) ? compareIntegerText : undefined;
   }
 }
 

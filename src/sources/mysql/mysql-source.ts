@@ -6,10 +6,10 @@
 import mysql from 'mysql2/promise';
 import { keyRangesAt, rangeCount, type Batch, type BulkChunk, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
-import type { Column, ColumnKind, ColumnType, Row, StreamSchema, TypedValue } from '../../core/types.js';
+import { INTEGER_KINDS, type Column, type ColumnType, type Row, type StreamSchema, type TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, splitQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, describeServer, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, describeServer, fixedRangeBound, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, standingMark, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { DEFAULT_READ_TIMEOUT_MS, endOrDestroy, guardRead } from '../../shared/read-guard.js';
 import type { Socket } from 'node:net';
 import type { ChangeLogSource } from '../../core/change-log.js';
@@ -17,7 +17,7 @@ import { MysqlChangeLog } from './mysql-change-log.js';
 import { exactTextSettings } from './mysql-settings.js';
 import { anyRowEnds, bulkLine, chunkKeys, fieldText, HighestRow, mysqlChunks, textOrder } from './mysql-bulk.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
-import { callerBound, capAtCallerBound } from '../../core/caller-bound.js';
+import { capAtCallerBound } from '../../core/caller-bound.js';
 import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
 
 const ALIAS = '`t`';
@@ -409,7 +409,7 @@ export class MysqlSource implements Source {
     // A range of a load whose upper bound was fixed before its first range: that bound is the range's, so neither the
     // open transactions nor the table's highest cursor are asked again (without an index on the cursor, two scans of
     // the table per range).
-    const fixed = incremental && request.range !== undefined && request.untilAtMost !== undefined ? callerBound(cursor.type.kind, request.untilAtMost) : undefined;
+    const fixed = incremental ? fixedRangeBound(request, cursor) : undefined;
     const horizon = incremental && fixed === undefined ? await this.horizon(relation, cursor) : undefined;
     const conn = await this.connection();
     if (!this.heldSnapshot) await conn.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
@@ -798,8 +798,6 @@ function orderIndex(indexes: ReadonlyMap<string, readonly string[]>, order: read
   for (const [name, columns] of indexes) if (order.every((c, i) => columns[i] === c)) return name;
   return undefined;
 }
-const INTEGER_KINDS: ReadonlySet<ColumnKind> = new Set(['int16', 'int32', 'int64', 'uint64']);
-
 function canonical(type: ColumnType, raw: unknown): string {
   return encodeValue(type.kind, coerceValue(type, raw));
 }

@@ -17,7 +17,7 @@ import { SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
-import { capAtSafeMark, describeServer, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
+import { capAtSafeMark, describeServer, fixedRangeBound, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
 import { DEFAULT_READ_TIMEOUT_MS, endOrDestroy, guardRead } from '../../shared/read-guard.js';
 import type { Socket } from 'node:net';
 import { CopyTextParser } from './copy-text.js';
@@ -26,7 +26,7 @@ import { decoderFor, paramText, pgColumnType, selectExpression, type Decoder, ty
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { PostgresChangeLog } from './pg-change-log.js';
 import { numberedPlaceholders } from '../../shared/verify-sql.js';
-import { callerBound, capAtCallerBound } from '../../core/caller-bound.js';
+import { capAtCallerBound } from '../../core/caller-bound.js';
 import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
 
 const ALIAS = 't';
@@ -310,7 +310,7 @@ export class PostgresSource implements Source {
     const cursor = schema.cursor !== undefined ? columns.find((c) => c.name === schema.cursor)! : undefined;
     const incremental = request.incremental && cursor !== undefined;
     if (usesWindow(request.stream.query)) await this.bindWindow(queryWindow(request, cursor?.type.kind));
-    const fixed = incremental && this.rangeRead && request.range !== undefined && request.untilAtMost !== undefined ? callerBound(cursor.type.kind, request.untilAtMost) : undefined;
+    const fixed = incremental && this.rangeRead ? fixedRangeBound(request, cursor) : undefined;
     const horizon = incremental && fixed === undefined ? await this.horizon(relation, cursor) : undefined;
     const client = await this.connection();
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');

@@ -9,6 +9,7 @@
  * The driver then fails its running statement with that error, and the engine rolls the destination back.
  */
 import type { Socket } from 'node:net';
+import { onAbort } from './on-abort.js';
 
 /** The default `read_timeout`: ends a dead connection well under a minute after its last byte. */
 export const DEFAULT_READ_TIMEOUT_MS = 30_000;
@@ -79,14 +80,10 @@ export function guardRead(socket: Socket | undefined, options: ReadGuardOptions)
   };
   const timer = readTimeoutMs > 0 ? setInterval(check, Math.min(1000, Math.max(50, readTimeoutMs / 4))) : undefined;
   timer?.unref();
-  const onAbort = (): void => {
-    socket.destroy(new Error(`read from ${server} stopped: ${reasonOf(signal)}`));
-  };
-  if (signal?.aborted) onAbort();
-  else signal?.addEventListener('abort', onAbort, { once: true });
+  const unlisten = onAbort(signal, () => socket.destroy(new Error(`read from ${server} stopped: ${reasonOf(signal)}`)));
   return () => {
     if (timer !== undefined) clearInterval(timer);
-    signal?.removeEventListener('abort', onAbort);
+    unlisten();
   };
 }
 

@@ -13,6 +13,7 @@ import { ConfigError, SourceError, TidemarkError } from '../../core/errors.js';
 import type { ColumnKind, ColumnType, Row, StreamSchema, TypedValue, Value } from '../../core/types.js';
 import { ValueRejection, coerceValue, compareCanonical, decodeValue, encodeValue, formatMicros } from '../../core/values.js';
 import { declaredSchema, inferSchema, rowMaker, type StreamShape } from './code-values.js';
+import { onAbort } from '../../shared/on-abort.js';
 
 const TIME_KINDS: ReadonlySet<ColumnKind> = new Set(['timestamptz', 'timestamp', 'date']);
 const DEFAULT_LAG = '1s';
@@ -69,8 +70,7 @@ export class CodeStreamSource implements Source {
     const openedAt = Date.now();
     const bound = token !== undefined ? token.until : await this.upperBound(stream, spec, request, knownKind, openedAt);
     const controller = new AbortController();
-    const onAbort = () => controller.abort(request.signal?.reason);
-    request.signal?.addEventListener('abort', onAbort, { once: true });
+    const unlisten = onAbort(request.signal, () => controller.abort(request.signal?.reason));
     const pages = new Pages(
       stream.read({
         stream: spec.name,
@@ -138,7 +138,7 @@ export class CodeStreamSource implements Source {
       ordered,
       resumable,
       async close() {
-        request.signal?.removeEventListener('abort', onAbort);
+        unlisten();
         controller.abort();
         await pages.close();
       },
@@ -328,8 +328,7 @@ class CodePartitions implements PartitionedSource {
     const schema = withPartitionColumn(declared, column);
     const toRow = rowMaker(declared, false);
     const controller = new AbortController();
-    const onAbort = () => controller.abort(options.signal?.reason);
-    options.signal?.addEventListener('abort', onAbort, { once: true });
+    const unlisten = onAbort(options.signal, () => controller.abort(options.signal?.reason));
     const version = listing.files[0]?.hash?.replace(/^etag:/, '') || undefined;
     const context = { stream: spec.name, phase: 'extract', at: `partition ${listing.partition}` };
     let iterator: AsyncIterator<unknown> | undefined;
@@ -363,7 +362,7 @@ class CodePartitions implements PartitionedSource {
       },
       explain: async (error: unknown) => explain(error),
       async close() {
-        options.signal?.removeEventListener('abort', onAbort);
+        unlisten();
         controller.abort();
         await iterator?.return?.().catch(() => undefined);
       },

@@ -23,6 +23,7 @@ import type { StreamSpec } from '../../core/connector.js';
 import { ConfigError, SourceError } from '../../core/errors.js';
 import type { Column, Row, Value } from '../../core/types.js';
 import { encodeValue, ValueRejection } from '../../core/values.js';
+import { onAbort } from '../../shared/on-abort.js';
 import { splitQualified } from '../../shared/sql.js';
 import type { ServerSourceOptions } from '../server-source.js';
 import { comparePositions } from './binlog-position.js';
@@ -122,8 +123,7 @@ export class MysqlChangeLog implements ChangeLogSource {
       highWaterRows: Math.max(1000, read.batchChanges),
       serverId: replicaId(request.pipeline),
     });
-    const stop = () => void reader.close();
-    read.signal?.addEventListener('abort', stop, { once: true });
+    const unlisten = onAbort(read.signal, () => void reader.close());
     const columns = new Map<string, readonly Column[]>();
     try {
       for await (const txn of reader.transactions()) {
@@ -154,7 +154,7 @@ export class MysqlChangeLog implements ChangeLogSource {
         yield { position: txn.position, commitTime: txn.commitTime, changes };
       }
     } finally {
-      read.signal?.removeEventListener('abort', stop);
+      unlisten();
       await reader.close();
     }
   }

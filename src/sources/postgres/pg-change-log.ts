@@ -27,6 +27,7 @@ import { ConfigError, SourceError } from '../../core/errors.js';
 import type { Column, ColumnType, Row } from '../../core/types.js';
 import { coerceValue } from '../../core/values.js';
 import { loadPg } from '../../shared/pg-driver.js';
+import { onAbort } from '../../shared/on-abort.js';
 import { DEFAULT_READ_TIMEOUT_MS, endOrDestroy, guardRead } from '../../shared/read-guard.js';
 import { quoteIdent, quoteQualified } from '../../shared/sql.js';
 import { describeServer, type ServerSourceOptions } from '../server-source.js';
@@ -403,8 +404,7 @@ export class PostgresChangeLog implements ChangeLogSource {
     const relations = new Map<number, { table: string | undefined; info: TableInfo; existing: Record<string, ExistingValue>; announced: boolean; keyIndexes: readonly number[] }>();
     const keys = new Map(request.tables.map((t) => [t.table, t.primaryKey]));
     let txn: { changes: Change[]; commitTime: bigint } | undefined;
-    const abort = () => stream.destroy();
-    read.signal?.addEventListener('abort', abort);
+    const unlisten = onAbort(read.signal, () => stream.destroy());
     try {
       for await (const chunk of stream as AsyncIterable<Buffer>) {
         const frame = decodeFrame(chunk);
@@ -482,7 +482,7 @@ export class PostgresChangeLog implements ChangeLogSource {
     } finally {
       clearInterval(poke);
       if (beat) clearInterval(beat);
-      read.signal?.removeEventListener('abort', abort);
+      unlisten();
       this.stream = undefined;
       await this.finishStream(client, stream);
       // Even with its publication created again it would fail here on every run: the next run starts anew.

@@ -251,9 +251,11 @@ describe('mysql strategy log, crashes and concurrent writers (duckdb)', () => {
       }
       const expected = await sourceRows();
       // The follower commits on its interval: wait until the mirror has caught up (or the test times out).
+      const deadline = Date.now() + 45_000;
       for (;;) {
         const got = await destinationRows('sqlite').catch(() => []);
         if (JSON.stringify(got) === JSON.stringify(expected)) break;
+        if (Date.now() > deadline) expect.fail(`the mirror did not catch up: ${JSON.stringify({ got, expected, output: follow.output() })}`);
         // A follower that ended has nothing more to apply: say why rather than wait for the test's timeout.
         if (follow.child.exitCode !== null) expect.fail(`the follower ended (exit ${follow.child.exitCode}): ${JSON.stringify(follow.output())}`);
         await new Promise((resolve) => setTimeout(resolve, 100));
@@ -261,7 +263,9 @@ describe('mysql strategy log, crashes and concurrent writers (duckdb)', () => {
     } finally {
       follow.child.kill('SIGTERM');
     }
-    const done = await follow.done;
+    const stopped = await Promise.race([follow.done, new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 15_000))]);
+    if (stopped === undefined) expect.fail(`the follower did not stop on SIGTERM: ${JSON.stringify(follow.output())}`);
+    const done = stopped;
     expect(done.code, `${done.stdout}\n${done.stderr}`).toBe(0);
     expect(await destinationRows('sqlite')).toEqual(await sourceRows());
   });

@@ -100,6 +100,22 @@ describe('mysql change log', () => {
     await expect(readLog(until, end)).rejects.toThrow(/table items was dropped in the source .*the stream stops before it/);
   });
 
+  // A SIGTERM can land while the read is still setting up, before it listens for the stop: it must end all the same,
+  // not follow the log until the process is killed.
+  it('a follow read whose stop came before it started ends at once', async () => {
+    await db.sql('CREATE TABLE items (id int PRIMARY KEY, v int)');
+    const after = await source.changeLog.currentPosition();
+    const stop = new AbortController();
+    stop.abort(new Error('SIGTERM'));
+    const read = (async () => {
+      const out: LogTransaction[] = [];
+      for await (const t of source.changeLog.read(request(), { after, batchChanges: 100, signal: stop.signal })) out.push(t);
+      return out;
+    })();
+    const late = new Promise<'still reading'>((resolve) => setTimeout(() => resolve('still reading'), 10_000).unref());
+    await expect(Promise.race([read, late])).resolves.toEqual([]);
+  });
+
   it('refuses a table without a primary key, and names a replica id per pipeline', async () => {
     await db.sql('CREATE TABLE nokey (v int)');
     await expect(source.changeLog.setup({ pipeline: `p_${db.name}`, tables: [{ stream: 'nokey', table: 'nokey', primaryKey: [] }] }, { dryRun: true })).rejects.toThrow(

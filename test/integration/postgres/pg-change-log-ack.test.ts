@@ -45,4 +45,29 @@ describe('postgres change log acknowledge', () => {
       await source.close();
     }
   }, 30_000);
+
+  // A SIGTERM can land while the read is still opening its stream, before it listens for the stop: it must end all
+  // the same, not follow the slot until the process is killed.
+  it('a follow read whose stop came before it started ends at once', async () => {
+    await db.sql(`CREATE TABLE f (id int PRIMARY KEY)`);
+    const source = await PostgresSource.connect({ url: db.url, maxSkewMs: 0 });
+    const log = source.changeLog!;
+    const request: ChangeLogRequest = { pipeline: uniquePipeline('stop'), tables: [{ stream: 'f', table: 'public.f', primaryKey: ['id'] }] };
+    try {
+      await log.setup(request, { dryRun: false });
+      const snapshot = await log.snapshot(request, { initial: true });
+      await snapshot.close();
+      const stop = new AbortController();
+      stop.abort(new Error('SIGTERM'));
+      const read = (async () => {
+        let n = 0;
+        for await (const _ of log.read(request, { after: snapshot.position, batchChanges: 100, signal: stop.signal })) n += 1;
+        return n;
+      })();
+      const late = new Promise<'still reading'>((resolve) => setTimeout(() => resolve('still reading'), 10_000).unref());
+      await expect(Promise.race([read, late])).resolves.toBe(0);
+    } finally {
+      await source.close();
+    }
+  }, 30_000);
 });

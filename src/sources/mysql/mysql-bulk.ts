@@ -50,38 +50,50 @@ function valueText(type: ColumnType, ref: string, bit: boolean): string | undefi
 }
 
 /**
+ * Where a column's value sits in a row's segments (see bulkLine): in segment `segment`, after `field` of its commas; a
+ * text column (`field` undefined) is a segment of its own, its raw value.
+ */
+export interface LinePlace {
+  readonly segment: number;
+  readonly field: number | undefined;
+}
+
+/**
  * The select list of a bulk read: the row's CSV line in segments, alternately bytes to copy (the server's CONCAT of
  * the fields between two text columns, with their commas; the last one ends with the newline) and one text column's
  * raw UTF-8, which the client quotes. Quoting on the server would take REPLACE, which MariaDB runs in time quadratic
- * in the quotes of a value (a 3 MB value of 750k quotes did not finish in ten minutes).
+ * in the quotes of a value (a 3 MB value of 750k quotes did not finish in ten minutes). `places` says where each
+ * column's value is.
  */
-export function bulkLine(columns: readonly Column[], refs: readonly string[], bits: readonly BitColumn[]): string {
+export function bulkLine(columns: readonly Column[], refs: readonly string[], bits: readonly BitColumn[]): { readonly select: string; readonly places: readonly LinePlace[] } {
   const bitIndexes = new Set(bits.map((b) => b.index));
   const segments: string[] = [];
+  const places: LinePlace[] = [];
   let pieces: string[] = [];
+  let commas = 0;
   const segment = (last: boolean) => {
     const all = last ? [...pieces, 'CHAR(10)'] : pieces;
     segments.push(all.length ? `CAST(CONCAT(${all.join(', ')}) AS BINARY)` : `CAST('' AS BINARY)`);
     pieces = [];
+    commas = 0;
   };
   columns.forEach((c, i) => {
-    if (i > 0) pieces.push(`','`);
+    if (i > 0) {
+      pieces.push(`','`);
+      commas += 1;
+    }
     const text = valueText(c.type, refs[i]!, bitIndexes.has(i));
-    if (text !== undefined) pieces.push(`COALESCE(${text}, '')`);
-    else {
+    if (text !== undefined) {
+      places.push({ segment: segments.length, field: commas });
+      pieces.push(`COALESCE(${text}, '')`);
+    } else {
       segment(false);
+      places.push({ segment: segments.length, field: undefined });
       segments.push(`CAST(CONVERT(${refs[i]!} USING utf8mb4) AS BINARY)`);
     }
   });
   segment(true);
-  return segments.join(', ');
-}
-
-/** One column's value in the BulkChunk text form, as bytes (NULL stays NULL): a field after the row's line. */
-export function fieldText(columns: readonly Column[], refs: readonly string[], name: string, bits: readonly BitColumn[]): string {
-  const i = columns.findIndex((c) => c.name === name);
-  const text = valueText(columns[i]!.type, refs[i]!, bits.some((b) => b.index === i));
-  return `CAST(${text ?? `CONVERT(${refs[i]!} USING utf8mb4)`} AS BINARY)`;
+  return { select: segments.join(', '), places };
 }
 
 const QUOTE = 0x22;
@@ -99,12 +111,12 @@ class LineBuffer {
   length = 0;
 
   /**
-   * Appends one row's first `fields` segments (see bulkLine) as its CSV line; false when a segment is NULL (the line
+   * Appends one row's segments (see bulkLine) as its CSV line; false when a segment is NULL (the line
    * was too long).
    */
-  appendLine(row: readonly unknown[], fields: number): boolean {
+  appendLine(row: readonly unknown[]): boolean {
     const start = this.length;
-    for (let i = 0; i < fields; i += 1) {
+    for (let i = 0; i < row.length; i += 1) {
       const value = row[i] as Buffer | null;
       if (i % 2 === 0) {
         if (value === null) {
@@ -199,80 +211,120 @@ function typedField(type: ColumnType, text: string | null | undefined): TypedVal
   return { type: type.kind, value: encodeValue(type.kind, coerceValue(type, decoderFor(type)(text))) };
 }
 
+/** Bytes `[start, end)` of a buffer. */
+interface Span {
+  readonly bytes: Buffer;
+  readonly start: number;
+  readonly end: number;
+}
+
+/** An order of two values' text, compared as it stands in the lines. */
+export type TextOrder = (a: Span, b: Span) => number;
+
 /**
  * The order of a cursor's text (the BulkChunk form the server writes) compared byte by byte, without decoding: dates
  * and datetimes are fixed-width text, integers compare by sign, then length, then digits. Undefined for other types.
  */
-export function textOrder(kind: ColumnType['kind']): ((a: Buffer, b: Buffer) => number) | undefined {
+export function textOrder(kind: ColumnType['kind']): TextOrder | undefined {
   switch (kind) {
     case 'date':
     case 'timestamp':
     case 'timestamptz':
-      return (a, b) => a.compare(b);
+      return compareBytes;
     default:
       return INTEGER_KINDS.has(kind) ? compareIntegerText : undefined;
   }
 }
 
+function compareBytes(a: Span, b: Span): number {
+  return a.bytes.compare(b.bytes, b.start, b.end, a.start, a.end);
+}
+
 const MINUS = 0x2d;
 
-function compareIntegerText(a: Buffer, b: Buffer): number {
-  const negative = a[0] === MINUS;
-  if (negative !== (b[0] === MINUS)) return negative ? -1 : 1;
-  const magnitude = a.length !== b.length ? a.length - b.length : a.compare(b);
+function compareIntegerText(a: Span, b: Span): number {
+  const negative = a.bytes[a.start] === MINUS;
+  if (negative !== (b.bytes[b.start] === MINUS)) return negative ? -1 : 1;
+  const aLength = a.end - a.start;
+  const bLength = b.end - b.start;
+  const magnitude = aLength !== bLength ? aLength - bLength : compareBytes(a, b);
   return negative ? -magnitude : magnitude;
 }
 
+const COMMA = 0x2c;
+
 /**
- * The highest (cursor, key) of rows read in no particular order, from the cursor's and the key's text that the select
- * list adds after a row's line (`fields` of them). A read in key order instead of cursor order needs no sort on the
- * server; its chunks' `last` is then the highest row read so far, which means something only to a load that commits
- * the read whole (a range), never to checkpoints.
+ * A column's bytes in a row's segments (see LinePlace): a field of a segment of values, which hold no comma of their
+ * own, or a text column's whole segment. The last segment ends with the line's newline.
+ */
+function spanOf(row: readonly unknown[], place: LinePlace): Span {
+  const bytes = row[place.segment] as Buffer;
+  if (place.field === undefined) return { bytes, start: 0, end: bytes.length };
+  let start = 0;
+  for (let k = 0; k < place.field; k += 1) {
+    while (start < bytes.length && bytes[start] !== COMMA) start += 1;
+    start += 1;
+  }
+  let end = start;
+  const limit = place.segment === row.length - 1 ? bytes.length - 1 : bytes.length;
+  while (end < limit && bytes[end] !== COMMA) end += 1;
+  return { bytes, start, end };
+}
+
+/**
+ * The highest (cursor, key) of rows read in no particular order, found in the rows' own lines (see LinePlace), so
+ * nothing is added to them. A read in key order instead of cursor order needs no sort on the server; its chunks'
+ * `last` is then the highest row read so far, which means something only to a load that commits the read whole (a
+ * range), never to checkpoints.
  */
 export class HighestRow {
-  /** The highest row so far and where its (cursor, key) fields start. The driver never reuses a row's buffers. */
+  /** The highest row so far and its cursor's bytes. The driver never reuses a row's buffers. */
   private row: readonly unknown[] | undefined;
-  private from = 0;
-  readonly fields: number;
+  private cursor: Span | undefined;
 
   constructor(
     private readonly cursorType: ColumnType,
-    private readonly keyTypes: readonly ColumnType[],
-    private readonly order: (a: Buffer, b: Buffer) => number,
+    private readonly cursorPlace: LinePlace,
+    private readonly keys: readonly { readonly type: ColumnType; readonly place: LinePlace }[],
+    private readonly order: TextOrder,
   ) {
-    this.fields = 1 + keyTypes.length;
+    // A text cursor (a whole segment) has no byte order here: textOrder is undefined for it.
+    if (cursorPlace.field === undefined) throw new Error('a text cursor has no byte order');
   }
 
-  /** Takes the row's (cursor, key) fields, starting at `from`, if they are above the highest so far. */
-  see(row: readonly unknown[], from: number): void {
-    const cursor = row[from] as Buffer | null;
-    if (cursor === null) return;
-    if (this.row !== undefined) {
-      const byCursor = this.order(cursor, this.row[this.from] as Buffer);
-      if (byCursor < 0 || (byCursor === 0 && this.compareKeys(row, from) <= 0)) return;
+  /** Takes the row if it is above the highest so far; a row whose cursor is NULL (an empty field) is not. */
+  see(row: readonly unknown[]): void {
+    const cursor = spanOf(row, this.cursorPlace);
+    if (cursor.end === cursor.start) return;
+    if (this.cursor !== undefined) {
+      const byCursor = this.order(cursor, this.cursor);
+      if (byCursor < 0 || (byCursor === 0 && this.compareKeys(row) <= 0)) return;
     }
     this.row = row;
-    this.from = from;
+    this.cursor = cursor;
   }
 
   high(): Watermark | undefined {
     if (this.row === undefined) return undefined;
-    return { cursor: this.typed(this.row, this.from, this.cursorType), pk: this.keyTypes.map((type, i) => this.typed(this.row!, this.from + 1 + i, type)) };
+    return { cursor: typedField(this.cursorType, text(this.cursor!)), pk: this.keys.map((k) => this.typed(this.row!, k)) };
   }
 
   /** A row sharing the highest row's cursor value, by key: rare enough to decode. */
-  private compareKeys(row: readonly unknown[], from: number): number {
-    for (let i = 0; i < this.keyTypes.length; i += 1) {
-      const type = this.keyTypes[i]!;
-      const order = compareCanonical(type.kind, this.typed(row, from + 1 + i, type).value, this.typed(this.row!, this.from + 1 + i, type).value);
+  private compareKeys(row: readonly unknown[]): number {
+    for (const key of this.keys) {
+      const order = compareCanonical(key.type.kind, this.typed(row, key).value, this.typed(this.row!, key).value);
       if (order !== 0) return order;
     }
     return 0;
   }
 
-  private typed(row: readonly unknown[], i: number, type: ColumnType): TypedValue {
-    return typedField(type, (row[i] as Buffer).toString('utf8'));
+  private typed(row: readonly unknown[], key: { readonly type: ColumnType; readonly place: LinePlace }): TypedValue {
+    return typedField(key.type, text(spanOf(row, key.place)));
   }
+}
+
+function text(span: Span): string {
+  return span.bytes.toString('utf8', span.start, span.end);
 }
 
 /** Chunk ends of a read whose chunks need no position (see HighestRow): a chunk may end after any row. */
@@ -339,9 +391,7 @@ export async function* mysqlChunks(options: {
   };
   statement.on('result', (row) => {
     if (queue.ended) return;
-    const fields = row.length - (highest?.fields ?? 0);
-    highest?.see(row, fields);
-    if (!lines.appendLine(row, fields)) {
+    if (!lines.appendLine(row)) {
       // CONCAT gives NULL only when the line would exceed max_allowed_packet.
       queue.end(
         new SourceError(
@@ -352,6 +402,7 @@ export async function* mysqlChunks(options: {
       );
       return;
     }
+    highest?.see(row);
     if (lines.length < PUSH_BYTES) return;
     try {
       flush();

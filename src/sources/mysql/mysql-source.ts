@@ -15,7 +15,7 @@ import type { Socket } from 'node:net';
 import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
 import { exactTextSettings } from './mysql-settings.js';
-import { anyRowEnds, bulkLine, chunkKeys, fieldText, HighestRow, mysqlChunks, textOrder } from './mysql-bulk.js';
+import { anyRowEnds, bulkLine, chunkKeys, HighestRow, mysqlChunks, textOrder, type TextOrder } from './mysql-bulk.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 import { capAtCallerBound } from '../../core/caller-bound.js';
 import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
@@ -636,23 +636,24 @@ export class MysqlSource implements Source {
 
   /**
    * The same rows as `batches()`, in the same order, as CSV chunk files whose lines the server wrote. `rangeOrder`: the
-   * rows come in key order, and the cursor's and key's text follow each line so that the highest row can be kept.
+   * rows come in key order, and the highest row is kept from the cursor's and key's text in their lines.
    */
   private bulkRead(
     described: MysqlStream,
     incremental: boolean,
     tail: string,
     values: Param[],
-    rangeOrder: ((a: Buffer, b: Buffer) => number) | undefined,
+    rangeOrder: TextOrder | undefined,
     close: () => Promise<void>,
   ): BulkRead {
     const { schema } = described;
     const refs = schema.columns.map((c) => `${ALIAS}.${q(c.name)}`);
     const line = bulkLine(schema.columns, refs, described.bits);
-    const column = (name: string) => schema.columns.find((c) => c.name === name)!;
-    const highest = rangeOrder && schema.cursor !== undefined ? new HighestRow(column(schema.cursor).type, schema.primaryKey.map((k) => column(k).type), rangeOrder) : undefined;
-    const marks = highest ? [schema.cursor!, ...schema.primaryKey].map((name) => fieldText(schema.columns, refs, name, described.bits)) : [];
-    const query: [string, Param[]] = [`SELECT ${[line, ...marks].join(', ')} ${tail}`, values];
+    const at = (name: string) => schema.columns.findIndex((c) => c.name === name);
+    const where = (name: string) => ({ type: schema.columns[at(name)]!.type, place: line.places[at(name)]! });
+    const cursor = schema.cursor !== undefined ? where(schema.cursor) : undefined;
+    const highest = rangeOrder && cursor ? new HighestRow(cursor.type, cursor.place, schema.primaryKey.map(where), rangeOrder) : undefined;
+    const query: [string, Param[]] = [`SELECT ${line.select} ${tail}`, values];
     const keys = highest ? anyRowEnds() : chunkKeys(schema.columns, schema.primaryKey, incremental ? schema.cursor : undefined);
     // Rows of one snapshot of a table repeat no value of its primary key.
     const uniqueKey =

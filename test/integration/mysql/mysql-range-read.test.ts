@@ -53,4 +53,61 @@ describe('a range read of an incremental first load', () => {
     await (await source.open({ ...request, range: undefined, untilAtMost: undefined })).close();
     expect(bounds).toHaveBeenCalledTimes(1);
   }, 120_000);
+
+  // The highest row is found in the rows' own lines: the cursor and the key are wherever the table has them, between
+  // text columns, first or last (before the newline), the key text or composite; ties at the top cursor go by key.
+  const layouts = [
+    {
+      name: 'cursor between text columns, negative integers, NULL cursors, ties at the top',
+      ddl: `CREATE TABLE h (note VARCHAR(20), id BIGINT PRIMARY KEY, label TEXT, v BIGINT, tail VARCHAR(8))`,
+      fill: `INSERT INTO h SELECT CONCAT('n,"', seq), seq, IF(seq % 5 = 0, NULL, CONCAT('l', seq)), IF(seq % 7 = 0, NULL, IF(seq % 997 = 0, 1000, CAST(seq % 613 AS SIGNED) - 900)), 'x' FROM seq_1_to_6000`,
+      key: ['id'],
+      cursor: 'v',
+    },
+    {
+      name: 'a text and integer composite key, the cursor a DATE in the last column',
+      ddl: `CREATE TABLE h (k1 VARCHAR(10), k2 INT, note TEXT, d DATE, PRIMARY KEY (k1, k2))`,
+      fill: `INSERT INTO h SELECT CONCAT('k', seq % 50), seq, 'n', DATE'2020-01-01' + INTERVAL (seq % 301) DAY FROM seq_1_to_6000`,
+      key: ['k1', 'k2'],
+      cursor: 'd',
+    },
+    {
+      name: 'the cursor the first column, falling as the key rises',
+      ddl: `CREATE TABLE h (at DATETIME(6) NOT NULL, id INT PRIMARY KEY, note VARCHAR(4))`,
+      fill: `INSERT INTO h SELECT TIMESTAMP'2024-01-01 00:00:00' + INTERVAL (7000 - seq) SECOND, seq, 'z' FROM seq_1_to_6000`,
+      key: ['id'],
+      cursor: 'at',
+    },
+  ];
+  for (const layout of layouts) {
+    it(`finds the highest (cursor, key) in the lines: ${layout.name}`, async () => {
+      await db.sql(layout.ddl);
+      await db.sql(layout.fill);
+      const request: ReadRequest = {
+        stream: { name: 'h', table: 'h', primaryKey: layout.key, cursor: layout.cursor },
+        incremental: true,
+        nullCursor: 'exclude',
+        batchRows: 1000,
+        range: { id: 'key 1/1', by: 'key' },
+        untilAtMost: layout.cursor === 'v' ? '1000' : layout.cursor === 'd' ? '2021-01-01' : '2024-01-01 02:00:00',
+      };
+      const read = await source.open(request);
+      const chunks: BulkChunk[] = [];
+      for await (const chunk of read.bulk!.chunks({ format: 'csv', chunkRows: 700 })) {
+        chunks.push(chunk);
+        await chunk.release();
+      }
+      await read.close();
+      expect(chunks.length).toBeGreaterThan(5);
+      const [top] = await db.sql(
+        `SELECT CAST(\`${layout.cursor}\` AS CHAR) AS c, ${layout.key.map((k) => `CAST(\`${k}\` AS CHAR) AS \`${k}\``).join(', ')} FROM h ` +
+          `WHERE h.\`${layout.cursor}\` IS NOT NULL ORDER BY h.\`${layout.cursor}\` DESC, ${layout.key.map((k) => `h.\`${k}\` DESC`).join(', ')} LIMIT 1`,
+      );
+      const last = chunks.at(-1)!.last!;
+      expect([String(last.cursor.value), ...last.pk.map((v) => String(v.value))]).toEqual([
+        String(top!.c),
+        ...layout.key.map((k) => String(top![k])),
+      ]);
+    }, 120_000);
+  }
 });

@@ -15,7 +15,7 @@ import type { Socket } from 'node:net';
 import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
 import { exactTextSettings } from './mysql-settings.js';
-import { anyRowEnds, bulkLine, chunkKeys, HighestRow, mysqlChunks, textOrder, type TextOrder } from './mysql-bulk.js';
+import { anyRowEnds, bulkLine, chunkKeys, HighestRow, mysqlChunks, parseRowsWith, textOrder, type TextOrder } from './mysql-bulk.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 import { capAtCallerBound } from '../../core/caller-bound.js';
 import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
@@ -660,13 +660,13 @@ export class MysqlSource implements Source {
       schema.primaryKey.length > 0 && described.tableKey.length === schema.primaryKey.length && described.tableKey.every((name) => schema.primaryKey.includes(name));
     return {
       formats: ['csv'],
-      chunks: (options) => this.bulkChunks(query, { ...options, keys, uniqueKey, ...(highest ? { highest } : {}) }, schema.name, close),
+      chunks: (options) => this.bulkChunks(query, { ...options, keys, uniqueKey, segments: line.segments, ...(highest ? { highest } : {}) }, schema.name, close),
     };
   }
 
   private async *bulkChunks(
     [sql, values]: [string, Param[]],
-    options: { chunkRows: number; signal?: AbortSignal; keys: ReturnType<typeof chunkKeys>; uniqueKey: boolean; highest?: HighestRow },
+    options: { chunkRows: number; signal?: AbortSignal; keys: ReturnType<typeof chunkKeys>; uniqueKey: boolean; segments: number; highest?: HighestRow },
     stream: string,
     close: () => Promise<void>,
   ): AsyncIterable<BulkChunk> {
@@ -677,9 +677,11 @@ export class MysqlSource implements Source {
       yield* mysqlChunks({
         ...options,
         maxLineBytes,
-        start: () => {
+        start: (onRow) => {
           const connection = streaming(conn);
-          return { statement: executeStreamed(connection, sql, values), pause: () => connection.pause(), resume: () => connection.resume() };
+          const statement = executeStreamed(connection, sql, values);
+          parseRowsWith(statement, onRow);
+          return { statement, pause: () => connection.pause(), resume: () => connection.resume() };
         },
         abandon: () => this.dropConnection(),
       });

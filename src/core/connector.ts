@@ -4,6 +4,7 @@
  */
 import type {
   Column,
+  ColumnKind,
   ColumnType,
   CommittedSchema,
   LedgerEntry,
@@ -235,6 +236,21 @@ export interface RangeSizing {
 /** How many ranges a table of about `rows` rows is cut into. */
 export function rangeCount(rows: number, sizing: RangeSizing): number {
   return Math.max(1, sizing.minRanges, Math.ceil(rows / sizing.rowsPerRange));
+}
+
+/**
+ * Split points of a one-column integer key whose values run from `lo` to `hi`: `count` equal spans of values. Spans of
+ * values, not of rows, so a key with gaps gives uneven ranges; but they cost two index lookups, where split points by
+ * row position cost a scan of the key.
+ */
+export function valueSplits(kind: ColumnKind, lo: bigint, hi: bigint, count: number): TypedValue[][] {
+  const span = hi - lo + 1n;
+  const splits: TypedValue[][] = [];
+  for (let i = 1n; i < BigInt(count); i += 1n) {
+    const at = lo + (span * i) / BigInt(count);
+    if (at > lo && String(at) !== splits.at(-1)?.[0]?.value) splits.push([{ type: kind, value: String(at) }]);
+  }
+  return splits;
 }
 
 /**

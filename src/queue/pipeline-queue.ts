@@ -4,28 +4,19 @@
  */
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { TidemarkError, UsageError, errorMessage } from '../core/errors.js';
+import { UsageError, errorMessage } from '../core/errors.js';
 import { newRunId } from '../core/ids.js';
 import type { Logger } from '../core/logger.js';
 import { silentLogger } from '../core/logger.js';
-import type { PipelineConfig, StreamConfig } from '../config/load.js';
-import { planPartitions } from '../engine/partition-load.js';
-import { selectStreams } from '../engine/run.js';
-import { openDestination, openSource } from '../registry/index.js';
+import type { PipelineConfig } from '../config/load.js';
+import { planJobs, type JobPlanOptions, type JobUnit } from './job-plan.js';
 import { connectRedis, reportReachability, type QueueTarget } from './queue-connection.js';
-import { planRangeJobs } from './range-fanout.js';
-import { mayReadAsRanges } from '../engine/range-default.js';
 import { JOB_NAME, jobIdFor, startsEnded, unitKey, type PipelineJobData } from './pipeline-job.js';
 
 /** BullMQ priority of a stream job that finishes range jobs: jobs without a priority (its ranges) are taken first. */
 const FINISHING_PRIORITY = 1;
 
-export interface EnqueueOptions {
-  /** Only these streams (default: all). */
-  readonly streams?: readonly string[];
-  /** Only these partitions of the (single selected) partitioned stream, instead of every pending one. */
-  readonly partitions?: readonly string[];
-  readonly full?: boolean;
+export interface EnqueueOptions extends JobPlanOptions {
   readonly reason?: string;
   /**
    * `queue`: a unit whose job is already running gets one follow-up job (the scheduler's `overlap: queue`).
@@ -95,8 +86,13 @@ export class PipelineQueue {
   /** Puts one job per unit of the pipeline on the queue (partitions of a partitioned stream fan out). */
   async enqueue(pipeline: PipelineConfig, options: EnqueueOptions = {}): Promise<EnqueuedJob[]> {
     if (this.closed) throw new UsageError('the queue is closed');
+    return this.enqueuePlanned(pipeline, await planJobs(pipeline, options, this.logger), options);
+  }
+
+  /** Puts the jobs `planJobs` planned for the pipeline on the queue. */
+  async enqueuePlanned(pipeline: PipelineConfig, units: readonly JobUnit[], options: EnqueueOptions = {}): Promise<EnqueuedJob[]> {
+    if (this.closed) throw new UsageError('the queue is closed');
     if (pipeline.file === undefined) throw new UsageError(`pipeline ${pipeline.name} has no file; workers read pipelines from files`);
-    const units = await this.units(pipeline, options);
     const jobs: EnqueuedJob[] = [];
     for (const unit of units) {
       // A stream whose ranges are jobs too finishes its build: it waits behind them (lower priority), not beside them.
@@ -163,68 +159,5 @@ export class PipelineQueue {
     const duplicate = job.id !== jobId;
     this.logger.log('info', `${duplicate ? 'already queued' : 'queued'}: ${unit} (job ${job.id ?? jobId})`);
     return { unit, jobId: job.id ?? jobId, duplicate };
-  }
-
-  private async units(pipeline: PipelineConfig, options: EnqueueOptions): Promise<Omit<PipelineJobData, 'file' | 'reason'>[]> {
-    const streams = selectStreams(pipeline, options.streams);
-    const base = { pipeline: pipeline.name, ...(options.full ? { full: true } : {}) };
-    if (options.partitions?.length) {
-      const partitioned = streams.filter((s) => s.strategy === 'partitioned');
-      if (partitioned.length !== 1) {
-        throw new UsageError(
-          partitioned.length === 0
-            ? `pipeline ${pipeline.name} has no partitioned stream${options.streams?.length ? ' among the selected streams' : ''}; --partition needs one`
-            : `pipeline ${pipeline.name} has several partitioned streams (${partitioned.map((s) => s.name).join(', ')}); choose one with --stream`,
-        );
-      }
-      return options.partitions.map((partition) => ({ ...base, stream: partitioned[0]!.name, partition }));
-    }
-    const units: Omit<PipelineJobData, 'file' | 'reason'>[] = [];
-    for (const stream of streams) {
-      // Fanned out only when asked for (`parallel:` set): a table's size alone does not turn a job into many.
-      if (stream.parallel !== undefined && mayReadAsRanges(stream) && stream.strategy !== 'partitioned') {
-        const fanned = await planRangeJobs(pipeline, stream, { logger: this.logger, ...(options.full ? { full: true } : {}) });
-        // Range jobs load ranges of the load planned now: never `full`, which would plan another one.
-        for (const id of fanned?.ranges ?? []) units.push({ pipeline: pipeline.name, stream: stream.name, range: { load: fanned!.load, id } });
-        units.push({ ...base, stream: stream.name });
-        continue;
-      }
-      if (stream.strategy !== 'partitioned' || options.full) {
-        units.push({ ...base, stream: stream.name });
-        continue;
-      }
-      const pending = await this.pendingPartitions(pipeline, stream);
-      if (pending === undefined) units.push({ ...base, stream: stream.name });
-      else if (pending.length === 0) this.logger.log('info', `${pipeline.name}.${stream.name}: no pending partitions`);
-      else for (const partition of pending) units.push({ ...base, stream: stream.name, partition });
-    }
-    return units;
-  }
-
-  /**
-   * New and changed partitions per the ledger, or undefined when they cannot be listed now (e.g. a DuckDB file held
-   * by a running worker): one job for the whole stream then does the same work, serially.
-   */
-  private async pendingPartitions(pipeline: PipelineConfig, stream: StreamConfig): Promise<string[] | undefined> {
-    try {
-      const destination = await openDestination(pipeline.destination, { openTimeoutMs: 2000 });
-      try {
-        const source = await openSource(pipeline.source);
-        try {
-          const plans = await planPartitions({ source, destination, pipeline: pipeline.name }, stream);
-          return plans
-            .filter((p) => p.status === 'new' || (p.status === 'changed' && stream.onChange === 'reload'))
-            .map((p) => p.partition);
-        } finally {
-          await source.close();
-        }
-      } finally {
-        await destination.close();
-      }
-    } catch (error) {
-      if (error instanceof TidemarkError && (error.kind === 'config' || error.kind === 'usage')) throw error;
-      this.logger.log('warn', `${pipeline.name}.${stream.name}: cannot list pending partitions (${errorMessage(error)}); queuing one job for the stream`);
-      return undefined;
-    }
   }
 }

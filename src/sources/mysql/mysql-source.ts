@@ -4,7 +4,7 @@
  * server-side prepared statement with every watermark value bound and cast to its column's type.
  */
 import mysql from 'mysql2/promise';
-import { keyRangesAt, rangeCount, type Batch, type BulkChunk, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
+import { keyRangesAt, rangeCount, valueSplits, type Batch, type BulkChunk, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import { INTEGER_KINDS, type Column, type ColumnType, type Row, type StreamSchema, type TypedValue } from '../../core/types.js';
 import { coerceValue, encodeValue, formatMicros } from '../../core/values.js';
@@ -159,23 +159,12 @@ export class MysqlSource implements Source {
     };
   }
 
-  /**
-   * Split points of a one-column integer key: `count` equal spans of its values between the lowest and the highest key
-   * (two index lookups). Spans of values, not of rows, so a key with gaps gives uneven ranges, where finding split
-   * points by row position costs a scan of the key up to each one (3M rows, 11 points: 9 s).
-   */
+  /** Split points of a one-column integer key by value (see valueSplits): two index lookups. */
   private async integerSplits(relation: string, key: Column, count: number): Promise<TypedValue[][]> {
     const ref = `${ALIAS}.${q(key.name)}`;
     const found = (await this.rows(`SELECT CAST(MIN(${ref}) AS CHAR) AS lo, CAST(MAX(${ref}) AS CHAR) AS hi FROM ${relation}`))[0];
     if (found?.lo === null || found?.lo === undefined) return [];
-    const lo = BigInt(String(found.lo));
-    const span = BigInt(String(found.hi)) - lo + 1n;
-    const splits: TypedValue[][] = [];
-    for (let i = 1n; i < BigInt(count); i += 1n) {
-      const at = lo + (span * i) / BigInt(count);
-      if (at > lo && String(at) !== splits.at(-1)?.[0]?.value) splits.push([{ type: key.type.kind, value: String(at) }]);
-    }
-    return splits;
+    return valueSplits(key.type.kind, BigInt(String(found.lo)), BigInt(String(found.hi)), count);
   }
 
   /** Split points found at evenly spaced positions of the key's order: any key (text, a composite), one scan per point. */

@@ -12,9 +12,9 @@ import { loadPg } from '../../shared/pg-driver.js';
 import { pgClientConfig } from './pg-client-config.js';
 import { copyFormatOption } from '../../shared/postgres-client.js';
 import { to as copyTo } from 'pg-copy-streams';
-import { keyRangesAt, rangeCount, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
+import { keyRangesAt, rangeCount, valueSplits, type Batch, type BulkChunk, type BulkFormat, type BulkRead, type OpenedRead, type RangePlan, type RangeSizing, type RangedSource, type ReadRequest, type Source, type StreamSpec, type VerifyAccess } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
-import type { Column, ColumnType, Row, StreamSchema, TableRange, TypedValue, Watermark } from '../../core/types.js';
+import { INTEGER_KINDS, type Column, type ColumnType, type Row, type StreamSchema, type TableRange, type TypedValue, type Watermark } from '../../core/types.js';
 import { coerceValue, compareCanonical, encodeValue } from '../../core/values.js';
 import { afterWatermark, quoteIdent, quoteQualified, tupleGreaterThan, untilOperator } from '../../shared/sql.js';
 import { capAtSafeMark, describeServer, fixedRangeBound, heldBackWarning, planFailure, readFailure, readsWholeTable, safeMarkOf, timeUnitMicros, type ServerSourceOptions, type SnapshotHorizon } from '../server-source.js';
@@ -409,9 +409,8 @@ export class PostgresSource implements Source {
 
   /**
    * Primary-key ranges, for loads whose ranges are read in different snapshots (queue workers): a row's key keeps it
-   * in its range whatever an UPDATE does to its place in the heap. Split at the keys found at evenly spaced positions
-   * of the key's order (one ordered scan of the key). Undefined when the stream's key is not the table's own primary
-   * key: a declared key may hold NULLs or repeat, and CTID ranges hold only within one snapshot.
+   * in its range whatever an UPDATE does to its place in the heap. Undefined when the stream's key is not the table's
+   * own primary key: a declared key may hold NULLs or repeat, and CTID ranges hold only within one snapshot.
    */
   private async planKeyRanges(stream: StreamSpec, rows: number, sizing: RangeSizing): Promise<RangePlan | undefined> {
     const described = await this.describe(stream, 'plan');
@@ -420,18 +419,7 @@ export class PostgresSource implements Source {
     if (own.length === 0 || own.length !== names.length || !names.every((n) => own.includes(n))) return undefined;
     const key = names.map((name) => described.columns.find((c) => c.name === name)!);
     const count = rangeCount(rows, sizing);
-    const step = Math.max(1, Math.ceil(rows / count));
-    const refs = key.map((c) => `${ALIAS}.${quoteIdent(c.name)}`);
-    const found =
-      count > 1
-        ? await this.query<Record<string, string>>(
-            `SELECT ${key.map((_, j) => `k${j}::text AS k${j}`).join(', ')}
-               FROM (SELECT ${refs.map((r, j) => `${r} AS k${j}`).join(', ')}, row_number() OVER (ORDER BY ${refs.join(', ')}) AS n FROM ${described.relation}) s
-              WHERE n > 1 AND (n - 1) % $1 = 0 ORDER BY n LIMIT $2`,
-            [step, count - 1],
-          )
-        : { rows: [] };
-    const splits = found.rows.map((r) => key.map((c, j) => ({ type: c.type.kind, value: canonical(c.type, r[`k${j}`]!) })));
+    const splits = count <= 1 ? [] : ((await this.denseIntegerSplits(described.relation, key, rows, count)) ?? (await this.positionSplits(described.relation, key, rows, count)));
     const ranges = keyRangesAt(splits, rows);
     return {
       ranges,
@@ -442,6 +430,34 @@ export class PostgresSource implements Source {
       },
       close: async () => undefined,
     };
+  }
+
+  /**
+   * Split points of a one-column integer key by value (see valueSplits), when its values are dense enough for equal
+   * spans of values to be near-equal spans of rows (at most twice as many values as the planner's rows): two index
+   * lookups instead of a scan of the key (300k rows: 2 ms against 100 ms). Undefined otherwise.
+   */
+  private async denseIntegerSplits(relation: string, key: readonly Column[], rows: number, count: number): Promise<TypedValue[][] | undefined> {
+    if (key.length !== 1 || !INTEGER_KINDS.has(key[0]!.type.kind)) return undefined;
+    const ref = `${ALIAS}.${quoteIdent(key[0]!.name)}`;
+    const found = (await this.query<{ lo: string | null; hi: string | null }>(`SELECT min(${ref})::text AS lo, max(${ref})::text AS hi FROM ${relation}`)).rows[0];
+    if (found?.lo == null || found.hi == null) return [];
+    const [lo, hi] = [BigInt(found.lo), BigInt(found.hi)];
+    if (hi - lo + 1n > 2n * BigInt(Math.max(1, Math.round(rows)))) return undefined;
+    return valueSplits(key[0]!.type.kind, lo, hi, count);
+  }
+
+  /** Split points at evenly spaced positions of the key's order: any key (text, a composite), one ordered scan of it. */
+  private async positionSplits(relation: string, key: readonly Column[], rows: number, count: number): Promise<TypedValue[][]> {
+    const step = Math.max(1, Math.ceil(rows / count));
+    const refs = key.map((c) => `${ALIAS}.${quoteIdent(c.name)}`);
+    const found = await this.query<Record<string, string>>(
+      `SELECT ${key.map((_, j) => `k${j}::text AS k${j}`).join(', ')}
+         FROM (SELECT ${refs.map((r, j) => `${r} AS k${j}`).join(', ')}, row_number() OVER (ORDER BY ${refs.join(', ')}) AS n FROM ${relation}) s
+        WHERE n > 1 AND (n - 1) % $1 = 0 ORDER BY n LIMIT $2`,
+      [step, count - 1],
+    );
+    return found.rows.map((r) => key.map((c, j) => ({ type: c.type.kind, value: canonical(c.type, r[`k${j}`]!) })));
   }
 
   /** Connections left below `max_connections` (less the ones reserved for superusers). */

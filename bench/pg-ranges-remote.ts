@@ -3,7 +3,9 @@
  * proxy that lets the server send at most `--mbps` MB/s per connection (bench/throttled-proxy.ts), as a remote
  * database behind a link does. The same table is loaded with `parallel: 1`, `2` and `4` (the same ranges, read by
  * 1, 2 or 4 connections at once); rows/s of each, and the speed-ups over one reader, the median of the repetitions'
- * ratios. A raw `COPY … TO STDOUT` through the proxy shows the link's floor for one connection.
+ * ratios. A raw `COPY … TO STDOUT` through the proxy shows the link's floor for one connection, and 2 and 4 raw COPYs
+ * of equal trip_id ranges at once the floor for 2 and 4 (`copy_speedup_2`, `copy_speedup_4`: what the link and the
+ * machine allow readers that only read).
  *
  * With `--workers 1,2,4` the same table is also copied through the job queue (BullMQ on Redis at 127.0.0.1:6379)
  * into Postgres: `tidemark enqueue` turns its eight key ranges into eight jobs, taken by 1, 2 or 4 worker processes
@@ -67,6 +69,22 @@ async function seconds(command: string, args: readonly string[], onStdout?: (out
   const elapsed = Number(process.hrtime.bigint() - started) / 1e9;
   onStdout?.(out);
   return elapsed;
+}
+
+/**
+ * The link's measured floor for `n` connections: `n` raw COPYs at once, each of an equal trip_id range, through the
+ * proxy, wall seconds until the last ends. Its speed-up over one COPY is what the link and this machine allow `n`
+ * readers that do nothing but read.
+ */
+async function parallelCopySeconds(url: string, n: number): Promise<number> {
+  const step = Math.ceil(ROWS / n);
+  const started = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      seconds('psql', [url, '-qAc', `COPY (SELECT * FROM trips WHERE trip_id > ${i * step} AND trip_id <= ${(i + 1) * step}) TO STDOUT`, '-o', '/dev/null']),
+    ),
+  );
+  return Number(process.hrtime.bigint() - started) / 1e9;
 }
 
 /** A ranged run's time, once its `--json` result says it loaded every row (a run that loaded less is no figure). */
@@ -204,6 +222,7 @@ destination: { type: duckdb, path: "${join(dir, `p${n}.duckdb`)}" }
     for (let rep = 0; rep < REPS; rep += 1) {
       const copy = await seconds('psql', [remote, '-qAc', 'COPY trips TO STDOUT', '-o', '/dev/null']);
       const t: Record<string, number> = { copy };
+      for (const n of READERS.slice(1)) t[`copy${n}`] = await parallelCopySeconds(remote, n);
       for (const n of READERS) t[`p${n}`] = await runSeconds(join(dir, `p${n}.yaml`));
       // An incremental stream's first load happens once: its schema (table and state) goes before each repetition;
       // a build's table is replaced by the next build, so only an incremental load needs it.
@@ -219,7 +238,7 @@ destination: { type: duckdb, path: "${join(dir, `p${n}.duckdb`)}" }
       reps.push(t);
       phases.push(p);
       process.stderr.write(
-        `rep ${rep + 1}: COPY ${copy.toFixed(2)} s, ${READERS.map((n) => `parallel ${n} ${t[`p${n}`]!.toFixed(2)} s`).join(', ')}${WORKERS.map((w) => {
+        `rep ${rep + 1}: COPY ${copy.toFixed(2)} s (${READERS.slice(1).map((n) => `${n} at once ${t[`copy${n}`]!.toFixed(2)} s`).join(', ')}), ${READERS.map((n) => `parallel ${n} ${t[`p${n}`]!.toFixed(2)} s`).join(', ')}${WORKERS.map((w) => {
           const q = p[`w${w}`]!;
           return `, ${w} workers ${q.total.toFixed(2)} s (enqueue ${q.enqueue.toFixed(2)}, ranges done ${q.ranges.toFixed(2)}, finish ${q.finish.toFixed(2)})`;
         }).join('')}\n`,
@@ -237,6 +256,8 @@ destination: { type: duckdb, path: "${join(dir, `p${n}.duckdb`)}" }
       p4_rows_per_s: rate(median(reps.map((r) => r.p4!))),
       speedup_p2: median(reps.map((r) => r.p1! / r.p2!)),
       speedup_p4: median(reps.map((r) => r.p1! / r.p4!)),
+      copy_speedup_2: median(reps.map((r) => r.copy! / r.copy2!)),
+      copy_speedup_4: median(reps.map((r) => r.copy! / r.copy4!)),
       ...Object.fromEntries(WORKERS.flatMap((w) => [[`workers_${w}_rows_per_s`, rate(median(reps.map((r) => r[`w${w}`]!)))], [`speedup_workers_${w}`, median(reps.map((r) => r[`w${WORKERS[0]}`]! / r[`w${w}`]!))]])),
       ...(WORKERS.length > 0
         ? {

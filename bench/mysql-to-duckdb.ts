@@ -13,7 +13,8 @@
  *   row path  the same with TIDEMARK_BULK=0, once, with --row-path (its time and peak RSS)
  *   CPU floor  into DuckDB, with the server on this machine: (the server's CPU seconds for the parallel floor + the
  *             DuckDB import's CPU seconds on one thread, its leanest) / cores — work any load must do, at best spread
- *             over every core
+ *             over every core; `cpu_floor_received_s` adds the mysql client's CPU seconds for the table (a load must
+ *             receive the rows too)
  * Each repetition runs the floor then tidemark; the ratio is the median of each repetition's ratio. Whole processes,
  * wall seconds and peak RSS (GNU time).
  *
@@ -225,7 +226,15 @@ export async function benchMysqlToDuckdb(options: { rows: number; reps: number; 
       ...(parallelServerCpu.length && leanIngests.length
         ? (() => {
             const floor = (median(parallelServerCpu) + median(leanIngests.map((t) => t.cpu))) / availableParallelism();
-            return { parallel_floor_server_cpu_s: round(median(parallelServerCpu)), cpu_floor_s: round(floor), cpu_floor_vs_parallel_floor: round(floor / median(parallelFloors)) };
+            // With a client receiving the rows too, as a load must: the mysql client's CPU for the whole table.
+            const received = floor + median(floors.map((t) => t.cpu)) / availableParallelism();
+            return {
+              parallel_floor_server_cpu_s: round(median(parallelServerCpu)),
+              cpu_floor_s: round(floor),
+              cpu_floor_vs_parallel_floor: round(floor / median(parallelFloors)),
+              cpu_floor_received_s: round(received),
+              tidemark_vs_cpu_floor_received: round(median(runs.map((t) => t.seconds)) / received),
+            };
           })()
         : {}),
       ...(scripts.length ? { script_s: round(median(scripts.map((t) => t.seconds))), tidemark_vs_script: round(median(scriptRatios)) } : {}),

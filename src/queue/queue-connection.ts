@@ -67,7 +67,8 @@ export function reportReachability(client: Redis, url: string, logger: Logger): 
     logger.log('warn', `queue at ${where} is unreachable (${why}); retrying until it is back`);
   };
   client.on('error', (error: Error) => lost(error.message));
-  client.on('close', () => lost('connection closed'));
+  // A lost connection is retried ('reconnecting'); one this process closes (quit, at shutdown) only ends ('close').
+  client.on('reconnecting', () => lost('connection closed'));
   client.on('ready', () => {
     if (!unreachable) return;
     unreachable = false;

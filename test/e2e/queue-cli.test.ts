@@ -158,6 +158,10 @@ describe('a worker whose Redis is unreachable', () => {
       await waitFor('the worker to say the queue is back', () => /info: queue at redis:\/\/127\.0\.0\.1:\d+ is reachable again/.test(stderr));
       await waitFor('the worker to wait for jobs', () => /waiting for jobs on outage/.test(stderr));
       for (const l of lines(stderr)) expect(l).toMatch(STAMP);
+      // Stopped with Redis up, it closes its connection itself: that is no outage to warn about.
+      worker.child.kill('SIGTERM');
+      expect((await worker.done).code).toBe(0);
+      expect(lines(stderr).filter((l) => l.includes('unreachable'))).toHaveLength(1);
     } finally {
       worker.child.kill('SIGTERM');
       await worker.done;

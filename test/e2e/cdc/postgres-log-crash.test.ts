@@ -114,8 +114,9 @@ describe('run --follow, cdc status and cdc drop', () => {
 describe('cdc status while a run holds the destination', () => {
   it('answers at once while a run copies the tables (slot not active yet), without waiting for the DuckDB file', async () => {
     const { db, config, name } = await setup('held');
-    // The run opens the DuckDB file (its state) before it creates the slot, and pauses after the copy's first commit.
-    const copying = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'load.after_commit=1:sleep(8000)' });
+    // The run opens the DuckDB file (its state) before it creates the slot, and pauses after the copy's first commit:
+    // long enough for `cdc status` to start and answer on a loaded machine (8 s was not, once, in a full suite).
+    const copying = startCli(['run', config], { TIDEMARK_FAILPOINTS: 'load.after_commit=1:sleep(20000)' });
     for (let polls = 0; ; polls += 1) {
       if (polls > 100) throw new Error(`the copy never started: ${JSON.stringify(copying.output())}`);
       const slots = await db.sql(`SELECT active FROM pg_replication_slots WHERE slot_name = $1`, [`tidemark_${name}`]);

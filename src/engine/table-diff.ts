@@ -326,7 +326,6 @@ function joined(batch: readonly Split[]): { ranges: KeyRange[]; points: (readonl
 
 type SplitPoints = (side: TableSide, range: KeyRange, rows: number, parts: number) => Promise<string[][]>;
 
-
 /**
  * Where the initial ranges of about `rangeRows` rows end. A single integer key is cut evenly between its least and
  * greatest value (one aggregate query, no pass over the table in key order; a range of a sparse part of the key space

@@ -163,8 +163,11 @@ export function standingMark(kind: ColumnKind, readStart: TypedValue | undefined
 /** An open transaction older than this that holds an append read back is worth a warning. */
 const LONG_OPEN_MS = 5 * 60_000;
 
-/** Says why an append read stopped short, when a long-open transaction is the reason (it may never end by itself). */
 /** The read starts at the table's first row: a first load, a full refresh, or a stream without a cursor. */
+export function readsWholeTable(request: Pick<ReadRequest, 'after' | 'from' | 'afterPk' | 'resume' | 'range'>): boolean {
+  return request.after === undefined && request.from === undefined && request.afterPk === undefined && request.resume === undefined && request.range === undefined;
+}
+
 /**
  * The upper bound of a range of an incremental load that fixed its bound before its first range (`untilAtMost` of a
  * request with a `range`): that bound is the range read's `until`, so the source neither looks for the table's
@@ -174,10 +177,7 @@ export function fixedRangeBound(request: Pick<ReadRequest, 'range' | 'untilAtMos
   return request.range !== undefined && request.untilAtMost !== undefined ? callerBound(cursor.type.kind, request.untilAtMost) : undefined;
 }
 
-export function readsWholeTable(request: Pick<ReadRequest, 'after' | 'from' | 'afterPk' | 'resume' | 'range'>): boolean {
-  return request.after === undefined && request.from === undefined && request.afterPk === undefined && request.resume === undefined && request.range === undefined;
-}
-
+/** Says why an append read stopped short, when a long-open transaction is the reason (it may never end by itself). */
 export function heldBackWarning(found: TypedValue | null, until: TypedValue | null, horizon: SnapshotHorizon | undefined): string[] {
   if (found === null || horizon?.oldestOpen == null || (until !== null && compareCanonical(found.type, until.value, found.value) >= 0)) return [];
   const openMs = Number((timestampMicros(horizon.now) - timestampMicros(horizon.oldestOpen)) / 1000n);

@@ -15,6 +15,11 @@ import { compareCanonical } from '../core/values.js';
  */
 const ORDERED_KINDS: ReadonlySet<ColumnKind> = new Set(['int16', 'int32', 'int64', 'uint64', 'decimal', 'float32', 'float64', 'date', 'time', 'timestamp', 'timestamptz']);
 
+/** Whether values of this kind sort by their canonical text the same way at every source. */
+export function hasCanonicalOrder(kind: ColumnKind): boolean {
+  return ORDERED_KINDS.has(kind);
+}
+
 /** -1, 0, 1, or undefined when the two cannot be ordered without the source's collation. */
 export function compareCursors(a: TypedValue, b: TypedValue): number | undefined {
   if (a.value === b.value) return 0;

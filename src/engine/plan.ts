@@ -7,6 +7,7 @@ import { ConfigError } from '../core/errors.js';
 import type { StreamSchema, StreamState, TypedValue, Watermark } from '../core/types.js';
 import { canonicalDate, compareCanonical, formatMicros, timestampMicros } from '../core/values.js';
 import type { StreamConfig } from '../config/load.js';
+import { hasCanonicalOrder } from './boundary.js';
 
 export interface StreamPlan {
   readonly request: ReadRequest;
@@ -181,15 +182,21 @@ export function subtractLookback(cursor: TypedValue, ms: number, stream: Pick<St
   }
 }
 
-/** Watermarks never move backwards, even when a lookback re-read ends below the stored one. */
+/**
+ * The higher of two marks: watermarks never move backwards, even when a lookback re-read ends below the stored one.
+ * Values are compared here where every source sorts their kind alike; a text value (collations) or a UUID (MariaDB
+ * sorts them by their time fields) is not: of two marks that first differ there, the later one (`b`) is taken, as a
+ * read in the source's order reaches it second.
+ */
 export function maxWatermark(a: Watermark | undefined, b: Watermark | undefined): Watermark | undefined {
   if (a === undefined) return b;
   if (b === undefined) return a;
-  const byCursor = compareCanonical(a.cursor.type, a.cursor.value, b.cursor.value);
-  if (byCursor !== 0) return byCursor > 0 ? a : b;
-  for (let i = 0; i < a.pk.length; i += 1) {
-    const c = compareCanonical(a.pk[i]!.type, a.pk[i]!.value, b.pk[i]!.value);
-    if (c !== 0) return c > 0 ? a : b;
+  const pairs = [[a.cursor, b.cursor], ...a.pk.map((v, i) => [v, b.pk[i]!])] as const;
+  for (const [x, y] of pairs) {
+    if (x.value === y.value) continue;
+    if (!hasCanonicalOrder(x.type)) return b;
+    const order = compareCanonical(x.type, x.value, y.value);
+    if (order !== 0) return order > 0 ? a : b;
   }
   return a;
 }

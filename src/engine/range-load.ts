@@ -15,9 +15,10 @@ import { SourceError, UsageError, errorMessage, withContext } from '../core/erro
 import { failpoint } from '../core/failpoints.js';
 import { elapsedMs } from '../core/run-clock.js';
 import type { LedgerEntry, PipelineState, RangedLoadState, Reject, Row, StreamResult, StreamSchema, StreamState, TableRange, Watermark } from '../core/types.js';
-import { encodeValue } from '../core/values.js';
+import { compareCanonical, encodeValue } from '../core/values.js';
 import { describeChange } from '../core/schema-diff.js';
 import type { StreamConfig } from '../config/load.js';
+import { compareCursors } from './boundary.js';
 import { maxWatermark, type StreamPlan } from './plan.js';
 import { runMarks } from './run-marks.js';
 import { withoutColumns, type SchemaStep } from './schema-check.js';
@@ -271,6 +272,7 @@ class RangeLoader {
   private estimatedRows: number | undefined;
   private buildRows: number;
   private high: Watermark | undefined;
+  private compareText: RangePlan['compareText'];
   private readonly building: boolean;
   /** Range commits of parallel writers pass one at a time, each onto the state the previous one left. */
   private readonly turn = new Turns();
@@ -307,7 +309,8 @@ class RangeLoader {
     const left = this.ranged.ranges.filter((r) => !done.has(rangeLedgerName(this.ranged.load, r)));
     // Ranges committed by range jobs, which leave the state alone: their ledger rows hold their high marks.
     const ours = new Set(this.ranged.ranges.map((r) => rangeLedgerName(this.ranged.load, r)));
-    for (const e of loaded) if (ours.has(e.partition)) this.high = maxWatermark(this.high, e.high);
+    this.compareText = rangePlan.compareText?.bind(rangePlan);
+    for (const e of loaded) if (ours.has(e.partition)) this.high = await this.higher(this.high, e.high);
     this.rangesDone = this.ranged.ranges.length - left.length;
     const job = this.ctx.rangeJob;
     const pending = job !== undefined ? job.select(left) : left;
@@ -394,7 +397,7 @@ class RangeLoader {
         tally.rows += chunk.rows;
         this.rowsRead += chunk.rows;
         tally.rejects.push(...written.rejects);
-        if (chunk.last !== undefined && written.loaded > 0) tally.high = maxWatermark(tally.high, chunk.last);
+        if (chunk.last !== undefined && written.loaded > 0) tally.high = laterHigh(tally.high, chunk.last);
         this.progress(probe);
       } finally {
         await chunk.release();
@@ -419,7 +422,7 @@ class RangeLoader {
           continue;
         }
         good.push(checked);
-        if (cursorIndex >= 0 && checked[cursorIndex] !== null) tally.high = maxWatermark(tally.high, positionOf(checked, columns, cursorIndex, pkIndexes));
+        if (cursorIndex >= 0 && checked[cursorIndex] !== null) tally.high = laterHigh(tally.high, positionOf(checked, columns, cursorIndex, pkIndexes));
       }
       if (good.length > 0) await txn.write(good);
       await failpoint('range.after_write');
@@ -460,7 +463,7 @@ class RangeLoader {
       const before = { buildRows: this.buildRows, high: this.high };
       // The state of this commit counts the range in; a commit that fails leaves the counts as they were.
       this.buildRows += loaded;
-      this.high = maxWatermark(this.high, tally.high);
+      this.high = await this.higher(this.high, tally.high);
       const job = this.ctx.rangeJob;
       // A range job leaves the state document alone: range jobs commit side by side, and the ledger row says it is in.
       const next = job !== undefined ? this.state : this.nextState(false);
@@ -570,6 +573,24 @@ class RangeLoader {
     return { pipeline: this.ctx.pipeline, version: this.state.version + 1, streams: { ...this.state.streams, [this.stream.name]: stream } };
   }
 
+  /**
+   * The higher of two ranges' highest rows. Text values are ordered by the source (RangePlan.compareText): the next
+   * run's read continues above the watermark in the source's collation, so a code-point maximum would read part of
+   * the top cursor's rows again.
+   */
+  private async higher(a: Watermark | undefined, b: Watermark | undefined): Promise<Watermark | undefined> {
+    const compareText = this.compareText;
+    const names = [this.schema.cursor, ...this.schema.primaryKey];
+    if (a === undefined || b === undefined || compareText === undefined || names[0] === undefined) return maxWatermark(a, b);
+    const pairs = [[a.cursor, b.cursor], ...a.pk.map((v, i) => [v, b.pk[i]!])] as const;
+    for (const [i, [x, y]] of pairs.entries()) {
+      if (x.value === y.value) continue;
+      const order = x.type === 'text' ? await compareText(names[i]!, x.value, y.value) : compareCanonical(x.type, x.value, y.value);
+      if (order !== 0) return order > 0 ? a : b;
+    }
+    return a;
+  }
+
   private rangedState(): RangedLoadState {
     return { ...this.ranged, ...(this.high ? { high: this.high } : {}) };
   }
@@ -614,6 +635,17 @@ class RangeLoader {
       ...(this.schemaStep.changes.length > 0 ? { schemaChanges: this.schemaStep.changes.map(describeChange) } : {}),
     };
   }
+}
+
+/**
+ * A range's rows come in (cursor, key) order, or in key order with their cursors in any order (a MySQL range: see
+ * OpenedRead.rangesInAnyOrder): either way a later row is the higher one unless its cursor is lower. Keys are never
+ * compared here, as the source's collation orders text keys.
+ */
+function laterHigh(high: Watermark | undefined, next: Watermark): Watermark {
+  if (high === undefined) return next;
+  const byCursor = compareCursors(next.cursor, high.cursor);
+  return byCursor !== undefined && byCursor < 0 ? high : next;
 }
 
 function positionOf(row: Row, columns: OpenedRead['schema']['columns'], cursorIndex: number, pkIndexes: readonly number[]): Watermark {

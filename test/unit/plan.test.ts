@@ -16,6 +16,14 @@ describe('planning helpers', () => {
     expect(maxWatermark(w('10', '1'), w('10', '2'))).toEqual(w('10', '2'));
     expect(maxWatermark(undefined, w('1', '1'))).toEqual(w('1', '1'));
   });
+
+  it('takes the later of two marks that first differ in a text key: only the source knows its collation', () => {
+    const t = (c: string, id: string) => ({ cursor: { type: 'int64' as const, value: c }, pk: [{ type: 'text' as const, value: id }] });
+    // Byte for byte 'a2' is above 'B1'; a case-insensitive source sorts 'B1' after it, and read it second.
+    expect(maxWatermark(t('10', 'a2'), t('10', 'B1'))).toEqual(t('10', 'B1'));
+    expect(maxWatermark(t('10', 'B1'), t('9', 'z'))).toEqual(t('10', 'B1'));
+    expect(maxWatermark(t('10', 'B1'), t('10', 'B1'))).toEqual(t('10', 'B1'));
+  });
 });
 
 describe('capAtSafeMark (append reads stop below the safe mark)', () => {

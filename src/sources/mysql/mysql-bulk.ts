@@ -381,14 +381,14 @@ export class HighestRow {
     if (cursorPlace.field === undefined) throw new Error('a text cursor has no byte order');
   }
 
-  /** Takes the line appended last if it is above the highest so far; a line whose cursor is NULL (empty) is not. */
+  /**
+   * Takes the line appended last unless its cursor is below the highest so far or NULL (empty). Lines come in key
+   * order, the server's: of rows sharing a cursor value the later one has the higher key, in the key's collation.
+   */
   see(line: LineView): void {
     const cursor = spanOf(line, this.cursorPlace);
     if (cursor.end === cursor.start) return;
-    if (this.cursor !== undefined) {
-      const byCursor = this.order(cursor, this.cursor);
-      if (byCursor < 0 || (byCursor === 0 && this.compareKeys(line) <= 0)) return;
-    }
+    if (this.cursor !== undefined && this.order(cursor, this.cursor) < 0) return;
     const kept = (this.line ??= { bytes: line.bytes, starts: new Int32Array(line.starts.length), ends: new Int32Array(line.ends.length) });
     kept.bytes = line.bytes;
     for (let i = 0; i < kept.starts.length; i += 1) {
@@ -420,15 +420,6 @@ export class HighestRow {
   high(): Watermark | undefined {
     if (this.line === undefined) return undefined;
     return { cursor: typedField(this.cursorType, text(this.cursor!)), pk: this.keys.map((k) => this.typed(this.line!, k)) };
-  }
-
-  /** A row sharing the highest row's cursor value, by key: rare enough to decode. */
-  private compareKeys(line: LineView): number {
-    for (const key of this.keys) {
-      const order = compareCanonical(key.type.kind, this.typed(line, key).value, this.typed(this.line!, key).value);
-      if (order !== 0) return order;
-    }
-    return 0;
   }
 
   private typed(line: LineView, key: { readonly type: ColumnType; readonly place: LinePlace }): TypedValue {

@@ -156,7 +156,28 @@ export class MysqlSource implements Source {
         return { open: (request) => reader.open(request), close: () => reader.close() };
       },
       close: async () => undefined,
+      compareText: (column, a, b) => this.compareText(stream.table!, column, a, b),
     };
+  }
+
+  /**
+   * Two values of a text column in its collation (STRCMP: -1, 0 or 1), on a connection of its own: MySQL's default
+   * collations ignore case, so 'B1' sorts above 'a2' there.
+   */
+  private async compareText(table: string, column: string, a: string, b: string): Promise<number> {
+    const other = await MysqlSource.connect(this.options);
+    try {
+      const parts = splitQualified(table);
+      const [found] = await other.rows(
+        `SELECT character_set_name AS cs, collation_name AS coll FROM information_schema.columns WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?`,
+        [parts.length > 1 ? parts[0]! : null, parts[parts.length - 1]!, column],
+      );
+      if (found?.coll === null || found?.coll === undefined) return a < b ? -1 : a > b ? 1 : 0;
+      const value = `CONVERT(? USING ${q(String(found.cs))}) COLLATE ${q(String(found.coll))}`;
+      return Number((await other.rows(`SELECT STRCMP(${value}, ${value}) AS o`, [a, b]))[0]!.o);
+    } finally {
+      await other.close();
+    }
   }
 
   /**

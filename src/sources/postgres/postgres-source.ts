@@ -394,7 +394,29 @@ export class PostgresSource implements Source {
         return { open: (request) => reader.openRange(request, snapshot), close: () => reader.close() };
       },
       close: async () => undefined,
+      compareText: (column, a, b) => this.compareText(stream.table!, column, a, b),
     };
+  }
+
+  /** Two values of a text column as its type and collation order them (-1, 0 or 1), on a connection of its own. */
+  private async compareText(table: string, column: string, a: string, b: string): Promise<number> {
+    const other = await PostgresSource.connect(this.options);
+    try {
+      const found = await other.query<{ type: string; coll: string | null }>(
+        `SELECT format_type(a.atttypid, a.atttypmod) AS type,
+                (SELECT quote_ident(n.nspname) || '.' || quote_ident(c.collname) FROM pg_collation c JOIN pg_namespace n ON n.oid = c.collnamespace WHERE c.oid = a.attcollation) AS coll
+           FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`,
+        [quoteQualified(table), column],
+      );
+      const attribute = found.rows[0];
+      if (attribute === undefined) return a < b ? -1 : a > b ? 1 : 0;
+      // format_type and quote_ident give names quoted as SQL needs them.
+      const value = (n: number) => `($${n}::${attribute.type}${attribute.coll !== null ? ` COLLATE ${attribute.coll}` : ''})`;
+      const order = await other.query<{ o: number }>(`SELECT CASE WHEN ${value(1)} < ${value(2)} THEN -1 WHEN ${value(1)} = ${value(2)} THEN 0 ELSE 1 END AS o`, [a, b]);
+      return Number(order.rows[0]!.o);
+    } finally {
+      await other.close();
+    }
   }
 
   /** A table's heap blocks and the planner's row estimate (0 for a table never analysed). */
@@ -429,6 +451,7 @@ export class PostgresSource implements Source {
         return { open: (request) => reader.openRange(request), close: () => reader.close() };
       },
       close: async () => undefined,
+      compareText: (column, a, b) => this.compareText(stream.table!, column, a, b),
     };
   }
 

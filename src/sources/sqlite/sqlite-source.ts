@@ -275,10 +275,9 @@ export class SqliteSource implements Source {
    * one, VACUUM may renumber the rowids, moving rows into ranges already loaded.
    */
   private rowidIsKey(table: string): boolean {
-    const parts = table.split('.');
-    const [schema, name] = parts.length > 1 ? [parts[0]!, parts.slice(1).join('.')] : ['main', table];
+    const { schema, name } = tableParts(table);
     try {
-      const info = this.db.prepare('SELECT type, pk FROM pragma_table_info(?, ?)').all(name.replace(/^"|"$/g, ''), schema.replace(/^"|"$/g, '')) as { type: string; pk: number }[];
+      const info = this.db.prepare('SELECT type, pk FROM pragma_table_info(?, ?)').all(name, schema) as { type: string; pk: number }[];
       const key = info.filter((c) => c.pk > 0);
       return key.length === 1 && key[0]!.type.toUpperCase() === 'INTEGER';
     } catch {
@@ -323,7 +322,21 @@ export class SqliteSource implements Source {
         return { open: (request) => reader.open(request), close: () => reader.close() };
       },
       close: async () => undefined,
+      compareText: async (column, a, b) => this.compareText(stream.table!, column, a, b),
     };
+  }
+
+  /**
+   * Two values of a text column in the collation the table's key index holds for it (`COLLATE NOCASE`), else SQLite's
+   * default, BINARY (bytes, not JavaScript's UTF-16 order): -1, 0 or 1.
+   */
+  private compareText(table: string, column: string, a: string, b: string): number {
+    const { schema, name } = tableParts(table);
+    const found = this.db
+      .prepare(`SELECT x.coll AS coll FROM pragma_index_list(?, ?) l, pragma_index_xinfo(l.name, ?) x WHERE l.origin = 'pk' AND x.name = ?`)
+      .get(name, schema, schema, column) as { coll: string } | undefined;
+    const value = (name: string) => `@${name} COLLATE ${quoteIdent(found?.coll ?? 'BINARY')}`;
+    return this.db.prepare(`SELECT CASE WHEN ${value('a')} < ${value('b')} THEN -1 WHEN ${value('a')} = ${value('b')} THEN 0 ELSE 1 END`).pluck().get({ a, b }) as number;
   }
 
   async close(): Promise<void> {
@@ -333,4 +346,10 @@ export class SqliteSource implements Source {
 
 function windowParameter(name: WindowName): string {
   return `tidemark_${name}`;
+}
+
+/** A table name's schema (`main` unless qualified) and name, unquoted. */
+function tableParts(table: string): { schema: string; name: string } {
+  const parts = splitQualified(table);
+  return { schema: parts.length > 1 ? parts[0]! : 'main', name: parts[parts.length - 1]! };
 }

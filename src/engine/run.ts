@@ -5,7 +5,7 @@
  */
 import { hostname } from 'node:os';
 import { partitionLeaseName, type Destination, type Lease, type LeaseProvider, type Source, type StateStore } from '../core/connector.js';
-import { ConfigError, ConflictError, TidemarkError, errorFields, errorMessage, withContext } from '../core/errors.js';
+import { ConfigError, ConflictError, TidemarkError, errorMessage, withContext } from '../core/errors.js';
 import { failpoint } from '../core/failpoints.js';
 import { newRunId } from '../core/ids.js';
 import { elapsedMs, finishedAt, monotonicMs, runStart } from '../core/run-clock.js';

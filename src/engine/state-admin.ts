@@ -2,7 +2,7 @@
  * `tidemark state …`: inspect and edit a pipeline's state. Every edit is a new version (compare-and-set, under
  * the pipeline's lease), so history keeps what was there and `rollback` can restore it.
  */
-import { isSyncPosition, type Destination, type JsonValue, type Lease, type LeaseProvider, type Source, type StateStore } from '../core/connector.js';
+import { isSyncPosition, type Destination, type JsonValue, type Lease, type LeaseProvider, type StateStore } from '../core/connector.js';
 import { exportAirbyteState, importAirbyteState } from './airbyte-state.js';
 import { newRunId } from '../core/ids.js';
 import { StateError, UsageError, errorMessage } from '../core/errors.js';

@@ -5,10 +5,10 @@
 import { availableParallelism, totalmem } from 'node:os';
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { DuckDBInstance, listValue, type DuckDBAppender, type DuckDBConnection, type DuckDBValue } from '@duckdb/node-api';
+import { DuckDBInstance, listValue, type DuckDBConnection, type DuckDBValue } from '@duckdb/node-api';
 import type { BulkChunk, DestinationCapabilities } from '../../core/connector.js';
 import { ConflictError, DestinationError } from '../../core/errors.js';
-import type { Column, ColumnType, Row, Value } from '../../core/types.js';
+import type { Column, ColumnType, Row } from '../../core/types.js';
 import { quoteIdent, quoteString } from '../../shared/sql.js';
 import { appendRowsWithSeq, duckdbColumnType, duckdbStageType as stageType } from './duckdb-types.js';
 

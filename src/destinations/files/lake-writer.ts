@@ -5,9 +5,9 @@
  */
 import { rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { DuckDBInstance, type DuckDBAppender, type DuckDBConnection } from '@duckdb/node-api';
+import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api';
 import type { FileFormat } from '../../core/connector.js';
-import type { Column, ColumnType, Row, Value } from '../../core/types.js';
+import type { Column, Row } from '../../core/types.js';
 import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { Turns } from '../../shared/turns.js';
 import { quoteIdent, quoteString } from '../../shared/sql.js';

@@ -14,7 +14,6 @@
  * Segments are cast to binary so they arrive as bytes (no UTF-8 decoding on the client).
  */
 import { rm } from 'node:fs/promises';
-import { join } from 'node:path';
 import type { BulkChunk } from '../../core/connector.js';
 import { SourceError } from '../../core/errors.js';
 import { INTEGER_KINDS, type Column, type ColumnType, type TypedValue, type Watermark } from '../../core/types.js';

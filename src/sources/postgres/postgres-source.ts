@@ -6,7 +6,6 @@
  * and read back in the predicate with `current_setting(…)::type`: values never enter the SQL text.
  */
 import { rm } from 'node:fs/promises';
-import { join } from 'node:path';
 import type pg from 'pg';
 import { loadPg } from '../../shared/pg-driver.js';
 import { pgClientConfig } from './pg-client-config.js';

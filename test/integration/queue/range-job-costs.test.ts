@@ -16,7 +16,7 @@ import { createTestDatabase, type TestDatabase } from '../../conformance/postgre
 import { cli, startCli } from '../../helpers/cli.js';
 import { tempDir, writeYaml } from '../../helpers/fs.js';
 import { startStatementRecorder, type StatementRecorder } from './pg-statement-recorder.js';
-import { completed, enqueue, openQueue, queueArgs, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from './queue-fixture.js';
+import { completed, enqueue, openQueue, startWorker, stopAll, uniqueQueueName, waitFor, type Started } from './queue-fixture.js';
 
 let root: string;
 let cleanup: () => Promise<void>;

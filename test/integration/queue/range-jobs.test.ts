@@ -519,4 +519,38 @@ describe('one table across queue workers: the first load of an incremental strea
       await source.drop();
     }
   }, 200_000);
+
+  // The ranges' highest rows share the top cursor value; their keys differ in case, which a case-insensitive
+  // collation orders otherwise than bytes do ('B…' above 'a…'). The watermark is the collation's highest key.
+  it('an append stream keyed by case-insensitive text, by 2 workers: the watermark its highest key in the collation; the next run reads nothing again', async () => {
+    const name = uniqueQueueName('qinc-coll');
+    const { queue, close } = openQueue(name);
+    const source = await createMysqlDb('tm_qcoll');
+    const target = await createTestDatabase('tm_qcoll_dst');
+    const workers: Started[] = [];
+    try {
+      await source.sql(`CREATE TABLE items (id varchar(16) PRIMARY KEY, at int NOT NULL, note text) COLLATE utf8mb4_unicode_ci`);
+      await source.sql(`INSERT INTO items SELECT CONCAT(IF(seq > ${ROWS / 2}, 'a', 'B'), LPAD(seq, 6, '0')), (seq DIV 2) % 12, CONCAT('n', seq) FROM seq_1_to_${ROWS}`);
+      await source.sql('ANALYZE TABLE items');
+      const config = await pipelineFile('inc-coll', `{ type: mariadb, url: ${JSON.stringify(source.url)} }`, 'items', target, INCREMENTAL('append'));
+      const jobs = await enqueue(config, name);
+      expect(jobs.filter((j) => /:key \d+\/\d+$/.test(j.unit)).length).toBeGreaterThanOrEqual(4);
+      workers.push(startWorker(name, 'w1'), startWorker(name, 'w2'));
+      await completed(queue, jobs.length, workers);
+
+      const [top] = await source.sql(`SELECT id FROM items ORDER BY at DESC, id DESC LIMIT 1`);
+      expect(top!.id).toBe('B011999');
+      expect((await stateOf(config)).watermark?.pk.map((k) => k.value)).toEqual(['B011999']);
+      const again = await cli(['run', config]);
+      expect(again.code, again.stderr).toBe(0);
+      expect(await lastRunRead(target)).toBe(0);
+      const [landed] = await target.query(`SELECT count(*)::int AS n, count(DISTINCT id)::int AS ids FROM items`);
+      expect(landed).toEqual({ n: String(ROWS), ids: String(ROWS) });
+    } finally {
+      await stopAll(workers);
+      await close();
+      await target.drop();
+      await source.drop();
+    }
+  }, 200_000);
 });

@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import { parsePipeline, run, verifyPipeline } from '../../../src/index.js';
 import { formatMicros } from '../../../src/core/values.js';
 import { createPgDb, type PgTestDb } from '../postgres/pg-db.js';
-import { createMysqlDb, type MysqlTestDb } from '../mysql/mysql-db.js';
+import { createMysqlDb } from '../mysql/mysql-db.js';
 
 const ROWS = 20_000;
 const TUNING = { rangeRows: 2_000, leafRows: 64, fanout: 8 };

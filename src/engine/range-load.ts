@@ -460,10 +460,11 @@ class RangeLoader {
     await this.turn.run(async () => {
       this.signal.throwIfAborted();
       const loaded = tally.rows - tally.rejects.length;
+      const high = await this.higher(this.high, tally.high);
       const before = { buildRows: this.buildRows, high: this.high };
       // The state of this commit counts the range in; a commit that fails leaves the counts as they were.
       this.buildRows += loaded;
-      this.high = await this.higher(this.high, tally.high);
+      this.high = high;
       const job = this.ctx.rangeJob;
       // A range job leaves the state document alone: range jobs commit side by side, and the ledger row says it is in.
       const next = job !== undefined ? this.state : this.nextState(false);

@@ -284,11 +284,11 @@ export interface RangePlan {
   /** Ends the shared snapshot (after every reader has closed). */
   close(): Promise<void>;
   /**
-   * Orders two values of a text column the way the source sorts it (its collation, where code points are not that
-   * order: -1, 0 or 1), on a connection of its own. Incremental ranges' highest rows are compared with it: the
+   * Orders two values of a text or UUID column the way the source sorts them (a collation; MariaDB's UUID type by its
+   * time fields): -1, 0 or 1, on a connection of its own. Incremental ranges' highest rows are compared with it: the
    * watermark must be the highest row in the order the next run's read continues in. Absent: code-point order.
    */
-  compareText?(column: string, a: string, b: string): Promise<number>;
+  compareValues?(column: string, a: string, b: string): Promise<number>;
 }
 
 export interface RangeReader {

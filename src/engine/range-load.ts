@@ -272,7 +272,7 @@ class RangeLoader {
   private estimatedRows: number | undefined;
   private buildRows: number;
   private high: Watermark | undefined;
-  private compareText: RangePlan['compareText'];
+  private compareValues: RangePlan['compareValues'];
   private readonly building: boolean;
   /** Range commits of parallel writers pass one at a time, each onto the state the previous one left. */
   private readonly turn = new Turns();
@@ -309,7 +309,7 @@ class RangeLoader {
     const left = this.ranged.ranges.filter((r) => !done.has(rangeLedgerName(this.ranged.load, r)));
     // Ranges committed by range jobs, which leave the state alone: their ledger rows hold their high marks.
     const ours = new Set(this.ranged.ranges.map((r) => rangeLedgerName(this.ranged.load, r)));
-    this.compareText = rangePlan.compareText?.bind(rangePlan);
+    this.compareValues = rangePlan.compareValues?.bind(rangePlan);
     for (const e of loaded) if (ours.has(e.partition)) this.high = await this.higher(this.high, e.high);
     this.rangesDone = this.ranged.ranges.length - left.length;
     const job = this.ctx.rangeJob;
@@ -575,18 +575,19 @@ class RangeLoader {
   }
 
   /**
-   * The higher of two ranges' highest rows. Text values are ordered by the source (RangePlan.compareText): the next
-   * run's read continues above the watermark in the source's collation, so a code-point maximum would read part of
-   * the top cursor's rows again.
+   * The higher of two ranges' highest rows. Text and UUID values are ordered by the source (RangePlan.compareValues):
+   * the next run's read continues above the watermark in the source's order, so a code-point maximum would read part
+   * of the top cursor's rows again.
    */
   private async higher(a: Watermark | undefined, b: Watermark | undefined): Promise<Watermark | undefined> {
-    const compareText = this.compareText;
+    const compareValues = this.compareValues;
     const names = [this.schema.cursor, ...this.schema.primaryKey];
-    if (a === undefined || b === undefined || compareText === undefined || names[0] === undefined) return maxWatermark(a, b);
+    if (a === undefined || b === undefined || compareValues === undefined || names[0] === undefined) return maxWatermark(a, b);
     const pairs = [[a.cursor, b.cursor], ...a.pk.map((v, i) => [v, b.pk[i]!])] as const;
     for (const [i, [x, y]] of pairs.entries()) {
       if (x.value === y.value) continue;
-      const order = x.type === 'text' ? await compareText(names[i]!, x.value, y.value) : compareCanonical(x.type, x.value, y.value);
+      const bySource = x.type === 'text' || x.type === 'uuid';
+      const order = bySource ? await compareValues(names[i]!, x.value, y.value) : compareCanonical(x.type, x.value, y.value);
       if (order !== 0) return order > 0 ? a : b;
     }
     return a;

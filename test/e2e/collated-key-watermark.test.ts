@@ -1,6 +1,6 @@
 /**
  * An appended incremental stream whose key is text under a collation that does not sort by bytes (MariaDB
- * utf8mb4_unicode_ci, Postgres ICU "en", SQLite NOCASE): 'B002999' sorts above 'a005999' there, below it byte for byte. The top
+ * utf8mb4_unicode_ci, Postgres ICU "en", SQLite NOCASE; and MariaDB's UUID type): 'B002999' sorts above 'a005999' there, below it byte for byte. The top
  * cursor value is shared by 500 rows spread over the whole table (every chunk, checkpoint and range); the first
  * half of the rows have the upper-case keys, so ranges' highest rows at that value differ in case. The watermark
  * must be the source's highest (cursor, key), or the next run reads part of that tie group again and the append
@@ -24,6 +24,7 @@ const READS = {
 } as const;
 
 let my: MysqlTestDb;
+let myUuid: MysqlTestDb;
 let pgdb: PgTestDb;
 let sqlitePath: string;
 let root: string;
@@ -34,6 +35,13 @@ beforeAll(async () => {
   await my.sql(`CREATE TABLE events (id VARCHAR(16) PRIMARY KEY, at INT NOT NULL, note VARCHAR(16)) COLLATE utf8mb4_unicode_ci`);
   await my.sql(`INSERT INTO events SELECT CONCAT(IF(seq > ${ROWS / 2}, 'a', 'B'), LPAD(seq, 6, '0')), (seq DIV 2) % 12, CONCAT('n', seq) FROM seq_1_to_${ROWS}`);
   await my.sql('ANALYZE TABLE events');
+  // MariaDB's UUID type sorts a version-1 UUID by its last groups first: here the reverse of the text's order.
+  myUuid = await createMysqlDb('tm_uuidkey');
+  await myUuid.sql(`CREATE TABLE events (id UUID PRIMARY KEY, at INT NOT NULL, note VARCHAR(16))`);
+  await myUuid.sql(
+    `INSERT INTO events SELECT CONCAT(LPAD(HEX(seq), 8, '0'), '-0000-1000-8000-', LPAD(HEX(${ROWS} - seq), 12, '0')), (seq DIV 2) % 12, CONCAT('n', seq) FROM seq_1_to_${ROWS}`,
+  );
+  await myUuid.sql('ANALYZE TABLE events');
   pgdb = await createPgDb('tm_collkey');
   await pgdb.sql(`CREATE TABLE events (id text COLLATE "en-x-icu" PRIMARY KEY, at int NOT NULL, note text)`);
   await pgdb.sql(`INSERT INTO events SELECT CASE WHEN g > ${ROWS / 2} THEN 'a' ELSE 'B' END || lpad(g::text, 6, '0'), (g / 2) % 12, 'n' || g FROM generate_series(1, ${ROWS}) g`);
@@ -47,29 +55,33 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(async () => {
   await my?.drop();
+  await myUuid?.drop();
   await pgdb?.drop();
   await cleanup?.();
 }, 120_000);
 
+/** Each source's highest key at the top cursor value, in its own order. */
 const SOURCES = {
-  mariadb: () => ({ type: 'mariadb', url: my.url }),
-  postgres: () => ({ type: 'postgres', url: pgdb.url }),
-  sqlite: () => ({ type: 'sqlite', path: sqlitePath }),
+  mariadb: { config: () => ({ type: 'mariadb', url: my.url }), top: 'B002999' },
+  postgres: { config: () => ({ type: 'postgres', url: pgdb.url }), top: 'B002999' },
+  sqlite: { config: () => ({ type: 'sqlite', path: sqlitePath }), top: 'B002999' },
+  // seq 22: the smallest in the top cursor's group, so the highest last group (6000 - 22).
+  'mariadb-uuid': { config: () => ({ type: 'mariadb', url: myUuid.url }), top: '00000016-0000-1000-8000-00000000175a' },
 } as const;
 
-describe.each(['mariadb', 'postgres', 'sqlite'] as const)('%s: an appended stream keyed by collated text', (source) => {
+describe.each(Object.keys(SOURCES) as (keyof typeof SOURCES)[])('%s: an appended stream keyed by text the source orders otherwise than bytes', (source) => {
   it.each(['whole', 'ranged'] as const)('read %s: the next run reads only the new row, nothing twice', async (read) => {
     const dir = join(root, `${source}-${read}`);
     await mkdir(dir, { recursive: true });
     const target = join(dir, 'w.duckdb');
     const streams = [{ table: 'events', cursor: 'at', primary_key: 'id', write: 'append', ...READS[read] }];
-    const config = await writeYaml(dir, 'p.yaml', serverPipelineYaml({ source: SOURCES[source](), streams, destination: { type: 'duckdb', path: target } }));
+    const config = await writeYaml(dir, 'p.yaml', serverPipelineYaml({ source: SOURCES[source].config(), streams, destination: { type: 'duckdb', path: target } }));
     if (read === 'ranged') expect((await cli(['plan', config])).stdout).toMatch(/ranges: 4 \(0 committed\)/);
 
     const first = await cli(['run', config]);
     expect(first.code, first.stderr).toBe(0);
     const state = JSON.parse((await cli(['state', 'show', '--json', '--config', config])).stdout) as { streams: Record<string, { watermark?: unknown }> };
-    expect(state.streams.events!.watermark).toMatchObject({ cursor: { value: '11' }, pk: [{ value: 'B002999' }] });
+    expect(state.streams.events!.watermark).toMatchObject({ cursor: { value: '11' }, pk: [{ value: SOURCES[source].top }] });
 
     const second = await cli(['run', config, '--json']);
     expect(second.code, second.stderr).toBe(0);

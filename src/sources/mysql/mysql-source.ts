@@ -156,25 +156,30 @@ export class MysqlSource implements Source {
         return { open: (request) => reader.open(request), close: () => reader.close() };
       },
       close: async () => undefined,
-      compareText: (column, a, b) => this.compareText(stream.table!, column, a, b),
+      compareValues: (column, a, b) => this.compareValues(stream.table!, column, a, b),
     };
   }
 
   /**
-   * Two values of a text column in its collation (STRCMP: -1, 0 or 1), on a connection of its own: MySQL's default
-   * collations ignore case, so 'B1' sorts above 'a2' there.
+   * Two values of a column as the server orders them (-1, 0 or 1), on a connection of its own: text in its collation
+   * (MySQL's defaults ignore case, so 'B1' sorts above 'a2'), MariaDB's UUID type by its time fields.
    */
-  private async compareText(table: string, column: string, a: string, b: string): Promise<number> {
+  private async compareValues(table: string, column: string, a: string, b: string): Promise<number> {
     const other = await MysqlSource.connect(this.options);
     try {
       const parts = splitQualified(table);
       const [found] = await other.rows(
-        `SELECT character_set_name AS cs, collation_name AS coll FROM information_schema.columns WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?`,
+        `SELECT data_type AS type, character_set_name AS cs, collation_name AS coll FROM information_schema.columns WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?`,
         [parts.length > 1 ? parts[0]! : null, parts[parts.length - 1]!, column],
       );
-      if (found?.coll === null || found?.coll === undefined) return a < b ? -1 : a > b ? 1 : 0;
-      const value = `CONVERT(? USING ${q(String(found.cs))}) COLLATE ${q(String(found.coll))}`;
-      return Number((await other.rows(`SELECT STRCMP(${value}, ${value}) AS o`, [a, b]))[0]!.o);
+      const value =
+        String(found?.type).toLowerCase() === 'uuid'
+          ? 'CAST(? AS UUID)'
+          : found?.coll !== null && found?.coll !== undefined
+            ? `CONVERT(? USING ${q(String(found.cs))}) COLLATE ${q(String(found.coll))}`
+            : undefined;
+      if (value === undefined) return a < b ? -1 : a > b ? 1 : 0;
+      return Number((await other.rows(`SELECT CASE WHEN ${value} < ${value} THEN -1 WHEN ${value} = ${value} THEN 0 ELSE 1 END AS o`, [a, b, a, b]))[0]!.o);
     } finally {
       await other.close();
     }

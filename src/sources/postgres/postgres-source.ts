@@ -393,12 +393,12 @@ export class PostgresSource implements Source {
         return { open: (request) => reader.openRange(request, snapshot), close: () => reader.close() };
       },
       close: async () => undefined,
-      compareText: (column, a, b) => this.compareText(stream.table!, column, a, b),
+      compareValues: (column, a, b) => this.compareValues(stream.table!, column, a, b),
     };
   }
 
-  /** Two values of a text column as its type and collation order them (-1, 0 or 1), on a connection of its own. */
-  private async compareText(table: string, column: string, a: string, b: string): Promise<number> {
+  /** Two values of a column as its type and collation order them (-1, 0 or 1), on a connection of its own. */
+  private async compareValues(table: string, column: string, a: string, b: string): Promise<number> {
     const other = await PostgresSource.connect(this.options);
     try {
       const found = await other.query<{ type: string; coll: string | null }>(
@@ -450,7 +450,7 @@ export class PostgresSource implements Source {
         return { open: (request) => reader.openRange(request), close: () => reader.close() };
       },
       close: async () => undefined,
-      compareText: (column, a, b) => this.compareText(stream.table!, column, a, b),
+      compareValues: (column, a, b) => this.compareValues(stream.table!, column, a, b),
     };
   }
 

@@ -322,7 +322,7 @@ export class SqliteSource implements Source {
         return { open: (request) => reader.open(request), close: () => reader.close() };
       },
       close: async () => undefined,
-      compareText: async (column, a, b) => this.compareText(stream.table!, column, a, b),
+      compareValues: async (column, a, b) => this.compareText(stream.table!, column, a, b),
     };
   }
 

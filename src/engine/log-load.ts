@@ -17,6 +17,7 @@ import { ConfigError, SourceError, TidemarkError, withContext } from '../core/er
 import { failpoint } from '../core/failpoints.js';
 import type { Column, LedgerEntry, LogState, PipelineState, RangedLoadState, Reject, Row, RunRecord, StreamResult, StreamSchema, StreamState, TypedValue, Value } from '../core/types.js';
 import { compareCanonical, encodeValue } from '../core/values.js';
+import { hasCanonicalOrder } from './boundary.js';
 import { classifyType, typeName } from '../core/schema-diff.js';
 import type { StreamConfig } from '../config/load.js';
 import { withSourceKey } from './plan.js';
@@ -716,6 +717,11 @@ class LogLoader {
     const segments = s.log!.segments;
     if (segments === undefined) return s.log!.position;
     const columns = s.keyIndexes.map((i) => s.schema.columns[i]!);
+    // A key the engine cannot order as the source does (text in a collation, MariaDB's UUID) may lie in any segment:
+    // the earliest segment's position skips no change the first snapshot missed. A later snapshot's key then gets
+    // changes its copy already holds again: a mirror ends the same (each change is the row as it became), a change
+    // log records them.
+    if (!columns.every((c) => hasCanonicalOrder(c.type.kind))) return segments[0]!.position;
     for (const segment of segments) {
       if (segment.upToPk === undefined || compareKey(columns, key, segment.upToPk) <= 0) return segment.position;
     }

@@ -182,6 +182,11 @@ export function subtractLookback(cursor: TypedValue, ms: number, stream: Pick<St
   }
 }
 
+/** The values of two marks side by side, in the order they sort by: the cursor, then each key column. */
+export function markPairs(a: Watermark, b: Watermark): (readonly [TypedValue, TypedValue])[] {
+  return [[a.cursor, b.cursor], ...a.pk.map((v, i) => [v, b.pk[i]!] as const)];
+}
+
 /**
  * The higher of two marks: watermarks never move backwards, even when a lookback re-read ends below the stored one.
  * Values are compared here where every source sorts their kind alike; a text value (collations) or a UUID (MariaDB
@@ -191,8 +196,7 @@ export function subtractLookback(cursor: TypedValue, ms: number, stream: Pick<St
 export function maxWatermark(a: Watermark | undefined, b: Watermark | undefined): Watermark | undefined {
   if (a === undefined) return b;
   if (b === undefined) return a;
-  const pairs = [[a.cursor, b.cursor], ...a.pk.map((v, i) => [v, b.pk[i]!])] as const;
-  for (const [x, y] of pairs) {
+  for (const [x, y] of markPairs(a, b)) {
     if (x.value === y.value) continue;
     if (!hasCanonicalOrder(x.type)) return b;
     const order = compareCanonical(x.type, x.value, y.value);

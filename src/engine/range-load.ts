@@ -19,7 +19,7 @@ import { compareCanonical, encodeValue } from '../core/values.js';
 import { describeChange } from '../core/schema-diff.js';
 import type { StreamConfig } from '../config/load.js';
 import { compareCursors } from './boundary.js';
-import { maxWatermark, type StreamPlan } from './plan.js';
+import { markPairs, maxWatermark, type StreamPlan } from './plan.js';
 import { runMarks } from './run-marks.js';
 import { withoutColumns, type SchemaStep } from './schema-check.js';
 import { bulkFormat, runRecordFor, wholeRowGroups, type StreamContext, type StreamOutcome } from './stream-load.js';
@@ -583,8 +583,7 @@ class RangeLoader {
     const compareValues = this.compareValues;
     const names = [this.schema.cursor, ...this.schema.primaryKey];
     if (a === undefined || b === undefined || compareValues === undefined || names[0] === undefined) return maxWatermark(a, b);
-    const pairs = [[a.cursor, b.cursor], ...a.pk.map((v, i) => [v, b.pk[i]!])] as const;
-    for (const [i, [x, y]] of pairs.entries()) {
+    for (const [i, [x, y]] of markPairs(a, b).entries()) {
       if (x.value === y.value) continue;
       const bySource = x.type === 'text' || x.type === 'uuid';
       const order = bySource ? await compareValues(names[i]!, x.value, y.value) : compareCanonical(x.type, x.value, y.value);

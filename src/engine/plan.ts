@@ -187,13 +187,23 @@ export function markPairs(a: Watermark, b: Watermark): (readonly [TypedValue, Ty
   return [[a.cursor, b.cursor], ...a.pk.map((v, i) => [v, b.pk[i]!] as const)];
 }
 
-/**
- * The higher of two marks: watermarks never move backwards, even when a lookback re-read ends below the stored one.
- * Values are compared here where every source sorts their kind alike; a text value (collations) or a UUID (MariaDB
- * sorts them by their time fields) is not: of two marks that first differ there, the later one (`b`) is taken, as a
- * read in the source's order reaches it second.
- */
+/** Watermarks never move backwards, even when a lookback re-read ends below the stored one. */
 export function maxWatermark(a: Watermark | undefined, b: Watermark | undefined): Watermark | undefined {
+  if (a === undefined) return b;
+  if (b === undefined) return a;
+  for (const [x, y] of markPairs(a, b)) {
+    const order = compareCanonical(x.type, x.value, y.value);
+    if (order !== 0) return order > 0 ? a : b;
+  }
+  return a;
+}
+
+/**
+ * The higher of two positions of one read, `b` read after `a`. Values are compared where every source sorts their
+ * kind alike; a text value (collations) or a UUID (MariaDB sorts them by their time fields) is not: of two positions
+ * that first differ there, the later one is taken, as the source's sorted read reached it second.
+ */
+export function laterPosition(a: Watermark | undefined, b: Watermark | undefined): Watermark | undefined {
   if (a === undefined) return b;
   if (b === undefined) return a;
   for (const [x, y] of markPairs(a, b)) {

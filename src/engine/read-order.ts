@@ -9,7 +9,7 @@ import { SourceError } from '../core/errors.js';
 import type { TypedValue, Watermark } from '../core/types.js';
 import { compareCanonical } from '../core/values.js';
 import { compareCursors } from './boundary.js';
-import { maxWatermark } from './plan.js';
+import { laterPosition } from './plan.js';
 
 export class ReadOrder {
   private broken = false;
@@ -59,7 +59,7 @@ export class ReadOrder {
   }
 
   admit(position: Watermark): void {
-    this.highestAdmitted = maxWatermark(this.highestAdmitted, position);
+    this.highestAdmitted = laterPosition(this.highestAdmitted, position);
   }
 }
 

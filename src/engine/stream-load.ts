@@ -31,7 +31,7 @@ import { CheckpointProof } from './checkpoint-proof.js';
 import { KeyDedupe, type DedupeVerdict } from './key-dedupe.js';
 import { CursorRange, ReadOrder } from './read-order.js';
 import type { ProgressListener } from './progress.js';
-import { checkLookback, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
+import { checkLookback, laterPosition, maxWatermark, planStream, settleKey, withSourceKey, type StreamPlan } from './plan.js';
 import { evaluateSchema, restartsBuild, schemaInput, streamSchemaStep, withFoldedCase, withoutBuild, withoutColumns, type SchemaStep } from './schema-check.js';
 import { emptyResult, reopenedOnSchemaGrowth } from './schema-growth.js';
 import { loadRanges, rangeAbilities, readsAsRanges } from './range-load.js';
@@ -744,7 +744,7 @@ class StreamLoader {
   private reachedMark(final: boolean, windowDone: boolean): Watermark | undefined {
     if (this.unordered) return windowDone ? this.highest : undefined;
     if (this.proof !== undefined) return final ? this.highest : this.atProvenToken ? this.order.admitted : undefined;
-    return maxWatermark(this.order.admitted, this.position.watermark);
+    return laterPosition(this.order.admitted, this.position.watermark);
   }
 
   private withGroup(watermark: Watermark | undefined): Watermark | undefined {

@@ -231,6 +231,11 @@ export interface RangeSizing {
    * (`RangePlan.rowsKeepRange`) where the table allows, e.g. Postgres key ranges instead of CTID ones.
    */
   readonly keepRows?: boolean;
+  /**
+   * The destination stores rows in groups of this many (`DestinationCapabilities.bulkRowGroup`): where `rowsPerRange`
+   * is a whole number of them, a key without gaps is cut every `rowsPerRange` values (see valueSplits).
+   */
+  readonly rowGroup?: number;
 }
 
 /** How many ranges a table of about `rows` rows is cut into. */
@@ -241,16 +246,32 @@ export function rangeCount(rows: number, sizing: RangeSizing): number {
 /**
  * Split points of a one-column integer key whose values run from `lo` to `hi`: `count` equal spans of values. Spans of
  * values, not of rows, so a key with gaps gives uneven ranges; but they cost two index lookups, where split points by
- * row position cost a scan of the key.
+ * row position cost a scan of the key. Into a destination that stores rows in groups, a key about as dense as its
+ * rows is cut every `rowsPerRange` values instead (see groupedStep).
  */
-export function valueSplits(kind: ColumnKind, lo: bigint, hi: bigint, count: number): TypedValue[][] {
+export function valueSplits(kind: ColumnKind, lo: bigint, hi: bigint, count: number, sizing?: RangeSizing): TypedValue[][] {
   const span = hi - lo + 1n;
+  const step = groupedStep(span, count, sizing);
+  const parts = step === undefined ? BigInt(count) : (span + step - 1n) / step;
   const splits: TypedValue[][] = [];
-  for (let i = 1n; i < BigInt(count); i += 1n) {
-    const at = lo + (span * i) / BigInt(count);
+  for (let i = 1n; i < parts; i += 1n) {
+    const at = lo + (step === undefined ? (span * i) / parts : step * i);
     if (at > lo && String(at) !== splits.at(-1)?.[0]?.value) splits.push([{ type: kind, value: String(at) }]);
   }
   return splits;
+}
+
+/**
+ * Values per range that make each range of a key without gaps whole row groups: every range but the last commits full
+ * groups, where ranges of equal spans would each end in a part-filled one, which DuckDB rewrites at its next checkpoint
+ * (measured, 3M taxi rows in 12 ranges: a 1.4 s checkpoint at close, against 0.03 s). Undefined (equal spans) when
+ * that would idle a reader (fewer than two ranges for each) or the key has gaps enough to make twice the ranges asked.
+ */
+function groupedStep(span: bigint, count: number, sizing: RangeSizing | undefined): bigint | undefined {
+  if (sizing?.rowGroup === undefined || !Number.isInteger(sizing.rowsPerRange) || sizing.rowsPerRange % sizing.rowGroup !== 0) return undefined;
+  const step = BigInt(sizing.rowsPerRange);
+  const parts = (span + step - 1n) / step;
+  return parts >= 2n * BigInt(Math.max(1, sizing.minRanges)) && parts <= 2n * BigInt(count) ? step : undefined;
 }
 
 /**

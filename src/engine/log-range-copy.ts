@@ -49,7 +49,7 @@ export async function planLogRanges(
 ): Promise<{ readonly plan: RangePlan; readonly readers: number } | undefined> {
   if (snapshot.ranges === undefined || ctx.destination.ledger === undefined || (resumes === undefined && !mayReadAsRanges(stream))) return undefined;
   const readers = await readerCount(ctx.source, stream);
-  const plan = await snapshot.ranges(stream, rangeSizing(stream, readers));
+  const plan = await snapshot.ranges(stream, rangeSizing(stream, readers, false, ctx.destination.capabilities.bulkRowGroup));
   if (plan === undefined) return undefined;
   const estimate = plan.ranges.reduce((n, r) => n + (r.estimatedRows ?? 0), 0);
   if (resumes === undefined && !rangesWanted(stream, estimate)) {

@@ -121,6 +121,7 @@ async function planStreams(
   // Ledger rows of streams read as ranges: which ranges of a load under way are committed.
   const rangeRows = new Map<string, ReadonlySet<string>>();
   const keepsLedger = destination.ledger !== undefined;
+  const rowGroup = destination.capabilities.bulkRowGroup;
   try {
     for (const stream of streams.filter((s) => mayReadAsRanges(s) && s.strategy !== 'partitioned' && destination.ledger !== undefined)) {
       rangeRows.set(stream.name, new Set((await destination.ledger!.list(pipeline.name, stream.name)).map((e) => e.partition)));
@@ -150,7 +151,7 @@ async function planStreams(
   const sideBySide = new Set(alone.length > 1 ? alone.map((s) => s.name) : []);
   try {
     const reports: StreamPlanReport[] = [];
-    const logged = await logReports(source, pipeline, streams.filter((s) => s.strategy === 'log'), states, keepsLedger ? rangeRows : undefined);
+    const logged = await logReports(source, pipeline, streams.filter((s) => s.strategy === 'log'), states, keepsLedger ? rangeRows : undefined, rowGroup);
     for (const configured of streams) {
       const planned = partitioned.get(configured.name) ?? logged.get(configured.name);
       if (planned !== undefined) {
@@ -183,7 +184,7 @@ async function planStreams(
         }
         const ends = { sourceSplits: source.ranges !== undefined, destinationKeepsLedger: keepsLedger, boundedRun: false };
         const ranges = readsAsRanges(ends, stream, plan, prior, read)
-          ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set(), plan.generation !== undefined, takesRangeWriters(pipeline)).catch(inStreamContext)
+          ? await plannedRanges(source, stream, prior, rangeRows.get(stream.name) ?? new Set(), plan.generation !== undefined, takesRangeWriters(pipeline), rowGroup).catch(inStreamContext)
           : undefined;
         reports.push({
           stream: stream.name,
@@ -239,6 +240,7 @@ async function logReports(
   streams: readonly StreamConfig[],
   states: Readonly<Record<string, StreamState>>,
   rangeRows: ReadonlyMap<string, ReadonlySet<string>> | undefined,
+  rowGroup: number | undefined,
 ): Promise<Map<string, StreamPlanReport>> {
   const out = new Map<string, StreamPlanReport>();
   if (streams.length === 0) return out;
@@ -254,7 +256,7 @@ async function logReports(
     const predicate = copying
       ? `copy ${stream.table}${state?.snapshot?.afterPk ? ` above key ${state.snapshot.afterPk.map((v) => v.value).join(', ')}` : ''} from a snapshot consistent with the slot, then apply the changes after it`
       : `apply the changes committed after log position ${state.position}`;
-    const ranged = copying && rangeRows !== undefined ? await logCopyRanges(source, stream, state, rangeRows.get(stream.name) ?? new Set()) : undefined;
+    const ranged = copying && rangeRows !== undefined ? await logCopyRanges(source, stream, state, rangeRows.get(stream.name) ?? new Set(), rowGroup) : undefined;
     out.set(stream.name, {
       stream: stream.name,
       strategy: 'log',
@@ -282,7 +284,7 @@ async function logReports(
  * are committed), else the table's ranges as planned now — the run plans them again in the slot's snapshot. One
  * writer applies them, as it applies the log.
  */
-async function logCopyRanges(source: Source, stream: StreamConfig, log: LogState | undefined, loaded: ReadonlySet<string>): Promise<StreamPlanReport['ranged']> {
+async function logCopyRanges(source: Source, stream: StreamConfig, log: LogState | undefined, loaded: ReadonlySet<string>, rowGroup: number | undefined): Promise<StreamPlanReport['ranged']> {
   const start = rangedCopyStart(stream, log);
   const readers = await readerCount(source, stream);
   if (start !== undefined && 'resumes' in start) {
@@ -290,7 +292,7 @@ async function logCopyRanges(source: Source, stream: StreamConfig, log: LogState
     return { readers, writers: 1, ranges: rangeReports(load, ranges, loaded) };
   }
   if (!mayReadAsRanges(stream)) return undefined;
-  const planned = await source.ranges?.plan(stream, rangeSizing(stream, readers));
+  const planned = await source.ranges?.plan(stream, rangeSizing(stream, readers, false, rowGroup));
   await planned?.close();
   if (planned === undefined || !rangesWanted(stream, planned.ranges.reduce((n, r) => n + (r.estimatedRows ?? 0), 0))) return undefined;
   return {

@@ -76,9 +76,13 @@ export async function readerCount(source: Pick<Source, 'ranges'>, stream: Stream
   return Math.max(1, free === undefined ? cores : Math.min(cores, free - 1));
 }
 
-/** Ranges to plan: at least one per reader, and about `range_rows` rows each. */
-export function rangeSizing(stream: StreamConfig, readers: number, keepRows = false): RangeSizing {
-  return { minRanges: readers, rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS, ...(keepRows ? { keepRows } : {}) };
+/**
+ * Ranges to plan: at least one per reader, and about `range_rows` rows each — by default, into a destination that
+ * stores rows in groups (`rowGroup`), two whole groups (2 × 122,880 rows into DuckDB).
+ */
+export function rangeSizing(stream: StreamConfig, readers: number, keepRows = false, rowGroup?: number): RangeSizing {
+  const grouped = rowGroup !== undefined ? { rowGroup, rowsPerRange: stream.rangeRows ?? 2 * rowGroup } : { rowsPerRange: stream.rangeRows ?? DEFAULT_RANGE_ROWS };
+  return { minRanges: readers, ...grouped, ...(keepRows ? { keepRows } : {}) };
 }
 
 /**
@@ -132,9 +136,10 @@ export async function plannedRanges(
   loaded: ReadonlySet<string>,
   building: boolean,
   writersAllowed: boolean,
+  rowGroup: number | undefined,
 ): Promise<{ readonly readers: number; readonly writers: number; readonly ranges: readonly RangePlanReport[]; readonly startsOver?: true }> {
   const readers = await readerCount(source, stream);
-  const planned = await source.ranges?.plan(stream, rangeSizing(stream, readers, prior?.ranged?.ranges.some((r) => r.by === 'key')));
+  const planned = await source.ranges?.plan(stream, rangeSizing(stream, readers, prior?.ranged?.ranges.some((r) => r.by === 'key'), rowGroup));
   await planned?.close();
   const report = (load: string, ranges: readonly TableRange[]) => {
     const shown = rangeReports(load, ranges, loaded);
@@ -161,7 +166,7 @@ export async function loadRanges(
   const readers = await readerCount(ctx.source, stream);
   const fresh = { until: probe.until, safeMark: probe.safeMark ?? undefined };
   await probe.close();
-  const rangePlan = await ctx.source.ranges!.plan(stream, continuedKeyRanges(prior, plan) ?? rangeSizing(stream, readers, keepsRows(ctx, prior))).catch((e: unknown) => {
+  const rangePlan = await ctx.source.ranges!.plan(stream, continuedKeyRanges(prior, plan) ?? rangeSizing(stream, readers, keepsRows(ctx, prior), ctx.destination.capabilities.bulkRowGroup)).catch((e: unknown) => {
     throw withContext(e, { ...context, phase: 'plan' }, 'source');
   });
   if (rangePlan === undefined) throw new SourceError(`the source cannot split ${stream.table} into ranges; remove parallel`, { context: { ...context, phase: 'plan' } });
@@ -326,9 +331,18 @@ class RangeLoader {
       if (writers > 1) await this.commitRange(undefined, await this.transaction(this.ctx.destination), { rows: 0, rejects: [], high: undefined });
       const onOpenFailure = (error: unknown) => this.ctx.onWarning?.(this.stream.name, `a range writer could not connect, the others load its share: ${errorMessage(error)}`);
       await runWriters(pending.length, { count: writers, first: this.ctx.destination, open: this.ctx.openWriter, stop: this.stop, onOpenFailure }, async (i, destination) => {
-        const next = await opened.take(i);
+        // The transaction first: a destination's first one readies its tables, which takes several times longer once
+        // the readers keep the machine busy (DuckDB, 3M rows: 1.9 s against 0.3 s).
+        const txn = await this.transaction(destination, pending[i]);
+        let next: RangeRead;
         try {
-          await this.loadRange(next, probe, destination);
+          next = await opened.take(i);
+        } catch (error) {
+          await txn.rollback().catch(() => undefined);
+          throw error;
+        }
+        try {
+          await this.loadRange(next, probe, txn);
         } finally {
           await opened.release(next);
         }
@@ -354,15 +368,14 @@ class RangeLoader {
     return { ...request, range, ...(until !== undefined && until !== null ? { untilAtMost: until.value } : {}) };
   }
 
-  private async loadRange(current: RangeRead, probe: OpenedRead, destination: Destination): Promise<void> {
+  private async loadRange(current: RangeRead, probe: OpenedRead, txn: LoadTransaction): Promise<void> {
     const read = withoutColumns(current.read, this.schemaStep.leftOut);
     const tally: RangeTally = { rows: 0, rejects: [], high: undefined };
     if (this.ranged.until === null && this.stream.strategy === 'incremental') {
       // The table had no row when the bounds were fixed: every range is empty, and rows added since wait for the next run.
-      await this.commitRange(current.range, await this.transaction(destination, current.range), tally);
+      await this.commitRange(current.range, txn, tally);
       return;
     }
-    const txn = await this.transaction(destination, current.range);
     try {
       if (current.chunks !== undefined) await this.writeChunks(txn, current.chunks, probe, tally);
       else await this.writeBatches(txn, read, probe, tally);

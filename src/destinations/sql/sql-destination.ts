@@ -63,6 +63,8 @@ export abstract class SqlDestination implements Destination {
    * backfill of many partitions runs without maintaining that index; the first reload builds it.
    */
   private readonly createdTables = new Map<string, Set<string>>();
+  /** Columns each table is known to have after a commit of this destination (see SqlLoadTransaction.knownColumns). */
+  private readonly knownColumns = new Map<string, ReadonlySet<string>>();
 
   protected constructor(
     protected readonly exec: SqlExecutor,
@@ -78,6 +80,7 @@ export abstract class SqlDestination implements Destination {
 
   async dropBuild(stream: string): Promise<void> {
     await this.exec.run(`DROP TABLE IF EXISTS ${this.dialect.table(buildTableName(stream))}`);
+    this.knownColumns.delete(buildTableName(stream));
   }
 
   fenceToken(lease: string): Promise<number> {
@@ -115,9 +118,8 @@ export abstract class SqlDestination implements Destination {
     await this.meta.ensure();
     const columns = load.target.schema.columns;
     const ddl = [...columns.map((c) => `${quoteIdent(c.name)} ${this.dialect.stageType(c.type)}`), `${SEQ_COLUMN} BIGINT`].join(', ');
-    await this.dialect.createStage(this.exec, STAGE, ddl);
     loadCounter += 1;
-    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${loadCounter}`, ddl, this.createdTables, this.capabilities.foldsCase === true, () =>
+    return new SqlLoadTransaction(this.exec, this.dialect, this.meta, load, `${load.runId}-${load.target.schema.name}-${loadCounter}`, ddl, this.createdTables, this.knownColumns, this.capabilities.foldsCase === true, () =>
       this.prepareVerify(),
     );
   }
@@ -149,6 +151,12 @@ class SqlLoadTransaction implements LoadTransaction {
     private readonly loadIdPrefix: string,
     private readonly stageDdl: string,
     private readonly createdTables: Map<string, Set<string>>,
+    /**
+     * Columns a table is known to have (the destination's, shared by its loads): after a commit, later commits need
+     * not ask the catalog again (two lookups per chunk of a bulk load, and per range of a ranged one). `ensured` waits
+     * for the commit that makes it true.
+     */
+    private readonly knownColumns: Map<string, ReadonlySet<string>>,
     /** The destination's `capabilities.foldsCase`: a column differing from the table's only in case is that column. */
     private readonly foldsCase: boolean,
     /** Readies the connection for the checksum SQL (SQLite: registers its functions). */
@@ -157,11 +165,8 @@ class SqlLoadTransaction implements LoadTransaction {
 
   /** The table this transaction created (it is empty until this load writes). */
   private created: string | undefined;
-  /**
-   * Columns a table of this load is known to have: after a commit, its later commits need not ask the catalog again
-   * (two lookups per chunk of a bulk load). `ensured` waits for the commit that makes it true.
-   */
-  private readonly knownColumns = new Map<string, ReadonlySet<string>>();
+  /** The staging table of row writes exists in this session: made by the first write, not for bulk loads. */
+  private stageReady = false;
   private ensured: { readonly table: string; readonly names: ReadonlySet<string> } | undefined;
   /** Widenings (`TableTarget.widen`) done by a committed transaction of this load, and by the open one. */
   private readonly widened = new Set<string>();
@@ -169,6 +174,10 @@ class SqlLoadTransaction implements LoadTransaction {
 
   async write(rows: readonly Row[]): Promise<void> {
     if (rows.length === 0) return;
+    if (!this.stageReady) {
+      await this.dialect.createStage(this.exec, STAGE, this.stageDdl);
+      this.stageReady = true;
+    }
     await this.dialect.appendToStage(STAGE, this.load.target.schema.columns, rows, this.seq);
     this.seq += rows.length;
     this.staged += rows.length;
@@ -218,8 +227,8 @@ class SqlLoadTransaction implements LoadTransaction {
     this.bulkUnique = chunk.uniqueKey;
     try {
       if (merge && this.targetHadRows === undefined) {
-        const existing = await this.dialect.tableColumns(this.exec, table);
-        this.targetHadRows = existing !== undefined && (await this.holdsRows(table, target.keyRange));
+        const exists = this.knownColumns.has(table) || (await this.dialect.tableColumns(this.exec, table)) !== undefined;
+        this.targetHadRows = exists && (await this.holdsRows(table, target.keyRange));
       }
       const direct = (target.build === undefined || target.buildStarted === true) && target.replacePartition === undefined && (!merge || (chunk.uniqueKey && this.targetHadRows === false));
       let into: string;
@@ -400,6 +409,7 @@ class SqlLoadTransaction implements LoadTransaction {
         await this.dialect.afterCreateTable?.(this.exec, this.indexDeferred.table, this.indexDeferred.primaryKey);
         this.indexDeferred = undefined;
       }
+      if (this.staged > 0 || this.bulkStaged > 0 || changeStages.length > 0) await this.dialect.endBulk?.();
       if (this.staged > 0) await this.applyStage(table);
       if (this.bulkStaged > 0) await this.applyBulk(table);
       for (const staged of changeStages) await this.applyChanges(staged);
@@ -544,8 +554,8 @@ class SqlLoadTransaction implements LoadTransaction {
     } catch (error) {
       if (this.exec.reconnect === undefined) throw error;
       await this.exec.reconnect();
-      // The new session has no staging table; the next batch of this load needs one.
-      await this.dialect.createStage(this.exec, STAGE, this.stageDdl);
+      // The new session has no staging table; the next batch of this load makes one.
+      this.stageReady = false;
       if (await this.meta.loadCommitted(loadId)) return;
       throw new DestinationError(`commit into ${this.dialect.name} did not complete (load ${loadId} is not recorded): ${(error as Error).message}`, {
         context,
@@ -556,6 +566,7 @@ class SqlLoadTransaction implements LoadTransaction {
   }
 
   private async emptyStage(): Promise<void> {
+    if (!this.stageReady) return;
     if (this.dialect.recreateStage) await this.dialect.createStage(this.exec, STAGE, this.stageDdl);
     else await this.exec.run(`DELETE FROM ${STAGE}`);
   }
@@ -573,6 +584,7 @@ class SqlLoadTransaction implements LoadTransaction {
   }
 
   async rollback(): Promise<void> {
+    await this.dialect.endBulk?.().catch(() => undefined);
     this.widening = new Set();
     // A table created in the transaction being rolled back is gone; one committed earlier keeps waiting for its index
     // (the next load's first look at it builds it).
@@ -584,6 +596,8 @@ class SqlLoadTransaction implements LoadTransaction {
       await this.exec.run('ROLLBACK').catch(() => undefined);
     }
     await this.emptyStage().catch(() => undefined);
+    // Made inside the transaction rolled back, it may be gone: the next write makes it again.
+    this.stageReady = false;
     this.staged = 0;
     if (this.bulkStaged > 0) await this.exec.run(`DROP TABLE IF EXISTS ${quoteIdent(BULK_STAGE)}`).catch(() => undefined);
     this.bulkStaged = 0;

@@ -99,6 +99,11 @@ export interface SqlDialect {
     notNull: readonly number[],
   ): Promise<{ readonly loaded: number; readonly bad: readonly BulkRefusal[] }>;
   /**
+   * Puts back what `stageBulk` set for its chunks and keeps across them (DuckDB's thread count), before statements that
+   * are better off without (a commit's merge), and when a load fails.
+   */
+  endBulk?(): Promise<void>;
+  /**
    * Inside a transaction: serialises it against other transactions of the same pipeline until it ends, so the
    * compare-and-set reads of state and fence see the latest committed rows (engines whose write transactions are
    * already serial, SQLite and DuckDB, leave it out).

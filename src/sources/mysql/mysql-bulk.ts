@@ -1,17 +1,18 @@
 /**
- * The bulk read of a MySQL/MariaDB stream: the server renders each row as a line of the bulk CSV (BulkChunk in
- * core/connector.ts), so the client moves byte strings into chunk files and never parses a value (it only quotes
- * text); the destination's own CSV reader then checks and loads them.
+ * The bulk read of a MySQL/MariaDB stream: each row becomes a line of the bulk CSV (BulkChunk in core/connector.ts)
+ * straight from its binary-protocol packet, so the client never builds a JS value of a row; the destination's own CSV
+ * reader then checks and loads the lines.
  *
- * Each value is written in the BulkChunk's text form by SQL the server evaluates:
- * - integers, DECIMAL and DOUBLE as the server prints them (exact digits; DOUBLE in its shortest round-trip form,
- *   and MariaDB/MySQL store no NaN, infinity or -0); FLOAT widened to DOUBLE first, whose text is the float's
- *   exact value (FLOAT's own text keeps only 6 digits);
- * - DATETIME / DATE / TIME as their text (`YYYY-MM-DD HH:MM:SS[.ffffff]`), TIMESTAMP the same in the read session's
- *   UTC with `+00`; zero or partly zero dates keep their text, which the destination refuses as the row path does;
- * - BIT(1) as `t`/`f`, wider BIT as its unsigned integer; binary strings as `\x` and lowercase hex;
+ * Each value is written in the BulkChunk's text form, the server's own text:
+ * - integers, DOUBLE, DATE, DATETIME and TIMESTAMP come in their binary form and the client writes them as the server
+ *   prints them (wire-text.ts): exact digits, a DOUBLE as text that reads back as itself (MariaDB/MySQL store no NaN,
+ *   infinity or -0), `YYYY-MM-DD HH:MM:SS[.f…]` with the column's fractional digits, a TIMESTAMP in the read
+ *   session's UTC with `+00`; zero or partly zero dates keep their text, which the destination refuses as the row
+ *   path does;
+ * - DECIMAL and TIME as the server prints them; FLOAT widened to DOUBLE first, whose text is the float's exact value
+ *   (FLOAT's own text keeps only 6 digits); BIT(1) as `t`/`f`, wider BIT as its unsigned integer; binary strings as
+ *   `\x` and lowercase hex: SQL the server evaluates, cast to binary so it arrives as bytes;
  * - text, JSON, ENUM/SET converted to utf8mb4, quoted by the client (quotes doubled); NULL as an empty unquoted field.
- * Segments are cast to binary so they arrive as bytes (no UTF-8 decoding on the client).
  */
 import { rm } from 'node:fs/promises';
 import type { BulkChunk } from '../../core/connector.js';
@@ -22,18 +23,39 @@ import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { bulkChunkOf, ChunkQueue, CsvChunker, type RowKey } from '../postgres/csv-chunks.js';
 import { decoderFor } from '../postgres/pg-types.js';
 import type { BitColumn } from './mysql-types.js';
+import { wireCode, writeWireValue, WIRE_TEXT_MAX, type WireField } from './wire-text.js';
+
+/**
+ * Whether a column is sent in its binary form and written as text by the client (see wire-text.ts): integers (not
+ * BIT, which the server casts), DOUBLE, DATE, DATETIME and TIMESTAMP.
+ */
+function sentBinary(type: ColumnType, bit: boolean): boolean {
+  switch (type.kind) {
+    case 'int16':
+    case 'int32':
+    case 'int64':
+    case 'float64':
+    case 'date':
+    case 'timestamp':
+    case 'timestamptz':
+      return true;
+    case 'uint64':
+      return !bit;
+    default:
+      return false;
+  }
+}
 
 /** A column's value in the BulkChunk text form, or NULL (`ref` is the qualified column); undefined: text, quoted by the client. */
-function valueText(type: ColumnType, ref: string, bit: boolean): string | undefined {
+function valueText(type: ColumnType, ref: string): string | undefined {
   switch (type.kind) {
     case 'boolean':
       return `CASE ${ref} WHEN 1 THEN 't' WHEN 0 THEN 'f' END`;
     case 'uint64':
-      return bit ? `CAST(${ref} AS UNSIGNED)` : ref;
+      // A wider BIT (an unsigned integer column is sent in binary).
+      return `CAST(${ref} AS UNSIGNED)`;
     case 'float32':
       return `CAST(${ref} AS DOUBLE)`;
-    case 'timestamptz':
-      return `CONCAT(${ref}, '+00')`;
     case 'bytes':
       // 0x5C78 is `\x`, written as bytes so that a server in NO_BACKSLASH_ESCAPES mode reads it the same.
       return `CONCAT(X'5C78', LOWER(HEX(${ref})))`;
@@ -43,69 +65,82 @@ function valueText(type: ColumnType, ref: string, bit: boolean): string | undefi
     case 'interval':
       return undefined;
     default:
-      // Integers, decimals, doubles, dates, times and datetimes: the server's own text.
+      // Decimals and times: the server's own text.
       return ref;
   }
 }
 
 /**
+ * How the client writes one segment of a line: `values` copied as the server wrote them, `text` one text column's
+ * raw UTF-8, quoted by the client, `binary` one column sent in its binary form, written as text by the client.
+ */
+export type SegmentKind = 'values' | 'text' | 'binary';
+
+/**
  * Where a column's value sits in a row's segments (see bulkLine): in segment `segment`, after `field` of its commas; a
- * text column (`field` undefined) is a segment of its own, its raw value.
+ * column of a segment of its own (`field` undefined) is the whole segment, between quotes when `quoted`.
  */
 export interface LinePlace {
   readonly segment: number;
   readonly field: number | undefined;
+  readonly quoted: boolean;
   /** Fields of the segment after this one: a value near the segment's end is found from there. */
   readonly after: number;
 }
 
 /**
- * The select list of a bulk read: the row's CSV line in segments, alternately bytes to copy (the server's CONCAT of
- * the fields between two text columns, with their commas; the last one ends with the newline) and one text column's
- * raw UTF-8, which the client quotes. Quoting on the server would take REPLACE, which MariaDB runs in time quadratic
- * in the quotes of a value (a 3 MB value of 750k quotes did not finish in ten minutes). `places` says where each
- * column's value is.
+ * The select list of a bulk read: the row's CSV line in segments, which the client joins with commas and ends with a
+ * newline. A `values` segment is the server's CONCAT of the fields between two columns of the other kinds, with their
+ * commas. Text columns come raw: quoting on the server would take REPLACE, which MariaDB runs in time quadratic in the
+ * quotes of a value (a 3 MB value of 750k quotes did not finish in ten minutes). Integers, doubles and datetimes come
+ * in their binary form (see sentBinary): printing them was most of the server's work for a row (MariaDB, 3M taxi rows:
+ * 11.7 CPU-seconds for the lines, 3.5 for the same columns sent as they are). `places` says where each column's value is.
  */
 export function bulkLine(
   columns: readonly Column[],
   refs: readonly string[],
   bits: readonly BitColumn[],
-): { readonly select: string; readonly segments: number; readonly places: readonly LinePlace[] } {
+): { readonly select: string; readonly kinds: readonly SegmentKind[]; readonly places: readonly LinePlace[] } {
   const bitIndexes = new Set(bits.map((b) => b.index));
-  const segments: string[] = [];
+  const selects: string[] = [];
+  const kinds: SegmentKind[] = [];
   const fieldsOf: number[] = [];
   const places: Omit<LinePlace, 'after'>[] = [];
   let pieces: string[] = [];
-  let commas = 0;
-  const segment = (last: boolean) => {
-    const all = last ? [...pieces, 'CHAR(10)'] : pieces;
-    segments.push(all.length ? `CAST(CONCAT(${all.join(', ')}) AS BINARY)` : `CAST('' AS BINARY)`);
-    fieldsOf.push(commas + 1);
+  const endValues = (): void => {
+    if (pieces.length === 0) return;
+    selects.push(`CAST(CONCAT(${pieces.join(`, ',', `)}) AS BINARY)`);
+    kinds.push('values');
+    fieldsOf.push(pieces.length);
     pieces = [];
-    commas = 0;
   };
   columns.forEach((c, i) => {
-    if (i > 0) {
-      pieces.push(`','`);
-      commas += 1;
-    }
-    const text = valueText(c.type, refs[i]!, bitIndexes.has(i));
+    const binary = sentBinary(c.type, bitIndexes.has(i));
+    const text = binary ? undefined : valueText(c.type, refs[i]!);
     if (text !== undefined) {
-      places.push({ segment: segments.length, field: commas });
+      places.push({ segment: selects.length, field: pieces.length, quoted: false });
       pieces.push(`COALESCE(${text}, '')`);
-    } else {
-      segment(false);
-      places.push({ segment: segments.length, field: undefined });
-      segments.push(`CAST(CONVERT(${refs[i]!} USING utf8mb4) AS BINARY)`);
-      fieldsOf.push(1);
+      return;
     }
+    endValues();
+    places.push({ segment: selects.length, field: undefined, quoted: !binary });
+    selects.push(binary ? refs[i]! : `CAST(CONVERT(${refs[i]!} USING utf8mb4) AS BINARY)`);
+    kinds.push(binary ? 'binary' : 'text');
+    fieldsOf.push(1);
   });
-  segment(true);
+  endValues();
   const placed = places.map((p) => ({ ...p, after: p.field === undefined ? 0 : fieldsOf[p.segment]! - 1 - p.field }));
-  return { select: segments.join(', '), segments: segments.length, places: placed };
+  return { select: selects.join(', '), kinds, places: placed };
 }
 
 const QUOTE = 0x22;
+const COMMA = 0x2c;
+const NEWLINE = 0x0a;
+/**
+ * Values up to this many bytes are copied by a loop: a native copy costs about 100 ns a call, more than the loop takes
+ * for the short values that most columns hold.
+ */
+const SHORT = 64;
 /** Lines are gathered to about this many bytes before the chunker scans and writes them. */
 const PUSH_BYTES = 1 << 20;
 
@@ -138,6 +173,12 @@ export interface LineView {
   readonly ends: Int32Array;
 }
 
+/** Segment kinds as LineBuffer tests them, per row and segment. */
+const VALUES = 0;
+const TEXT = 1;
+const BINARY = 2;
+const KIND_CODES: Record<SegmentKind, number> = { values: VALUES, text: TEXT, binary: BINARY };
+
 /**
  * Rows' CSV lines copied into one reused buffer, handed to the chunker every PUSH_BYTES or so. Copying each segment
  * once beat gathering the row buffers in an array for `Buffer.concat`: the array, regrown from empty for every push,
@@ -149,49 +190,80 @@ class LineBuffer implements LineView {
   length = 0;
   readonly starts: Int32Array;
   readonly ends: Int32Array;
+  private readonly kinds: Uint8Array;
+  /** Per binary segment, its wire-text code and fractional digits, from the result's columns (see describe). */
+  private readonly wire: Uint8Array;
+  private readonly decimals: Uint8Array;
+  private readonly end = { at: 0 };
 
-  constructor(private readonly segments: number) {
-    this.starts = new Int32Array(segments);
-    this.ends = new Int32Array(segments);
+  constructor(kinds: readonly SegmentKind[]) {
+    this.kinds = Uint8Array.from(kinds, (k) => KIND_CODES[k]);
+    this.wire = new Uint8Array(kinds.length);
+    this.decimals = new Uint8Array(kinds.length);
+    this.starts = new Int32Array(kinds.length);
+    this.ends = new Int32Array(kinds.length);
   }
 
   /**
-   * Appends one row's segments (see bulkLine), read from its packet, as its CSV line: the segments of values as they
-   * are, each text value quoted, a NULL one as nothing. False when a segment of values is NULL (the line was too long).
+   * Takes the result's columns: how each binary segment is read. An error's message when a binary segment's column is
+   * not of a type sent in binary (the table changed since it was described), else undefined.
+   */
+  describe(fields: readonly (WireField & { readonly decimals?: number })[]): string | undefined {
+    for (let i = 0; i < this.kinds.length; i += 1) {
+      if (this.kinds[i] !== BINARY) continue;
+      const code = fields[i] !== undefined ? wireCode(fields[i]!) : undefined;
+      if (code === undefined) return `column ${i + 1} of the bulk read changed type while it was read; run again`;
+      this.wire[i] = code;
+      this.decimals[i] = Math.min(6, fields[i]!.decimals ?? 0);
+    }
+    return undefined;
+  }
+
+  /**
+   * Appends one row's segments (see bulkLine), read from its packet, as its CSV line: values segments as they are,
+   * each text value quoted, each binary value as its text, a NULL one as nothing. False when a values segment is NULL
+   * (the line was too long).
    */
   appendRow(packet: RowPacket): boolean {
     const row = packet.buffer;
+    const kinds = this.kinds;
     // A status byte, then the NULL bitmap, whose first two bits are reserved.
     const bitmap = packet.offset + 1;
-    let at = bitmap + ((this.segments + 9) >> 3);
+    let at = bitmap + ((kinds.length + 9) >> 3);
     const start = this.length;
-    for (let i = 0; i < this.segments; i += 1) {
+    for (let i = 0; i < kinds.length; i += 1) {
+      if (i > 0) this.put(COMMA);
+      const kind = kinds[i]!;
       const bit = i + 2;
       if ((row[bitmap + (bit >> 3)]! & (1 << (bit & 7))) !== 0) {
-        if (i % 2 === 0) {
+        if (kind === VALUES) {
           this.length = start;
           return false;
         }
         this.starts[i] = this.ends[i] = this.length;
         continue;
       }
-      let bytes = row[at]!;
-      if (bytes < 0xfb) at += 1;
-      else {
-        packet.offset = at;
-        bytes = packet.readLengthCodedNumber() ?? 0;
-        at = packet.offset;
-      }
       this.starts[i] = this.length;
-      if (i % 2 === 0) {
-        this.room(bytes);
-        this.length += row.copy(this.bytes, this.length, at, at + bytes);
-      } else this.appendQuoted(row.subarray(at, at + bytes));
+      if (kind === BINARY) {
+        this.room(WIRE_TEXT_MAX);
+        this.end.at = this.length;
+        at = writeWireValue(this.bytes, this.end, row, at, this.wire[i]!, this.decimals[i]!);
+        this.length = this.end.at;
+      } else {
+        let bytes = row[at]!;
+        if (bytes < 0xfb) at += 1;
+        else {
+          packet.offset = at;
+          bytes = packet.readLengthCodedNumber() ?? 0;
+          at = packet.offset;
+        }
+        if (kind === VALUES) this.append(row, at, at + bytes);
+        else this.appendQuoted(row, at, at + bytes);
+        at += bytes;
+      }
       this.ends[i] = this.length;
-      at += bytes;
     }
-    // The last segment's newline is not part of its last value.
-    this.ends[this.segments - 1]! -= 1;
+    this.put(NEWLINE);
     return true;
   }
 
@@ -202,8 +274,40 @@ class LineBuffer implements LineView {
     return lines;
   }
 
-  /** The value between quotes, every quote in it doubled. */
-  private appendQuoted(value: Buffer): void {
+  /** Bytes `[from, to)` of `row`. */
+  private append(row: Buffer, from: number, to: number): void {
+    this.room(to - from);
+    if (to - from > SHORT) {
+      this.length += row.copy(this.bytes, this.length, from, to);
+      return;
+    }
+    const out = this.bytes;
+    let length = this.length;
+    for (let i = from; i < to; i += 1) out[length++] = row[i]!;
+    this.length = length;
+  }
+
+  /** Bytes `[from, to)` of `row` between quotes, every quote in them doubled. */
+  private appendQuoted(row: Buffer, from: number, to: number): void {
+    if (to - from > SHORT) {
+      this.appendQuotedLong(row.subarray(from, to));
+      return;
+    }
+    // At most twice the bytes, and the two quotes.
+    this.room(2 * (to - from) + 2);
+    const out = this.bytes;
+    let length = this.length;
+    out[length++] = QUOTE;
+    for (let i = from; i < to; i += 1) {
+      const byte = row[i]!;
+      out[length++] = byte;
+      if (byte === QUOTE) out[length++] = QUOTE;
+    }
+    out[length++] = QUOTE;
+    this.length = length;
+  }
+
+  private appendQuotedLong(value: Buffer): void {
     let quotes = 0;
     for (let q = value.indexOf(QUOTE); q >= 0; q = value.indexOf(QUOTE, q + 1)) quotes += 1;
     this.room(value.length + quotes + 2);
@@ -218,6 +322,11 @@ class LineBuffer implements LineView {
     }
     this.length += value.copy(out, this.length, from);
     out[this.length++] = QUOTE;
+  }
+
+  private put(byte: number): void {
+    this.room(1);
+    this.bytes[this.length++] = byte;
   }
 
   private room(bytes: number): void {
@@ -322,11 +431,9 @@ function compareIntegerText(a: Span, b: Span): number {
   return negative ? -magnitude : magnitude;
 }
 
-const COMMA = 0x2c;
-
 /**
  * A column's bytes in a line (see LinePlace): a field of a segment of values, which hold no comma of their own, found
- * from whichever end of the segment is nearer; or a text column's whole segment, its value quoted.
+ * from whichever end of the segment is nearer; or the whole segment of a column sent alone.
  */
 function spanOf(line: LineView, place: LinePlace): Span {
   const { bytes } = line;
@@ -365,10 +472,12 @@ export class HighestRow {
    * its own. Copied only before the buffer is reused (`settle`), not at every new highest row: in key order a cursor
    * that rises with the key makes nearly every row the highest.
    */
-  private line: { bytes: Buffer; readonly starts: Int32Array; readonly ends: Int32Array } | undefined;
+  private line: { bytes: Buffer; from: number; to: number; readonly starts: Int32Array; readonly ends: Int32Array } | undefined;
   private live = false;
   private own: Buffer | undefined;
   private cursor: Span | undefined;
+  /** The segments that hold the cursor or a key: only their places are kept. */
+  private readonly needed: readonly number[];
 
   constructor(
     private readonly cursorType: ColumnType,
@@ -376,8 +485,7 @@ export class HighestRow {
     private readonly keys: readonly { readonly type: ColumnType; readonly place: LinePlace }[],
     private readonly order: TextOrder,
   ) {
-    // A text cursor (a whole segment) has no byte order here: textOrder is undefined for it.
-    if (cursorPlace.field === undefined) throw new Error('a text cursor has no byte order');
+    this.needed = [...new Set([cursorPlace.segment, ...keys.map((k) => k.place.segment)])];
   }
 
   /**
@@ -388,9 +496,12 @@ export class HighestRow {
     const cursor = spanOf(line, this.cursorPlace);
     if (cursor.end === cursor.start) return;
     if (this.cursor !== undefined && this.order(cursor, this.cursor) < 0) return;
-    const kept = (this.line ??= { bytes: line.bytes, starts: new Int32Array(line.starts.length), ends: new Int32Array(line.ends.length) });
+    const segments = line.starts.length;
+    const kept = (this.line ??= { bytes: line.bytes, from: 0, to: 0, starts: new Int32Array(segments), ends: new Int32Array(segments) });
     kept.bytes = line.bytes;
-    for (let i = 0; i < kept.starts.length; i += 1) {
+    kept.from = line.starts[0]!;
+    kept.to = line.ends[segments - 1]!;
+    for (const i of this.needed) {
       kept.starts[i] = line.starts[i]!;
       kept.ends[i] = line.ends[i]!;
     }
@@ -402,12 +513,13 @@ export class HighestRow {
   settle(): void {
     if (!this.live) return;
     const line = this.line!;
-    const from = line.starts[0]!;
-    const to = line.ends[line.ends.length - 1]!;
+    const { from, to } = line;
     if (this.own === undefined || this.own.length < to - from) this.own = Buffer.allocUnsafe(Math.max(256, 2 * (to - from)));
     line.bytes.copy(this.own, 0, from, to);
     line.bytes = this.own;
-    for (let i = 0; i < line.starts.length; i += 1) {
+    line.from = 0;
+    line.to = to - from;
+    for (const i of this.needed) {
       line.starts[i]! -= from;
       line.ends[i]! -= from;
     }
@@ -424,7 +536,7 @@ export class HighestRow {
   private typed(line: LineView, key: { readonly type: ColumnType; readonly place: LinePlace }): TypedValue {
     const span = spanOf(line, key.place);
     // A text value stands quoted, its quotes doubled.
-    const value = key.place.field === undefined ? text({ ...span, start: span.start + 1, end: span.end - 1 }).replaceAll('""', '"') : text(span);
+    const value = key.place.quoted ? text({ ...span, start: span.start + 1, end: span.end - 1 }).replaceAll('""', '"') : text(span);
     return typedField(key.type, value);
   }
 }
@@ -444,6 +556,7 @@ export interface LineSource {
   readonly statement: {
     on(event: 'end', listener: () => void): unknown;
     on(event: 'error', listener: (error: Error) => void): unknown;
+    on(event: 'fields', listener: (fields: readonly (WireField & { readonly decimals?: number })[]) => void): unknown;
     removeAllListeners(): unknown;
   };
   pause(): void;
@@ -467,7 +580,7 @@ export async function* mysqlChunks(options: {
   readonly signal?: AbortSignal;
   readonly maxLineBytes: number;
   /** The segments of a line (see bulkLine). */
-  readonly segments: number;
+  readonly kinds: readonly SegmentKind[];
   /** Rows come in no cursor order: each chunk's `last` is the highest row read so far. */
   readonly highest?: HighestRow;
 }): AsyncIterable<BulkChunk> {
@@ -489,7 +602,7 @@ export async function* mysqlChunks(options: {
     },
   });
   let paused = false;
-  const lines = new LineBuffer(options.segments);
+  const lines = new LineBuffer(options.kinds);
   // The chunker writes or copies what it is given before it returns: the buffer can be reused at once.
   const flush = (): void => {
     highest?.settle();
@@ -522,6 +635,10 @@ export async function* mysqlChunks(options: {
     }
   });
   const { statement } = source;
+  statement.on('fields', (fields) => {
+    const changed = lines.describe(fields);
+    if (changed !== undefined) queue.end(new SourceError(changed, { context: { phase: 'extract' } }));
+  });
   statement.on('end', () => {
     try {
       flush();

@@ -15,7 +15,7 @@ import type { Socket } from 'node:net';
 import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
 import { exactTextSettings } from './mysql-settings.js';
-import { anyRowEnds, bulkLine, chunkKeys, HighestRow, mysqlChunks, parseRowsWith, textOrder, type TextOrder } from './mysql-bulk.js';
+import { anyRowEnds, bulkLine, chunkKeys, HighestRow, mysqlChunks, parseRowsWith, textOrder, type SegmentKind, type TextOrder } from './mysql-bulk.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 import { capAtCallerBound } from '../../core/caller-bound.js';
 import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
@@ -71,6 +71,7 @@ interface RowEvents {
   on(event: 'result', listener: (row: Row) => void): unknown;
   on(event: 'end', listener: () => void): unknown;
   on(event: 'error', listener: (error: Error) => void): unknown;
+  on(event: 'fields', listener: (fields: readonly { readonly columnType?: number; readonly flags?: number; readonly decimals?: number }[]) => void): unknown;
   removeAllListeners(): unknown;
 }
 
@@ -145,7 +146,7 @@ export class MysqlSource implements Source {
     const rows = (await this.tableRows(stream.table)) ?? 0;
     const count = rangeCount(rows, sizing);
     const key = schema.primaryKey.map((name) => schema.columns.find((c) => c.name === name)!);
-    const splits = key.length === 1 && INTEGER_KINDS.has(key[0]!.type.kind) ? await this.integerSplits(relation, key[0]!, count) : await this.offsetSplits(relation, key, rows, count);
+    const splits = key.length === 1 && INTEGER_KINDS.has(key[0]!.type.kind) ? await this.integerSplits(relation, key[0]!, count, sizing) : await this.offsetSplits(relation, key, rows, count);
     const ranges = keyRangesAt(splits, rows);
     return {
       ranges,
@@ -189,11 +190,11 @@ export class MysqlSource implements Source {
    * Split points of a one-column integer key by value (see valueSplits): two index lookups, where splits by position
    * cost a scan of the key up to each point (3M rows, 11 points: 9 s), so a key with gaps is split by value too.
    */
-  private async integerSplits(relation: string, key: Column, count: number): Promise<TypedValue[][]> {
+  private async integerSplits(relation: string, key: Column, count: number, sizing: RangeSizing): Promise<TypedValue[][]> {
     const ref = `${ALIAS}.${q(key.name)}`;
     const found = (await this.rows(`SELECT CAST(MIN(${ref}) AS CHAR) AS lo, CAST(MAX(${ref}) AS CHAR) AS hi FROM ${relation}`))[0];
     if (found?.lo === null || found?.lo === undefined) return [];
-    return valueSplits(key.type.kind, BigInt(String(found.lo)), BigInt(String(found.hi)), count);
+    return valueSplits(key.type.kind, BigInt(String(found.lo)), BigInt(String(found.hi)), count, sizing);
   }
 
   /** Split points found at evenly spaced positions of the key's order: any key (text, a composite), one scan per point. */
@@ -678,13 +679,13 @@ export class MysqlSource implements Source {
       schema.primaryKey.length > 0 && described.tableKey.length === schema.primaryKey.length && described.tableKey.every((name) => schema.primaryKey.includes(name));
     return {
       formats: ['csv'],
-      chunks: (options) => this.bulkChunks(query, { ...options, keys, uniqueKey, segments: line.segments, ...(highest ? { highest } : {}) }, schema.name, close),
+      chunks: (options) => this.bulkChunks(query, { ...options, keys, uniqueKey, kinds: line.kinds, ...(highest ? { highest } : {}) }, schema.name, close),
     };
   }
 
   private async *bulkChunks(
     [sql, values]: [string, Param[]],
-    options: { chunkRows: number; signal?: AbortSignal; keys: ReturnType<typeof chunkKeys>; uniqueKey: boolean; segments: number; highest?: HighestRow },
+    options: { chunkRows: number; signal?: AbortSignal; keys: ReturnType<typeof chunkKeys>; uniqueKey: boolean; kinds: readonly SegmentKind[]; highest?: HighestRow },
     stream: string,
     close: () => Promise<void>,
   ): AsyncIterable<BulkChunk> {

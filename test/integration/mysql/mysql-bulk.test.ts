@@ -152,6 +152,30 @@ describe('bulk path MySQL → DuckDB', () => {
     expect((await run(config)).rows_read).toBe(0);
   }, 240_000);
 
+  it('splits a first load into ranges of whole DuckDB row groups, and loads them as the row path would', async () => {
+    // A key without gaps, a cursor that falls as it rises, doubles and datetimes of every precision sent in binary.
+    await db.sql(
+      `CREATE TABLE wide (id bigint PRIMARY KEY, at datetime(6) NOT NULL, d double, dt datetime, ts timestamp(3) NULL, i int, u bigint unsigned, note varchar(8)) ENGINE=InnoDB`,
+    );
+    await db.sql(
+      `INSERT INTO wide SELECT seq, TIMESTAMP'2024-01-01 00:00:00' + INTERVAL (700000 - seq) SECOND + INTERVAL seq MICROSECOND, ` +
+        `IF(seq % 7 = 0, NULL, (CAST(seq AS SIGNED) - 300000) / 100), TIMESTAMP'2020-02-29 23:59:59' - INTERVAL seq MINUTE, ` +
+        `IF(seq % 5 = 0, NULL, FROM_UNIXTIME(1700000000 + seq, '%Y-%m-%d %H:%i:%s.%f')), CAST(seq AS SIGNED) - 300000, 18446744073709551615 - seq, CONCAT('n', seq) FROM seq_1_to_600000`,
+    );
+    // Ranges of one row group (122,880 rows; twice that by default): 4 full ranges and the rest.
+    const stream = { table: 'wide', cursor: 'at', parallel: 2, range_rows: 122_880 };
+    const bulk = await pipeline('grouped', stream);
+    expect((await run(bulk.config)).rows_loaded).toBe(600_000);
+    const ledger = await duckdbQuery(bulk.target, `SELECT "rows"::INT AS n FROM _tidemark_ledger WHERE stream = 'wide' ORDER BY "rows" DESC`);
+    expect(ledger.map((r) => r.n)).toEqual([122_880, 122_880, 122_880, 122_880, 600_000 - 4 * 122_880]);
+    const rowPath = await pipeline('rowpath', stream);
+    expect((await run(rowPath.config, { TIDEMARK_BULK: '0' })).rows_loaded).toBe(600_000);
+    const digest = `SELECT count(*)::INT AS n, sum(hash(id, "at", d, dt, ts, i, u, note) % 1000003)::BIGINT AS h, max("at")::VARCHAR AS top FROM wide`;
+    const [fast] = await duckdbQuery(bulk.target, digest);
+    expect(fast).toEqual((await duckdbQuery(rowPath.target, digest))[0]);
+    expect(fast!.top).toBe('2024-01-09 02:26:39.000001');
+  }, 300_000);
+
   it('reads through the (cursor, key) index, whatever its name, on the bulk and the row path alike', async () => {
     await db.sql(`CREATE TABLE items (id bigint PRIMARY KEY, updated_at datetime(6) NOT NULL, value text) ENGINE=InnoDB`);
     // An index on the cursor alone, listed first, is not the read's order; the one on (cursor, key) is.

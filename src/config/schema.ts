@@ -386,7 +386,7 @@ export const streamSchema = z
       .union([z.number().int().positive(), z.literal('auto')])
       .optional()
       .describe("Read the table's full load (strategy full, an incremental stream's first load, a log stream's copy) as ranges, this many at once on their own connections; `auto`: the machine's cores, at most the source's free connections; `1`: no ranges (default: `auto` for a build or log copy of a table whose row estimate is above range_rows, one plain read for a smaller one and for an incremental stream's first load)."),
-    range_rows: z.number().int().positive().optional().describe('About this many rows per range, and at least `parallel` ranges; with parallel unset, a build or log copy of a table above it is split (default 250000).'),
+    range_rows: z.number().int().positive().optional().describe('About this many rows per range, and at least `parallel` ranges; with parallel unset, a build or log copy of a table above it is split (default 250000; the ranges of a load into DuckDB then hold 245760 rows, two row groups).'),
     checkpoint: z
       .enum(['auto', 'end'])
       .optional()

@@ -13,6 +13,7 @@ import {
   WIRE_UINT32,
   WIRE_UINT64,
   WIRE_UINT8,
+  viewOf,
   wireCode,
   writeWireValue,
 } from '../../src/sources/mysql/wire-text.js';
@@ -22,7 +23,7 @@ function text(bytes: Buffer, code: number, decimals = 0): string {
   const row = Buffer.concat([bytes, Buffer.from([0xee])]);
   const out = Buffer.alloc(WIRE_TEXT_MAX);
   const end = { at: 0 };
-  const next = writeWireValue(out, end, row, 0, code, decimals);
+  const next = writeWireValue(out, end, row, viewOf(row), 0, code, decimals);
   expect(next).toBe(bytes.length);
   return out.toString('latin1', 0, end.at);
 }

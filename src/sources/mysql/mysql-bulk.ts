@@ -23,7 +23,7 @@ import { ownedTempDir, removeOrphanTempDirs } from '../../shared/process.js';
 import { bulkChunkOf, ChunkQueue, CsvChunker, type RowKey } from '../postgres/csv-chunks.js';
 import { decoderFor } from '../postgres/pg-types.js';
 import type { BitColumn } from './mysql-types.js';
-import { wireCode, writeWireValue, WIRE_TEXT_MAX, type WireField } from './wire-text.js';
+import { viewOf, wireCode, writeWireValue, WIRE_TEXT_MAX, type WireField } from './wire-text.js';
 
 /**
  * Whether a column is sent in its binary form and written as text by the client (see wire-text.ts): integers (not
@@ -148,6 +148,8 @@ const PUSH_BYTES = 1 << 20;
 export interface RowPacket {
   readonly buffer: Buffer;
   offset: number;
+  /** Where the packet ends in `buffer`. */
+  readonly end: number;
   readLengthCodedNumber(): number | null;
 }
 
@@ -195,6 +197,8 @@ class LineBuffer implements LineView {
   private readonly wire: Uint8Array;
   private readonly decimals: Uint8Array;
   private readonly end = { at: 0 };
+  /** A view of the packets' buffer, made again when a packet arrives in another one (one per socket read). */
+  private view: { readonly of: Buffer; readonly view: DataView } | undefined;
 
   constructor(kinds: readonly SegmentKind[]) {
     this.kinds = Uint8Array.from(kinds, (k) => KIND_CODES[k]);
@@ -227,12 +231,20 @@ class LineBuffer implements LineView {
   appendRow(packet: RowPacket): boolean {
     const row = packet.buffer;
     const kinds = this.kinds;
+    // Room for the whole line at once: a value's text is at most twice its bytes (quotes doubled) and its quotes, or
+    // WIRE_TEXT_MAX for a binary one, and a comma; then no value needs to ask (long ones still do, see appendLong).
+    this.room(2 * (packet.end - packet.offset) + kinds.length * (WIRE_TEXT_MAX + 3) + 1);
+    let out = this.bytes;
+    const starts = this.starts;
+    const ends = this.ends;
+    const end = this.end;
     // A status byte, then the NULL bitmap, whose first two bits are reserved.
     const bitmap = packet.offset + 1;
     let at = bitmap + ((kinds.length + 9) >> 3);
     const start = this.length;
+    let length = start;
     for (let i = 0; i < kinds.length; i += 1) {
-      if (i > 0) this.put(COMMA);
+      if (i > 0) out[length++] = COMMA;
       const kind = kinds[i]!;
       const bit = i + 2;
       if ((row[bitmap + (bit >> 3)]! & (1 << (bit & 7))) !== 0) {
@@ -240,15 +252,14 @@ class LineBuffer implements LineView {
           this.length = start;
           return false;
         }
-        this.starts[i] = this.ends[i] = this.length;
+        starts[i] = ends[i] = length;
         continue;
       }
-      this.starts[i] = this.length;
+      starts[i] = length;
       if (kind === BINARY) {
-        this.room(WIRE_TEXT_MAX);
-        this.end.at = this.length;
-        at = writeWireValue(this.bytes, this.end, row, at, this.wire[i]!, this.decimals[i]!);
-        this.length = this.end.at;
+        end.at = length;
+        at = writeWireValue(out, end, row, this.viewOf(row), at, this.wire[i]!, this.decimals[i]!);
+        length = end.at;
       } else {
         let bytes = row[at]!;
         if (bytes < 0xfb) at += 1;
@@ -257,14 +268,35 @@ class LineBuffer implements LineView {
           bytes = packet.readLengthCodedNumber() ?? 0;
           at = packet.offset;
         }
-        if (kind === VALUES) this.append(row, at, at + bytes);
-        else this.appendQuoted(row, at, at + bytes);
-        at += bytes;
+        const to = at + bytes;
+        if (bytes > SHORT) {
+          this.length = length;
+          this.appendLong(row, at, to, kind === TEXT);
+          length = this.length;
+          out = this.bytes;
+        } else if (kind === VALUES) {
+          for (let k = at; k < to; k += 1) out[length++] = row[k]!;
+        } else {
+          out[length++] = QUOTE;
+          for (let k = at; k < to; k += 1) {
+            const byte = row[k]!;
+            out[length++] = byte;
+            if (byte === QUOTE) out[length++] = QUOTE;
+          }
+          out[length++] = QUOTE;
+        }
+        at = to;
       }
-      this.ends[i] = this.length;
+      ends[i] = length;
     }
-    this.put(NEWLINE);
+    out[length++] = NEWLINE;
+    this.length = length;
     return true;
+  }
+
+  private viewOf(row: Buffer): DataView {
+    if (this.view?.of !== row) this.view = { of: row, view: viewOf(row) };
+    return this.view.view;
   }
 
   /** The gathered lines (valid until the next append) and an empty buffer after them. */
@@ -274,59 +306,28 @@ class LineBuffer implements LineView {
     return lines;
   }
 
-  /** Bytes `[from, to)` of `row`. */
-  private append(row: Buffer, from: number, to: number): void {
-    this.room(to - from);
-    if (to - from > SHORT) {
-      this.length += row.copy(this.bytes, this.length, from, to);
+  /** A long value's bytes `[from, to)` of `row`, between quotes with every quote doubled when `quoted`: native copies. */
+  private appendLong(row: Buffer, from: number, to: number, quoted: boolean): void {
+    const value = row.subarray(from, to);
+    if (!quoted) {
+      this.room(value.length);
+      this.length += value.copy(this.bytes, this.length);
       return;
     }
-    const out = this.bytes;
-    let length = this.length;
-    for (let i = from; i < to; i += 1) out[length++] = row[i]!;
-    this.length = length;
-  }
-
-  /** Bytes `[from, to)` of `row` between quotes, every quote in them doubled. */
-  private appendQuoted(row: Buffer, from: number, to: number): void {
-    if (to - from > SHORT) {
-      this.appendQuotedLong(row.subarray(from, to));
-      return;
-    }
-    // At most twice the bytes, and the two quotes.
-    this.room(2 * (to - from) + 2);
-    const out = this.bytes;
-    let length = this.length;
-    out[length++] = QUOTE;
-    for (let i = from; i < to; i += 1) {
-      const byte = row[i]!;
-      out[length++] = byte;
-      if (byte === QUOTE) out[length++] = QUOTE;
-    }
-    out[length++] = QUOTE;
-    this.length = length;
-  }
-
-  private appendQuotedLong(value: Buffer): void {
     let quotes = 0;
     for (let q = value.indexOf(QUOTE); q >= 0; q = value.indexOf(QUOTE, q + 1)) quotes += 1;
     this.room(value.length + quotes + 2);
     const out = this.bytes;
     out[this.length++] = QUOTE;
-    let from = 0;
+    let start = 0;
     for (let q = quotes ? value.indexOf(QUOTE) : -1; q >= 0; q = value.indexOf(QUOTE, q + 1)) {
       // Up to and including the quote, then the quote again.
-      this.length += value.copy(out, this.length, from, q + 1);
+      this.length += value.copy(out, this.length, start, q + 1);
       out[this.length++] = QUOTE;
-      from = q + 1;
+      start = q + 1;
     }
-    this.length += value.copy(out, this.length, from);
+    this.length += value.copy(out, this.length, start);
     out[this.length++] = QUOTE;
-  }
-
-  private put(byte: number): void {
-    this.room(1);
-    this.bytes[this.length++] = byte;
   }
 
   private room(bytes: number): void {

@@ -68,10 +68,10 @@ const TWO_32 = 4294967296;
 
 /**
  * Writes the value at `pos` of `row` (a code from wireCode; `decimals`: a DATETIME's or TIMESTAMP's fractional
- * digits) as text at `out[at]`, with room for WIRE_TEXT_MAX bytes. Returns where the value ends in `row` and sets
- * `end.at` to where its text ends in `out`.
+ * digits) as text at `out[end.at]`, with room for WIRE_TEXT_MAX bytes. Returns where the value ends in `row` and sets
+ * `end.at` to where its text ends in `out`. `view` is a DataView of `row`'s bytes (see viewOf).
  */
-export function writeWireValue(out: Buffer, end: { at: number }, row: Buffer, pos: number, code: number, decimals: number): number {
+export function writeWireValue(out: Buffer, end: { at: number }, row: Buffer, view: DataView, pos: number, code: number, decimals: number): number {
   switch (code) {
     case WIRE_INT8:
       end.at = writeInteger(out, end.at, (row[pos]! << 24) >> 24);
@@ -86,24 +86,24 @@ export function writeWireValue(out: Buffer, end: { at: number }, row: Buffer, po
       end.at = writeInteger(out, end.at, row[pos]! | (row[pos + 1]! << 8));
       return pos + 2;
     case WIRE_INT32:
-      end.at = writeInteger(out, end.at, row.readInt32LE(pos));
+      end.at = writeInteger(out, end.at, view.getInt32(pos, true));
       return pos + 4;
     case WIRE_UINT32:
-      end.at = writeInteger(out, end.at, row.readUInt32LE(pos));
+      end.at = writeInteger(out, end.at, view.getUint32(pos, true));
       return pos + 4;
     case WIRE_INT64:
     case WIRE_UINT64: {
-      const high = code === WIRE_INT64 ? row.readInt32LE(pos + 4) : row.readUInt32LE(pos + 4);
+      const high = code === WIRE_INT64 ? view.getInt32(pos + 4, true) : view.getUint32(pos + 4, true);
       // Exact as a number below 2^53; beyond, through a BigInt (rare).
-      if (high >= -0x200000 && high < 0x200000) end.at = writeInteger(out, end.at, high * TWO_32 + row.readUInt32LE(pos));
-      else end.at += out.write(String(code === WIRE_INT64 ? row.readBigInt64LE(pos) : row.readBigUInt64LE(pos)), end.at, 'latin1');
+      if (high >= -0x200000 && high < 0x200000) end.at = writeInteger(out, end.at, high * TWO_32 + view.getUint32(pos, true));
+      else end.at += out.write(String(code === WIRE_INT64 ? view.getBigInt64(pos, true) : view.getBigUint64(pos, true)), end.at, 'latin1');
       return pos + 8;
     }
     case WIRE_DOUBLE:
-      end.at = writeDouble(out, end.at, row.readDoubleLE(pos));
+      end.at = writeDouble(out, end.at, view.getFloat64(pos, true));
       return pos + 8;
     default:
-      return writeDateTime(out, end, row, pos, code, decimals);
+      return writeDateTime(out, end, row, view, pos, code, decimals);
   }
 }
 
@@ -112,7 +112,7 @@ export function writeWireValue(out: Buffer, end: { at: number }, row: Buffer, po
  * microseconds), then its fields. Written as the server prints it: `YYYY-MM-DD[ HH:MM:SS[.f…]]`, with `decimals`
  * fractional digits, and `+00` after a TIMESTAMP (read in a UTC session).
  */
-function writeDateTime(out: Buffer, end: { at: number }, row: Buffer, pos: number, code: number, decimals: number): number {
+function writeDateTime(out: Buffer, end: { at: number }, row: Buffer, view: DataView, pos: number, code: number, decimals: number): number {
   const length = row[pos]!;
   const date = pos + 1;
   let at = end.at;
@@ -130,7 +130,7 @@ function writeDateTime(out: Buffer, end: { at: number }, row: Buffer, pos: numbe
     at = writeTwo(out, at, length >= 7 ? row[date + 6]! : 0);
     if (decimals > 0) {
       out[at++] = POINT;
-      const micros = length >= 11 ? row.readUInt32LE(date + 7) : 0;
+      const micros = length >= 11 ? view.getUint32(date + 7, true) : 0;
       at = writeDigits(out, at, Math.floor(micros / 10 ** (6 - decimals)), decimals);
     }
     if (code === WIRE_TIMESTAMP) {
@@ -166,4 +166,9 @@ function writeInteger(out: Buffer, at: number, n: number): number {
   if (n >= 0) return writeNatural(out, at, n);
   out[at] = MINUS;
   return writeNatural(out, at + 1, -n);
+}
+
+/** A DataView of a buffer's bytes: typed reads the compiler turns into plain loads, unlike Buffer's `read…` methods. */
+export function viewOf(buffer: Buffer): DataView {
+  return new DataView(buffer.buffer, buffer.byteOffset, buffer.byteLength);
 }

@@ -39,15 +39,14 @@
     if (ms < 1000) return `${Math.round(ms)} ms`;
     const s = ms / 1000;
     if (s < 60) return `${s.toFixed(s < 10 ? 2 : 1)} s`;
-    const parts = [];
-    let rest = Math.floor(s);
-    for (const [unit, size] of [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]]) {
-      if (rest >= size) {
-        parts.push(`${Math.floor(rest / size)}${unit}`);
-        rest %= size;
-      }
-      if (parts.length === 2) break;
-    }
+    // The largest unit and the one below it, if not zero: "3d 4h", "3d" (never "3d 37m", which reads as 3d 0h 37m).
+    const units = [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]];
+    const rest = Math.floor(s);
+    const first = units.findIndex(([, size]) => rest >= size);
+    const [unit, size] = units[first];
+    const parts = [`${Math.floor(rest / size)}${unit}`];
+    const next = units[first + 1];
+    if (next !== undefined && Math.floor((rest % size) / next[1]) > 0) parts.push(`${Math.floor((rest % size) / next[1])}${next[0]}`);
     return parts.join(' ');
   }
 

@@ -231,9 +231,10 @@ class LineBuffer implements LineView {
   appendRow(packet: RowPacket): boolean {
     const row = packet.buffer;
     const kinds = this.kinds;
-    // Room for the whole line at once: a value's text is at most twice its bytes (quotes doubled) and its quotes, or
-    // WIRE_TEXT_MAX for a binary one, and a comma; then no value needs to ask (long ones still do, see appendLong).
-    this.room(2 * (packet.end - packet.offset) + kinds.length * (WIRE_TEXT_MAX + 3) + 1);
+    // Room for the whole line at once, so that no short value needs to ask: its text is its bytes, with a short text's
+    // quotes (at most SHORT more, doubled, and two), or at most WIRE_TEXT_MAX for a binary one, and a comma. Long
+    // values ask for their own room (appendLong), so a huge row does not reserve twice its size.
+    this.room(packet.end - packet.offset + kinds.length * (WIRE_TEXT_MAX + SHORT + 3) + 1);
     let out = this.bytes;
     const starts = this.starts;
     const ends = this.ends;

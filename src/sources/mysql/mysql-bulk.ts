@@ -273,6 +273,8 @@ class LineBuffer implements LineView {
         if (bytes > SHORT) {
           this.length = length;
           this.appendLong(row, at, to, kind === TEXT);
+          // Its quotes may have taken more than its share of the room: room again for the rest of the row.
+          this.room(packet.end - to + (kinds.length - i) * (WIRE_TEXT_MAX + SHORT + 3) + 1);
           length = this.length;
           out = this.bytes;
         } else if (kind === VALUES) {

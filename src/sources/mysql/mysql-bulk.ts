@@ -187,7 +187,7 @@ const KIND_CODES: Record<SegmentKind, number> = { values: VALUES, text: TEXT, bi
  * was a fresh large object each time, and page faults were an eighth of the process's CPU (MariaDB → DuckDB, 1M taxi
  * rows).
  */
-class LineBuffer implements LineView {
+export class LineBuffer implements LineView {
   bytes = Buffer.allocUnsafe(PUSH_BYTES * 2);
   length = 0;
   readonly starts: Int32Array;

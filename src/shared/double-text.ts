@@ -65,11 +65,15 @@ export function writeNatural(out: Buffer, at: number, n: number): number {
 /** The same below 2^31, in integer arithmetic. */
 function writeSmall(out: Buffer, at: number, n: number): number {
   const digits = n < 10 ? 1 : n < 100 ? 2 : n < 1000 ? 3 : n < 10000 ? 4 : n < 100000 ? 5 : n < 1000000 ? 6 : n < 10000000 ? 7 : n < 100000000 ? 8 : n < 1000000000 ? 9 : 10;
-  const end = at + digits;
-  for (let i = end - 1; i >= at; i -= 1) {
+  return writeDigits(out, at, n, digits);
+}
+
+/** `n` (0 ≤ n < 2^31, and below 10^width) in exactly `width` digits, leading zeros included. */
+export function writeDigits(out: Buffer, at: number, n: number, width: number): number {
+  for (let i = at + width - 1; i >= at; i -= 1) {
     const next = (n / 10) | 0;
     out[i] = ZERO + n - next * 10;
     n = next;
   }
-  return end;
+  return at + width;
 }

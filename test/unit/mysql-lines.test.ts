@@ -51,4 +51,11 @@ describe('MySQL bulk lines', () => {
     expect(lines.appendRow(row)).toBe(true);
     expect(lines.take().toString()).toBe('1,2,"a""b",""\n');
   });
+
+  it('refuses a result whose column is no longer of a type sent in binary (the table changed since it was described)', () => {
+    const lines = new LineBuffer(['text', 'binary']);
+    expect(lines.describe([{ columnType: 253 }, { columnType: 5, flags: 0 }])).toBeUndefined();
+    // The DOUBLE became a DECIMAL: its bytes are a length-coded string now, which must not be read as 8 bytes.
+    expect(lines.describe([{ columnType: 253 }, { columnType: 246, flags: 0 }])).toBe('column 2 of the bulk read changed type while it was read; run again');
+  });
 });

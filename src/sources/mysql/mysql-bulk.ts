@@ -180,6 +180,11 @@ const VALUES = 0;
 const TEXT = 1;
 const BINARY = 2;
 const KIND_CODES: Record<SegmentKind, number> = { values: VALUES, text: TEXT, binary: BINARY };
+/**
+ * Room a short value's text may take beyond its bytes in the packet: a short text's doubled quotes (at most SHORT) and
+ * its two quotes, or a binary value's text (at most WIRE_TEXT_MAX), and the comma after it.
+ */
+const ROOM_PER_VALUE = WIRE_TEXT_MAX + SHORT + 3;
 
 /**
  * Rows' CSV lines copied into one reused buffer, handed to the chunker every PUSH_BYTES or so. Copying each segment
@@ -212,7 +217,7 @@ export class LineBuffer implements LineView {
    * Takes the result's columns: how each binary segment is read. An error's message when a binary segment's column is
    * not of a type sent in binary (the table changed since it was described), else undefined.
    */
-  describe(fields: readonly (WireField & { readonly decimals?: number })[]): string | undefined {
+  describe(fields: readonly WireField[]): string | undefined {
     for (let i = 0; i < this.kinds.length; i += 1) {
       if (this.kinds[i] !== BINARY) continue;
       const code = fields[i] !== undefined ? wireCode(fields[i]!) : undefined;
@@ -231,10 +236,9 @@ export class LineBuffer implements LineView {
   appendRow(packet: RowPacket): boolean {
     const row = packet.buffer;
     const kinds = this.kinds;
-    // Room for the whole line at once, so that no short value needs to ask: its text is its bytes, with a short text's
-    // quotes (at most SHORT more, doubled, and two), or at most WIRE_TEXT_MAX for a binary one, and a comma. Long
-    // values ask for their own room (appendLong), so a huge row does not reserve twice its size.
-    this.room(packet.end - packet.offset + kinds.length * (WIRE_TEXT_MAX + SHORT + 3) + 1);
+    // Room for the whole line at once, so that no short value needs to ask (see ROOM_PER_VALUE). Long values ask for
+    // their own room (appendLong), so a huge row does not reserve twice its size.
+    this.room(packet.end - packet.offset + kinds.length * ROOM_PER_VALUE + 1);
     let out = this.bytes;
     const starts = this.starts;
     const ends = this.ends;
@@ -274,7 +278,7 @@ export class LineBuffer implements LineView {
           this.length = length;
           this.appendLong(row, at, to, kind === TEXT);
           // Its quotes may have taken more than its share of the room: room again for the rest of the row.
-          this.room(packet.end - to + (kinds.length - i) * (WIRE_TEXT_MAX + SHORT + 3) + 1);
+          this.room(packet.end - to + (kinds.length - i) * ROOM_PER_VALUE + 1);
           length = this.length;
           out = this.bytes;
         } else if (kind === VALUES) {
@@ -489,6 +493,8 @@ export class HighestRow {
     private readonly keys: readonly { readonly type: ColumnType; readonly place: LinePlace }[],
     private readonly order: TextOrder,
   ) {
+    // A text cursor (quoted) has no byte order here: textOrder is undefined for it.
+    if (cursorPlace.quoted) throw new Error('a text cursor has no byte order');
     this.needed = [...new Set([cursorPlace.segment, ...keys.map((k) => k.place.segment)])];
   }
 
@@ -560,7 +566,7 @@ export interface LineSource {
   readonly statement: {
     on(event: 'end', listener: () => void): unknown;
     on(event: 'error', listener: (error: Error) => void): unknown;
-    on(event: 'fields', listener: (fields: readonly (WireField & { readonly decimals?: number })[]) => void): unknown;
+    on(event: 'fields', listener: (fields: readonly WireField[]) => void): unknown;
     removeAllListeners(): unknown;
   };
   pause(): void;

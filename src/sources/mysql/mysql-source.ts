@@ -16,6 +16,7 @@ import type { ChangeLogSource } from '../../core/change-log.js';
 import { MysqlChangeLog } from './mysql-change-log.js';
 import { exactTextSettings } from './mysql-settings.js';
 import { anyRowEnds, bulkLine, chunkKeys, HighestRow, mysqlChunks, parseRowsWith, textOrder, type SegmentKind, type TextOrder } from './mysql-bulk.js';
+import type { WireField } from './wire-text.js';
 import { bitColumns, castFor, decodeBits, isNotNull, mysqlColumnType, paramValue, typeCast, type BitColumn, type MysqlField } from './mysql-types.js';
 import { capAtCallerBound } from '../../core/caller-bound.js';
 import { queryWindow, renderWindow, usesWindow, type QueryWindow, type WindowName } from '../../shared/query-window.js';
@@ -71,7 +72,7 @@ interface RowEvents {
   on(event: 'result', listener: (row: Row) => void): unknown;
   on(event: 'end', listener: () => void): unknown;
   on(event: 'error', listener: (error: Error) => void): unknown;
-  on(event: 'fields', listener: (fields: readonly { readonly columnType?: number; readonly flags?: number; readonly decimals?: number }[]) => void): unknown;
+  on(event: 'fields', listener: (fields: readonly WireField[]) => void): unknown;
   removeAllListeners(): unknown;
 }
 

@@ -4,7 +4,7 @@
  * the client's writing (MariaDB, 3M taxi rows: DOUBLEs ~160 ns a value), and the server is the other half of a load's
  * CPU on a shared machine.
  */
-import { DOUBLE_TEXT_MAX, writeDouble, writeNatural } from '../../shared/double-text.js';
+import { DOUBLE_TEXT_MAX, writeDigits, writeDouble, writeNatural } from '../../shared/double-text.js';
 
 /** How a column's binary value is read, by its result column type (see wireCode). */
 export const WIRE_INT8 = 1;
@@ -27,6 +27,8 @@ export const WIRE_TEXT_MAX = Math.max(DOUBLE_TEXT_MAX, 32);
 export interface WireField {
   readonly columnType?: number;
   readonly flags?: number | readonly string[];
+  /** Fractional digits of a DATETIME or TIMESTAMP. */
+  readonly decimals?: number;
 }
 
 const UNSIGNED_FLAG = 32;
@@ -141,16 +143,6 @@ function writeDateTime(out: Buffer, end: { at: number }, row: Buffer, view: Data
   }
   end.at = at;
   return date + length;
-}
-
-/** `n` (0 ≤ n < 10^width, width ≤ 9) in exactly `width` digits. */
-function writeDigits(out: Buffer, at: number, n: number, width: number): number {
-  for (let i = at + width - 1; i >= at; i -= 1) {
-    const next = (n / 10) | 0;
-    out[i] = ZERO + n - next * 10;
-    n = next;
-  }
-  return at + width;
 }
 
 /** Two digits: most of a date and time. */
